@@ -1,0 +1,1 @@
+"""Machine descriptions bundled with twill (TOML data files, read by :mod:`twill.machine`)."""

@@ -1,0 +1,238 @@
+"""The cost model: turns a tile-level operation and its shape into cycles, a reservation table, a footprint.
+
+One SM runs the loop (paper §3.1): each op's busy time on a unit is its work divided by the SM-wide rate
+of that unit, taken from the machine file (``[cost]``). A synchronous op (ALU, MUFU, shuffles, SMEM copies
+done by the warps) keeps its warps busy for its whole length; its instructions on different units
+interleave, so each unit is busy from issue for its own share of the work. An asynchronous op (Tensor
+Core GEMM, TMA copy, TMEM copy) is issued in a few cycles and then runs on its unit.
+
+Every method returns an :class:`OpCost`; :meth:`OpCost.op_kwargs` gives the keyword arguments of
+:meth:`twill.graph.Graph.add_op`. Sizes are bytes, rates are per cycle per SM, times are cycles.
+
+    >>> from twill.machine import load_machine
+    >>> cm = CostModel(load_machine("h100"))
+    >>> cm.gemm(64, 128, 128).rrt[0].cycles      # 2*64*128*128 / 4096
+    512
+    >>> cm.exp2(8192).rrt[0].cycles              # 8192 / 16
+    512
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from math import ceil
+
+from twill.graph import Reservation
+from twill.machine import Machine
+
+__all__ = ["DTYPE_BYTES", "CostModel", "OpCost"]
+
+DTYPE_BYTES: Mapping[str, int] = {
+    "f64": 8, "fp64": 8, "f32": 4, "fp32": 4, "i32": 4, "tf32": 4, "f16": 2, "fp16": 2, "bf16": 2, "i16": 2,
+    "f8E4M3FN": 1, "f8E5M2": 1, "fp8": 1, "i8": 1, "i1": 1, "i64": 8,
+}
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """Cycles and resources of one tile op on one machine.
+
+    Attributes
+    ----------
+    kind : str
+        Op kind (``gemm``, ``exp``, ``alu``, ``tma_load`` ...).
+    rrt : tuple of Reservation
+        Reservation table in cycles.
+    latency : int
+        Cycles from issue until the result is usable.
+    issue_cycles : int
+        Cycles the issuing warps are busy.
+    variable_latency : bool
+        The latency varies at run time (memory traffic).
+    warps : int
+        Warps that issue the op together.
+    blocking_result : bool
+        Consumers of the result must issue a blocking wait (Tensor Core, TMA and TMEM results).
+    """
+
+    kind: str
+    rrt: tuple[Reservation, ...]
+    latency: int
+    issue_cycles: int
+    variable_latency: bool = False
+    warps: int = 1
+    blocking_result: bool = False
+
+    @property
+    def cycles(self) -> int:
+        """Length of the reservation table."""
+        return max(r.end for r in self.rrt)
+
+    def op_kwargs(self) -> dict[str, object]:
+        """Keyword arguments for :meth:`twill.graph.Graph.add_op` (``kind`` excluded)."""
+        return {"rrt": self.rrt, "latency": self.latency, "issue_cycles": self.issue_cycles,
+                "variable_latency": self.variable_latency, "warps": self.warps}
+
+
+def _cycles(work: float) -> int:
+    return max(1, ceil(work - 1e-9))
+
+
+class CostModel:
+    """Tile-op costs for ``machine``; every rate comes from the machine file's ``[cost]`` table.
+
+    Parameters
+    ----------
+    machine : Machine
+        Target machine.
+    """
+
+    def __init__(self, machine: Machine) -> None:
+        self.machine = machine
+
+    def _rate(self, key: str) -> float:
+        return float(self.machine.const(f"cost.{key}"))
+
+    # ------------------------------------------------------------------------------------ helpers
+    def tile_warps(self, rows: int, *, num_warps: int | None = None) -> int:
+        """Warps that own a register tile of ``rows`` rows in the MMA layout.
+
+        Hopper: a warpgroup (4 warps) per 64 rows, the wgmma M per warpgroup (PTX ISA); Blackwell: a
+        warpgroup per 128 rows, one thread per TMEM lane (FA4's softmax warpgroups). Capped by
+        ``num_warps`` when given.
+        """
+        per_group = self.machine.warps_per_group
+        rows_per_group = int(self._rate("tc_min_m")) * (2 if self.machine.family == "blackwell" else 1)
+        warps = per_group * max(1, ceil(rows / rows_per_group))
+        return min(warps, num_warps) if num_warps else warps
+
+    def regs_for(self, nbytes: int, warps: int) -> int:
+        """Registers per thread that hold ``nbytes`` spread over ``warps`` warps (32-bit registers)."""
+        if nbytes <= 0:
+            return 0
+        return ceil(nbytes / (4 * 32 * warps))
+
+    def sync(self, kind: str, work: Mapping[str, float], *, warps: int) -> OpCost:
+        """A synchronous op doing ``work`` (unit -> busy cycles, already divided by the unit's rate).
+
+        Each unit is busy from issue for its own share; the warps are busy for the longest share.
+        """
+        rrt = tuple(Reservation(unit, 0, _cycles(c)) for unit, c in work.items() if c > 0)
+        length = max(r.end for r in rrt)
+        return OpCost(kind, rrt, latency=length, issue_cycles=length, warps=warps)
+
+    def merge(self, kind: str, parts: Iterable[OpCost]) -> OpCost:
+        """One synchronous op doing the work of several (an elementwise chain drawn as one tile op)."""
+        work: dict[str, float] = {}
+        warps = 1
+        for part in parts:
+            warps = max(warps, part.warps)
+            for r in part.rrt:
+                work[r.unit] = work.get(r.unit, 0) + r.cycles * r.count
+        return self.sync(kind, work, warps=warps)
+
+    # ------------------------------------------------------------------------------------ Tensor Core
+    def gemm(self, m: int, n: int, k: int, *, dtype: str = "fp16", warps: int | None = None) -> OpCost:
+        """A tile GEMM ``[m, k] x [k, n]``: ``2mnk / tc_flops`` cycles on the Tensor Cores.
+
+        Asynchronous: issued in ``tc_issue`` cycles; the result is usable ``tc_latency`` cycles after
+        the Tensor Cores finish. On Hopper the accumulator lives in the registers of the issuing warp
+        groups (``warps`` defaults to :meth:`tile_warps`); on Blackwell one thread issues it (1 warp)
+        and the accumulator lives in TMEM.
+        """
+        key = {"fp8": "tc_flops_fp8", "f8E4M3FN": "tc_flops_fp8", "f8E5M2": "tc_flops_fp8",
+               "tf32": "tc_flops_tf32", "f32": "tc_flops_tf32", "fp32": "tc_flops_tf32"}.get(dtype,
+                                                                                             "tc_flops_fp16")
+        busy = _cycles(2 * m * n * k / self._rate(key))
+        issue = min(busy, int(self._rate("tc_issue")))
+        if warps is None:
+            warps = 1 if self.machine.family == "blackwell" else self.tile_warps(m)
+        return OpCost("gemm", (Reservation("tc", 0, busy),), latency=busy + int(self._rate("tc_latency")),
+                      issue_cycles=issue, warps=warps, blocking_result=True)
+
+    # ------------------------------------------------------------------------------------ CUDA cores
+    def alu(self, elements: int, ops_per_element: float = 1.0, *, warps: int = 4) -> OpCost:
+        """Elementwise FP32/INT work: ``elements * ops / alu_per_cycle`` cycles on the ALU pipes."""
+        return self.sync("alu", {"alu": elements * ops_per_element / self._rate("alu_per_cycle")},
+                         warps=warps)
+
+    def exp2(self, elements: int, *, alu_ops_per_element: float = 0.0, warps: int = 4) -> OpCost:
+        """``exp2`` over a tile: ``elements / mufu_per_cycle`` cycles on MUFU, plus fused ALU work."""
+        work = {"mufu": elements / self._rate("mufu_per_cycle")}
+        if alu_ops_per_element:
+            work["alu"] = elements * alu_ops_per_element / self._rate("alu_per_cycle")
+        return self.sync("exp", work, warps=warps)
+
+    def mufu(self, elements: int, *, warps: int = 4) -> OpCost:
+        """Any other special function (``rsqrt``, ``log2``, divide): one MUFU result per element."""
+        return self.sync("mufu", {"mufu": elements / self._rate("mufu_per_cycle")}, warps=warps)
+
+    def reduce(self, elements: int, rows: int, lanes_per_row: int, *, warps: int = 4) -> OpCost:
+        """Row reduction of a tile of ``elements`` into ``rows`` values.
+
+        One ALU op per element, then ``log2(lanes_per_row)`` butterfly shuffle + combine steps for each
+        row (``shuffle_per_cycle`` results per cycle).
+        """
+        steps = max(0, (lanes_per_row - 1).bit_length())
+        shuffles = rows * lanes_per_row * steps
+        return self.sync("reduce", {"alu": (elements + shuffles) / self._rate("alu_per_cycle")
+                                    + shuffles / self._rate("shuffle_per_cycle")}, warps=warps)
+
+    def convert(self, elements: int, *, warps: int = 4) -> OpCost:
+        """Type conversion of a tile (F2F/F2FP): ``elements / convert_per_cycle`` cycles on the ALU pipes."""
+        return self.sync("convert", {"alu": elements / self._rate("convert_per_cycle")}, warps=warps)
+
+    # ------------------------------------------------------------------------------------ memory
+    def smem_copy(self, nbytes: int, *, kind: str = "smem_store", warps: int = 4) -> OpCost:
+        """Registers <-> shared memory by the warps (STS/LDS/STSM/LDSM): ``bytes / smem_bytes_per_cycle``."""
+        return self.sync(kind, {"smem": nbytes / self._rate("smem_bytes_per_cycle")}, warps=warps)
+
+    def layout_convert(self, nbytes: int, *, warps: int = 4) -> OpCost:
+        """A layout conversion through shared memory: a store and a load of ``nbytes``."""
+        return replace(self.smem_copy(2 * nbytes, warps=warps), kind="convert_layout")
+
+    def tma_load(self, nbytes: int) -> OpCost:
+        """A TMA bulk tensor copy global -> SMEM of ``nbytes``: variable latency, one issuing thread."""
+        busy = _cycles(nbytes / self._rate("tma_bytes_per_cycle"))
+        return OpCost("tma_load", (Reservation("tma", 0, busy),),
+                      latency=max(busy, int(self._rate("tma_latency"))),
+                      issue_cycles=min(busy, int(self._rate("tma_issue"))), variable_latency=True, warps=1,
+                      blocking_result=True)
+
+    def tma_store(self, nbytes: int) -> OpCost:
+        """A TMA bulk tensor copy SMEM -> global of ``nbytes``."""
+        cost = self.tma_load(nbytes)
+        return replace(cost, kind="tma_store", blocking_result=False)
+
+    def global_load(self, nbytes: int, *, warps: int = 4) -> OpCost:
+        """A pointer load (``ld.global`` / ``cp.async``): variable latency on the load/store units."""
+        busy = _cycles(nbytes / self._rate("lsu_bytes_per_cycle"))
+        return OpCost("load", (Reservation("lsu", 0, busy),),
+                      latency=max(busy, int(self._rate("lsu_latency"))), issue_cycles=busy,
+                      variable_latency=True, warps=warps, blocking_result=True)
+
+    def global_store(self, nbytes: int, *, warps: int = 4) -> OpCost:
+        """A pointer store (``st.global``)."""
+        busy = _cycles(nbytes / self._rate("lsu_bytes_per_cycle"))
+        return OpCost("store", (Reservation("lsu", 0, busy),), latency=busy, issue_cycles=busy, warps=warps)
+
+    def atomic_add(self, nbytes: int, *, warps: int = 4) -> OpCost:
+        """A global atomic reduction (``red.global.add``) of ``nbytes``: variable latency."""
+        busy = _cycles(nbytes / self._rate("atomic_bytes_per_cycle"))
+        return OpCost("atomic", (Reservation("lsu", 0, busy),),
+                      latency=max(busy, int(self._rate("atomic_latency"))), issue_cycles=busy,
+                      variable_latency=True, warps=warps)
+
+    def tmem_load(self, nbytes: int, *, warps: int = 4) -> OpCost:
+        """TMEM -> registers (``tcgen05.ld``) of ``nbytes``; consumers need no further wait, but the
+        load itself waits for the MMA that wrote the TMEM (a blocking edge into it)."""
+        busy = _cycles(self._rate("tmem_base") + nbytes / 1024 * self._rate("tmem_per_kb"))
+        return OpCost("tmem_load", (Reservation("tmem", 0, busy),), latency=busy, issue_cycles=busy,
+                      warps=warps)
+
+    def tmem_store(self, nbytes: int, *, warps: int = 4) -> OpCost:
+        """Registers -> TMEM (``tcgen05.st``) of ``nbytes``."""
+        busy = _cycles(self._rate("tmem_base") + nbytes / 1024 * self._rate("tmem_per_kb"))
+        return OpCost("tmem_store", (Reservation("tmem", 0, busy),), latency=busy, issue_cycles=busy,
+                      warps=warps)
