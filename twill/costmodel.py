@@ -205,6 +205,19 @@ class CostModel:
         cost = self.tma_load(nbytes)
         return replace(cost, kind="tma_store", blocking_result=False)
 
+    def tma_store_from_registers(self, nbytes: int, *, warps: int = 4) -> OpCost:
+        """A TMA store of a register tile: the ``warps`` first write it to shared memory
+        (``bytes / smem_bytes_per_cycle`` cycles on the SMEM ports), then one thread issues the bulk copy
+        SMEM -> global (:meth:`tma_store`), which starts when the shared-memory write is done.
+
+        The warps are busy for the shared-memory write and the TMA issue only.
+        """
+        sts = _cycles(nbytes / self._rate("smem_bytes_per_cycle"))
+        tma = self.tma_store(nbytes)
+        rrt = (Reservation("smem", 0, sts), *(replace(r, start=r.start + sts) for r in tma.rrt))
+        return OpCost("tma_store", rrt, latency=sts + tma.latency, issue_cycles=sts + tma.issue_cycles,
+                      warps=warps)
+
     def global_load(self, nbytes: int, *, warps: int = 4) -> OpCost:
         """A pointer load (``ld.global`` / ``cp.async``): variable latency on the load/store units."""
         busy = _cycles(nbytes / self._rate("lsu_bytes_per_cycle"))

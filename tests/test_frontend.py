@@ -1,0 +1,345 @@
+"""Frontend tests: Triton kernels and TTGIR files become the loop graphs the paper draws.
+
+Everything runs on the CPU (Triton compiles for sm_90 / sm_100 without a GPU). Expected values are
+derived from the kernels' known structure and the machine constants, never from snapshots of the output.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from twill.errors import FrontendError, UnsupportedOpError
+from twill.frontend import (
+    compile_to_ttgir,
+    graph_from_kernel,
+    graph_from_ttgir,
+    load_kernel,
+    lower_loop,
+    parse_ttgir,
+)
+from twill.graph import Graph
+from twill.machine import load_machine
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).resolve().parent / "data"
+FA = ROOT / "examples" / "flash_attention_fwd.py"
+GEMM = ROOT / "examples" / "gemm.py"
+
+
+def _module(path: Path):
+    spec = importlib.util.spec_from_file_location(f"_example_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+FA_SPEC = _module(FA).TWILL_KERNELS["attn_fwd"]
+GEMM_SPEC = _module(GEMM).TWILL_KERNELS
+
+
+@pytest.fixture(scope="module")
+def fa_sm90():
+    return compile_to_ttgir(str(FA), target="sm_90")
+
+
+@pytest.fixture(scope="module")
+def fa_sm100():
+    return compile_to_ttgir(str(FA), target="sm_100")
+
+
+def _ops_named(lowering, name: str) -> list[str]:
+    """Graph ops that hold a TTGIR op called ``name``."""
+    return [node for node, ops in lowering.members.items() if any(op.name == name for op in ops)]
+
+
+def _reduce_combiners(lowering) -> dict[str, set[str]]:
+    """Reduce node -> the arith ops of its combiner region."""
+    out = {}
+    for node, ops in lowering.members.items():
+        for op in ops:
+            if op.name == "tt.reduce":
+                out[node] = {inner.name for inner in op.walk() if inner.name.startswith("arith.")}
+    return out
+
+
+def _carried_self_loop(graph: Graph, node: str) -> bool:
+    return any(e.src == node and e.dst == node and e.distance == 1 for e in graph.edges)
+
+
+def _gemm_cycles(machine_name: str, m: int, n: int, k: int) -> int:
+    machine = load_machine(machine_name)
+    return 2 * m * n * k // int(machine.const("cost.tc_flops_fp16"))
+
+
+# ------------------------------------------------------------------------------------------ FA, Hopper
+def test_fa_forward_sm90_graph(fa_sm90):
+    lowering = lower_loop(fa_sm90.pre_swp, "h100")
+    g = lowering.graph
+    g.check(load_machine("h100").unit_names)
+    block_m, block_n, dim = (FA_SPEC["constexprs"][k] for k in ("BLOCK_M", "BLOCK_N", "HEAD_DIM"))
+
+    gemms = [op for op in g.ops if op.kind == "gemm"]
+    assert len(gemms) == 2
+    assert {op.total_usage("tc") for op in gemms} == {_gemm_cycles("h100", block_m, block_n, dim)}
+    assert all(dict(op.attrs)["mma"] == "wgmma" and op.warps == FA_SPEC["num_warps"] for op in gemms)
+
+    loads = [op for op in g.ops if op.kind == "tma_load"]
+    assert len(loads) == 2 and all(g.is_streaming(op.name) for op in loads)
+    assert all(op.smem == block_n * dim * 2 and op.variable_latency for op in loads)
+
+    exps = [op for op in g.ops if op.kind == "exp" and op.total_usage("mufu") >= block_m * block_n // 16]
+    assert len(exps) == 1 and exps[0].total_usage("alu") > 0  # scale-subtract merged into the exp2
+
+    combiners = _reduce_combiners(lowering)
+    assert sorted(map(sorted, combiners.values())) == [["arith.addf"], ["arith.maxnumf"]]
+
+    qk = next(e.dst for e in g.edges if e.src == loads[0].name)
+    pv = next(op.name for op in gemms if op.name != qk)
+    assert any(e.src == qk and e.blocking and e.carrier == "register" for e in g.edges)
+    m_i = next(n for n in _ops_named(lowering, "arith.maxnumf") if n not in combiners)
+    l_i = next(n for n in _ops_named(lowering, "arith.addf") if n not in combiners)
+    assert _carried_self_loop(g, m_i) and _carried_self_loop(g, l_i)
+    acc_update = [e for e in g.edges if e.src == pv and e.distance == 1]
+    assert len(acc_update) == 1 and acc_update[0].blocking
+    assert any(e.src == acc_update[0].dst and e.dst == pv and e.distance == 0 for e in g.edges)
+    assert g.fixed_smem == block_m * dim * 2  # the Q tile, loaded before the loop
+
+
+def test_fa_forward_sm90_accounts_for_every_op(fa_sm90):
+    lowering = lower_loop(fa_sm90.pre_swp, "h100")
+    body = [op for op in lowering.loop.body.ops if op.name != "scf.yield"]
+    merged = [op for ops in lowering.members.values() for op in ops]
+    assert sorted(map(id, body)) == sorted(map(id, merged + lowering.folded))
+    assert len(merged) == len(set(map(id, merged)))
+    assert all(op.source.startswith("examples/") or "flash_attention_fwd.py" in op.source
+               for op in lowering.graph.ops)
+
+
+# ------------------------------------------------------------------------------------------ FA, Blackwell
+def test_fa_forward_sm100_graph(fa_sm100):
+    lowering = lower_loop(fa_sm100.pre_swp, "b200")
+    g = lowering.graph
+    block_m, block_n, dim = (FA_SPEC["constexprs"][k] for k in ("BLOCK_M", "BLOCK_N", "HEAD_DIM"))
+    gemms = [op for op in g.ops if op.kind == "gemm"]
+    assert len(gemms) == 2
+    machine = load_machine("b200")
+    assert {op.total_usage("tc") for op in gemms} == {
+        2 * block_m * block_n * dim // int(machine.const("cost.tc_flops_fp16"))}
+    assert all(op.warps == 1 for op in gemms)
+    assert len([op for op in g.ops if op.kind == "tma_load" and g.is_streaming(op.name)]) == 2
+
+    tmem_loads = [op.name for op in g.ops if op.kind == "tmem_load"]
+    assert len(tmem_loads) == 2  # S and O
+    p_in_tmem = [op for op in g.ops if op.kind == "tmem_store" and op.tmem]
+    assert [op.tmem for op in p_in_tmem] == [block_n * 16 // 32]  # packed fp16 P: N/2 columns
+    assert g.fixed_tmem == 2 * block_n  # S and O accumulators (fp32), allocated before the loop
+
+    mma_to_load = [e for e in g.edges if e.src in {op.name for op in gemms} and e.dst in tmem_loads]
+    assert {e.distance for e in mma_to_load} == {0, 1}  # S now; O from the previous iteration
+    assert all(e.blocking and e.carrier == "tmem" for e in mma_to_load)
+    war = [e for e in g.edges if e.src in tmem_loads and e.dst in {op.name for op in gemms}]
+    assert any(e.distance == 1 and not e.blocking and e.carrier == "tmem" for e in war)
+    combiners = _reduce_combiners(lowering)
+    m_i = next(n for n in _ops_named(lowering, "arith.maxnumf") if n not in combiners)
+    assert _carried_self_loop(g, m_i)
+
+
+# ------------------------------------------------------------------------------------------ GEMM
+@pytest.mark.parametrize("machine_name", ["h100", "b200"])
+def test_gemm_example(machine_name):
+    g = graph_from_kernel(str(GEMM), machine_name)
+    tiles = GEMM_SPEC["matmul"]["constexprs"]
+    loads = [op for op in g.ops if op.kind == "tma_load"]
+    (gemm,) = [op for op in g.ops if op.kind == "gemm"]
+    assert len(loads) == 2 and all(g.is_streaming(op.name) for op in loads)
+    assert gemm.total_usage("tc") == _gemm_cycles(machine_name, tiles["BLOCK_M"], tiles["BLOCK_N"],
+                                                  tiles["BLOCK_K"])
+    (carried,) = [e for e in g.edges if e.distance == 1]
+    assert (carried.src, carried.dst, carried.blocking) == (gemm.name, gemm.name, False)
+    assert {e.src for e in g.edges if e.dst == gemm.name and e.blocking} == {op.name for op in loads}
+    if machine_name == "h100":
+        assert gemm.regs == tiles["BLOCK_M"] * tiles["BLOCK_N"] * 4 // (4 * 32 * gemm.warps)
+
+
+def test_gemm_pointer_kernel_selected_by_name():
+    g = graph_from_kernel(f"{GEMM}::matmul_ptr", "h100")
+    loads = [op for op in g.ops if op.kind == "load"]
+    assert len(loads) == 2 and all(op.units == {"lsu"} and g.is_streaming(op.name) for op in loads)
+    assert sum(op.kind == "gemm" for op in g.ops) == 1
+
+
+# ------------------------------------------------------------------------------------------ TTGIR input
+def test_ttgir_file_and_text_input():
+    path = DATA / "attn_fwd_sm90_pre_swp.ttgir"
+    from_file = graph_from_ttgir(path, "h100")
+    from_text = graph_from_ttgir(path.read_text(), "h100")
+    assert from_file.to_dict()["ops"] == from_text.to_dict()["ops"]
+    assert sum(op.kind == "gemm" for op in from_file.ops) == 2
+    module = parse_ttgir(path)
+    loop = module.find("scf.for")[0]
+    lines = path.read_text().splitlines()
+    assert loop.line == next(i for i, line in enumerate(lines, 1) if "scf.for" in line)
+    dot = next(op for op in loop.body.ops if op.name == "ttng.warp_group_dot")
+    assert dot.loc.name == "qk" and dot.loc.file.endswith("flash_attention_fwd.py") and dot.loc.line > 0
+
+
+def test_toy_chain_merges_into_one_exp_op():
+    lowering = lower_loop(DATA / "toy_loop.ttgir", "h100")
+    (op,) = lowering.graph.ops
+    assert op.kind == "exp" and op.units == {"mufu", "alu"}
+    assert [m.name for m in lowering.members[op.name]] == ["arith.mulf", "math.exp2", "arith.addf"]
+    assert _carried_self_loop(lowering.graph, op.name)
+
+
+def test_scheduled_snapshot_carries_triton_stages(fa_sm90):
+    assert "loop.stage" not in fa_sm90.pre_swp
+    module = parse_ttgir(fa_sm90.scheduled)
+    (loop,) = module.find("scf.for")
+    assert isinstance(loop.attrs["tt.scheduled_max_stage"], int)
+    body = [op for op in loop.body.ops if op.name != "scf.yield"]
+    assert all(isinstance(op.attrs.get("loop.stage"), int) for op in body)
+    loads = [op for op in body if op.name == "tt.descriptor_load"]
+    assert loads and all(op.attrs["loop.stage"] == 0 for op in loads)
+    g = graph_from_ttgir(fa_sm90.scheduled, "h100")
+    assert all("loop.stage" in dict(op.attrs) for op in g.ops)
+
+
+def test_divisibility_hints_reach_the_ttgir(fa_sm90):
+    assert "%seq_len: i32 {tt.divisibility = 16 : i32}" in fa_sm90.pre_swp
+    plain = compile_to_ttgir(str(FA), target="sm_90", divisible=())
+    assert "tt.divisibility" not in plain.pre_swp
+
+
+# ------------------------------------------------------------------------------------------ errors
+def test_malformed_ttgir_reports_line():
+    with pytest.raises(FrontendError) as err:
+        graph_from_ttgir(DATA / "malformed.ttgir", "h100")
+    assert err.value.line == 9
+
+
+def test_unreadable_ttgir():
+    with pytest.raises(FrontendError, match="cannot read"):
+        graph_from_ttgir(DATA / "does_not_exist.ttgir", "h100")
+
+
+def test_no_loop():
+    with pytest.raises(FrontendError, match=r"no scf\.for loop"):
+        graph_from_ttgir(DATA / "no_loop.ttgir", "h100")
+
+
+def test_nested_loops_name_both_lines():
+    with pytest.raises(FrontendError, match=r"line 9 inside scf.for at TTGIR line 8"):
+        graph_from_ttgir(DATA / "nested_loops.ttgir", "h100")
+
+
+def test_sibling_loops_need_loop_index():
+    with pytest.raises(FrontendError, match="lines 8, 12; pass loop_index"):
+        graph_from_ttgir(DATA / "sibling_loops.ttgir", "h100")
+    second = lower_loop(DATA / "sibling_loops.ttgir", "h100", loop_index=1)
+    assert second.loop.line == 12
+
+
+def test_if_with_side_effect_rejected():
+    with pytest.raises(FrontendError, match=r"tt.store at TTGIR line 12") as err:
+        graph_from_ttgir(DATA / "if_store.ttgir", "h100")
+    assert err.value.line == 11
+
+
+def test_side_effect_free_if_converted():
+    lowering = lower_loop(DATA / "if_select.ttgir", "h100")
+    (select,) = [op for op in lowering.graph.ops if "if_converted" in dict(op.attrs)]
+    assert dict(select.attrs)["if_converted"] == "scf.if@11"
+    assert {m.name for m in lowering.members[select.name]} == {"arith.mulf", "arith.addf", "scf.if"}
+    assert [op.line for op in lowering.if_converted] == [11]
+
+
+def test_unknown_op_names_op_and_line():
+    with pytest.raises(UnsupportedOpError) as err:
+        graph_from_ttgir(DATA / "unknown_op.ttgir", "h100")
+    assert err.value.op_name == "math.erf" and err.value.line == 9
+
+
+def test_target_must_match_machine():
+    with pytest.raises(FrontendError, match="cuda:90"):
+        graph_from_ttgir(DATA / "toy_loop.ttgir", "b200")
+
+
+def test_pipelined_ttgir_rejected():
+    text = (DATA / "toy_loop.ttgir").read_text().replace(
+        "      %e = math.exp2", "      ttng.fence_async_shared {bCluster = false}\n      %e = math.exp2")
+    with pytest.raises(UnsupportedOpError, match="pre-pipelining snapshot"):
+        graph_from_ttgir(text, "h100")
+
+
+def test_load_kernel_errors(tmp_path):
+    with pytest.raises(FrontendError, match=r"entries: matmul, matmul_ptr"):
+        load_kernel(f"{GEMM}::nope")
+    assert load_kernel(str(GEMM)).name == "matmul"  # the default entry
+    bare = tmp_path / "bare.py"
+    bare.write_text(textwrap.dedent("""
+        import triton
+
+        @triton.jit
+        def lonely(x):
+            pass
+    """))
+    with pytest.raises(FrontendError, match=r"no TWILL_KERNELS.*lonely"):
+        load_kernel(str(bare))
+    with pytest.raises(FrontendError, match="does not exist"):
+        load_kernel(str(tmp_path / "missing.py"))
+
+
+# ------------------------------------------------------------------------------------------ other op rules
+STREAM_KERNEL = '''
+import triton
+import triton.language as tl
+
+@triton.jit
+def stream(x_desc, y_desc, out_ptr, acc_ptr, n, BLOCK: tl.constexpr):
+    cols = tl.arange(0, BLOCK)
+    for start in range(0, n, BLOCK):
+        x = x_desc.load([start, 0])
+        y = tl.math.exp2(x.to(tl.float32))
+        y_desc.store([start, 0], y.to(tl.float16))
+        s = tl.sum(y, axis=1)
+        tl.store(out_ptr + start + cols, s)
+        tl.atomic_add(acc_ptr + cols, s)
+
+TWILL_KERNELS = {"stream": {
+    "signature": {"x_desc": "tensordesc<fp16[64, 64]>", "y_desc": "tensordesc<fp16[64, 64]>",
+                  "out_ptr": "*fp32", "acc_ptr": "*fp32", "n": "i32"},
+    "constexprs": {"BLOCK": 64}, "num_warps": 4, "num_stages": 2}}
+'''
+
+
+def test_loads_read_in_registers_stores_and_atomics(tmp_path):
+    path = tmp_path / "stream.py"
+    path.write_text(STREAM_KERNEL)
+    g = graph_from_kernel(str(path), "h100")
+    by_kind = {op.kind: op for op in g.ops}
+    tile = 64 * 64 * 2
+    tma, lds = by_kind["tma_load"], by_kind["local_load"]
+    assert g.is_streaming(tma.name) and tma.smem == tile
+    (staged,) = [e for e in g.edges if e.src == tma.name]
+    assert (staged.dst, staged.blocking, staged.carrier) == (lds.name, True, "smem")
+    assert lds.units == {"smem"} and lds.regs > 0
+    store = by_kind["tma_store"]
+    smem_part, tma_part = sorted(store.rrt, key=lambda r: r.start)
+    assert (smem_part.unit, tma_part.unit) == ("smem", "tma") and tma_part.start == smem_part.end
+    assert by_kind["atomic"].variable_latency and by_kind["store"].units == {"lsu"}
+    assert by_kind["convert_layout"].units == {"smem"}  # row sums change layout for the pointer store
+
+
+def test_shared_buffer_round_trip_is_ordered():
+    lowering = lower_loop(DATA / "smem_roundtrip.ttgir", "h100")
+    g = lowering.graph
+    assert g.fixed_smem == 64 * 64 * 4
+    load = next(op.name for op in g.ops if op.kind == "local_load")
+    store = next(op.name for op in g.ops if op.kind == "local_store")
+    edges = {(e.src, e.dst): e for e in g.edges}
+    assert edges[(store, load)].distance == 1 and edges[(store, load)].carrier == "smem"  # read after write
+    assert edges[(load, store)].distance == 0  # write after read

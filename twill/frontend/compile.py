@@ -1,0 +1,382 @@
+"""Compile a ``@triton.jit`` kernel to TTGIR on the CPU and keep the snapshots twill needs.
+
+A kernel file tells twill how to compile each kernel without running it, in a module-level dict::
+
+    TWILL_KERNELS = {
+        "attn_fwd": {"signature": {"q_desc": "tensordesc<fp16[128, 128]>", "seq_len": "i32", ...},
+                     "constexprs": {"BLOCK_M": 128, ...}, "num_warps": 8, "num_stages": 3,
+                     "default": True},
+    }
+
+:func:`load_kernel` imports the file and picks the kernel; :func:`compile_to_ttgir` runs Triton 3.6's
+front end (AST -> TTIR -> TTGIR) with the pass list of ``make_ttgir`` in
+``triton/backends/nvidia/compiler.py``, cut just before Triton's own software pipelining:
+
+* ``pre_swp``: sm_90 stops before ``add_hopper_warpspec``/``add_assign_latencies``; sm_100 stops before
+  ``add_assign_latencies``. MMA ops, layouts, TMEM allocation and LICM are done; the loop is plain SSA.
+* ``scheduled``: ``pre_swp`` after ``add_assign_latencies`` + ``add_schedule_loops``: Triton's own
+  modulo schedule as ``loop.stage``/``loop.cluster`` attributes, the reference to compare twill with.
+
+Both are printed with source locations (``loc(...)``, ``file:line:col`` of each op). No GPU is needed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import re
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from twill.errors import FrontendError
+from twill.machine import Machine
+
+__all__ = ["KernelSpec", "TTGIRSnapshots", "compile_to_ttgir", "default_divisible", "load_kernel",
+           "target_for"]
+
+_INT_TYPES = ("i32", "i64", "u32", "u64")
+_SPEC_KEYS = {"signature", "constexprs", "num_warps", "num_stages", "default", "divisible"}
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """A JIT kernel and what is needed to compile it without running it.
+
+    Attributes
+    ----------
+    fn : triton.runtime.JITFunction
+        The kernel.
+    name : str
+        Its name in the file.
+    source : str
+        The file it was loaded from (``""`` if built in memory).
+    signature : mapping of str to str
+        Triton type string per non-constexpr argument (``"*fp16"``, ``"i32"``, ``"fp32"``,
+        ``"tensordesc<fp16[128, 64]>"``).
+    constexprs : mapping of str to object
+        Values of the ``tl.constexpr`` arguments.
+    num_warps, num_stages : int
+        Compile options.
+    divisible : tuple of str or None
+        Arguments given the ``tt.divisibility = 16`` hint; ``None``: every pointer and integer argument
+        (:func:`default_divisible`).
+    """
+
+    fn: Any
+    name: str
+    source: str
+    signature: Mapping[str, str]
+    constexprs: Mapping[str, Any] = field(default_factory=dict)
+    num_warps: int = 4
+    num_stages: int = 3
+    divisible: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class TTGIRSnapshots:
+    """TTGIR of one kernel at the points twill needs (text with source locations).
+
+    Attributes
+    ----------
+    kernel, source, target : str
+        Kernel name, its file, and the target (``sm_90`` or ``sm_100``).
+    num_warps, num_stages : int
+        Compile options used.
+    ttir : str
+        Triton IR after ``make_ttir``.
+    pre_swp : str
+        TTGIR before Triton's software pipelining and warp specialization (the graph's input).
+    scheduled : str
+        ``pre_swp`` after Triton's latency assignment and loop scheduling (``loop.stage`` attributes).
+    """
+
+    kernel: str
+    source: str
+    target: str
+    num_warps: int
+    num_stages: int
+    ttir: str
+    pre_swp: str
+    scheduled: str
+
+    def save(self, folder: str | os.PathLike[str]) -> dict[str, Path]:
+        """Write ``<kernel>.<target>.{ttir,pre_swp.ttgir,scheduled.ttgir}`` into ``folder``.
+
+        Returns the paths written, keyed ``ttir``, ``pre_swp`` and ``scheduled``.
+        """
+        out = Path(folder)
+        out.mkdir(parents=True, exist_ok=True)
+        stem = f"{self.kernel}.{self.target}"
+        paths = {"ttir": out / f"{stem}.ttir", "pre_swp": out / f"{stem}.pre_swp.ttgir",
+                 "scheduled": out / f"{stem}.scheduled.ttgir"}
+        for key, path in paths.items():
+            path.write_text(getattr(self, key), encoding="utf-8")
+        return paths
+
+
+def target_for(machine: Machine) -> str:
+    """Compile target of a machine: ``sm_90a`` -> ``"sm_90"``, ``sm_100a`` -> ``"sm_100"``."""
+    match = re.fullmatch(r"sm_(\d+)a?", machine.arch)
+    if match is None:
+        raise FrontendError(f"machine {machine.name!r} has arch {machine.arch!r}, not of the form sm_NN[a]")
+    return f"sm_{match.group(1)}"
+
+
+def _capability(target: str) -> int:
+    match = re.fullmatch(r"(?:sm_|cuda:)(\d+)a?", target.strip())
+    if match is None or int(match.group(1)) // 10 not in (9, 10):
+        raise FrontendError(f"target {target!r} is not supported; use 'sm_90' (Hopper) or 'sm_100' "
+                            "(Blackwell)")
+    return int(match.group(1))
+
+
+def _jit_functions(module: Any) -> dict[str, Any]:
+    from triton.runtime.jit import JITFunction
+
+    found = {}
+    for name, obj in vars(module).items():
+        inner = obj
+        while not isinstance(inner, JITFunction) and hasattr(inner, "fn"):
+            inner = inner.fn
+        if isinstance(inner, JITFunction):
+            found[name] = inner
+    return found
+
+
+def _import_file(path: Path) -> Any:
+    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:10]
+    name = f"_twill_kernel_{path.stem}_{digest}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise FrontendError(f"cannot import {path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        sys.modules.pop(name, None)
+        raise FrontendError(f"cannot import {path}: {type(exc).__name__}: {exc}") from exc
+    return module
+
+
+def _pick(path: Path, entries: Mapping[str, Any], wanted: str | None) -> str:
+    listing = ", ".join(sorted(entries)) or "none"
+    if wanted is not None:
+        if wanted not in entries:
+            raise FrontendError(f"{path} has no TWILL_KERNELS entry {wanted!r}; entries: {listing}")
+        return wanted
+    if len(entries) == 1:
+        return next(iter(entries))
+    defaults = [k for k, v in entries.items() if isinstance(v, Mapping) and v.get("default")]
+    if len(defaults) == 1:
+        return defaults[0]
+    raise FrontendError(f"{path} has {len(entries)} TWILL_KERNELS entries and {len(defaults)} marked "
+                        f"default; name one with '{path}::KERNEL' (entries: {listing})")
+
+
+def _spec_from_entry(path: Path, name: str, fn: Any, entry: Any) -> KernelSpec:
+    where = f"{path}: TWILL_KERNELS[{name!r}]"
+    if not isinstance(entry, Mapping) or not isinstance(entry.get("signature"), Mapping):
+        raise FrontendError(f"{where} must be a dict with a 'signature' dict")
+    unknown = set(entry) - _SPEC_KEYS
+    if unknown:
+        raise FrontendError(f"{where} has unknown key(s) {', '.join(sorted(unknown))}; allowed: "
+                            f"{', '.join(sorted(_SPEC_KEYS))}")
+    divisible = entry.get("divisible")
+    return KernelSpec(fn, name, str(path), dict(entry["signature"]), dict(entry.get("constexprs", {})),
+                      int(entry.get("num_warps", 4)), int(entry.get("num_stages", 3)),
+                      tuple(divisible) if divisible is not None else None)
+
+
+def load_kernel(spec: str | os.PathLike[str]) -> KernelSpec:
+    """Import a kernel file and return the kernel it names with its ``TWILL_KERNELS`` entry.
+
+    Parameters
+    ----------
+    spec : str or path-like
+        ``"path/to/file.py"`` or ``"path/to/file.py::KERNEL"``. Without ``::KERNEL`` the file must have
+        one ``TWILL_KERNELS`` entry, or exactly one marked ``"default": True``.
+
+    Raises
+    ------
+    FrontendError
+        The file is missing or fails to import; it has no ``TWILL_KERNELS`` dict; the kernel or its
+        entry is missing (the message lists the JIT functions and entries that exist); the entry is
+        malformed.
+    """
+    text = os.fspath(spec)
+    file_part, _, wanted = text.partition("::")
+    path = Path(file_part)
+    if not path.is_file():
+        raise FrontendError(f"kernel file {file_part!r} does not exist")
+    module = _import_file(path)
+    functions = _jit_functions(module)
+    entries = getattr(module, "TWILL_KERNELS", None)
+    jits = ", ".join(sorted(functions)) or "none"
+    if not isinstance(entries, Mapping):
+        raise FrontendError(f"{path} has no TWILL_KERNELS dict telling twill how to compile its kernels "
+                            f"(JIT functions in the file: {jits})")
+    name = _pick(path, entries, wanted or None)
+    if name not in functions:
+        raise FrontendError(f"{path}: TWILL_KERNELS entry {name!r} names no @triton.jit function "
+                            f"(JIT functions in the file: {jits})")
+    return _spec_from_entry(path, name, functions[name], entries[name])
+
+
+def default_divisible(fn: Any, signature: Mapping[str, str]) -> tuple[str, ...]:
+    """Arguments the JIT would mark ``tt.divisibility = 16`` for typical sizes: pointers and integers.
+
+    The JIT adds the hint when a pointer is 16-byte aligned or an integer is a multiple of 16; compiling
+    without values, twill assumes both (shared/docs/ttgir-probe.md, gotchas).
+    """
+    return tuple(a for a in fn.arg_names
+                 if a in signature and (signature[a].startswith("*") or signature[a] in _INT_TYPES))
+
+
+def _resolve(kernel: Any, signature: Mapping[str, str] | None) -> KernelSpec:
+    if isinstance(kernel, KernelSpec):
+        return kernel if signature is None else replace(kernel, signature=dict(signature))
+    if isinstance(kernel, str | os.PathLike):
+        loaded = load_kernel(kernel)
+        return loaded if signature is None else replace(loaded, signature=dict(signature))
+    if not hasattr(kernel, "arg_names"):
+        raise FrontendError(f"cannot compile {kernel!r}: expected a kernel file spec, a KernelSpec or a "
+                            "@triton.jit function")
+    if signature is None:
+        raise FrontendError(f"kernel {kernel.__name__!r} has no signature; pass signature=...")
+    return KernelSpec(kernel, kernel.__name__, "", dict(signature))
+
+
+def _source(spec: KernelSpec, constexprs: Mapping[str, Any], divisible: Iterable[str]) -> Any:
+    from triton.compiler.compiler import ASTSource
+
+    fn = spec.fn
+    missing = [a for a in fn.arg_names if a not in spec.signature and a not in constexprs]
+    if missing:
+        raise FrontendError(f"kernel {spec.name!r}: no type or constexpr value for argument(s) "
+                            f"{', '.join(missing)}")
+    signature = {a: "constexpr" if a in constexprs else spec.signature[a] for a in fn.arg_names}
+    wanted = set(divisible)
+    attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if a in wanted}
+    return ASTSource(fn, signature, dict(constexprs), attrs)
+
+
+def _pre_swp_passes(pm: Any, opt: Any, capability: int) -> None:
+    """The front of Triton 3.6 ``make_ttgir``, up to (excluding) Triton's own pipelining passes."""
+    from triton._C.libtriton import nvidia, passes
+
+    passes.ttir.add_convert_to_ttgpuir(pm, f"cuda:{capability}", opt.num_warps, 32, opt.num_ctas)
+    passes.ttgpuir.add_coalesce(pm)
+    passes.ttgpuir.add_f32_dot_tc(pm, capability // 10 >= 8)
+    nvidia.passes.ttnvgpuir.add_plan_cta(pm)
+    passes.ttgpuir.add_remove_layout_conversions(pm)
+    passes.ttgpuir.add_optimize_thread_locality(pm)
+    passes.ttgpuir.add_accelerate_matmul(pm)
+    passes.ttgpuir.add_remove_layout_conversions(pm)
+    passes.ttgpuir.add_optimize_dot_operands(pm, capability >= 80)
+    nvidia.passes.ttnvgpuir.add_optimize_descriptor_encoding(pm)
+    passes.ttir.add_loop_aware_cse(pm)
+    passes.ttgpuir.add_fuse_nested_loops(pm)
+    passes.common.add_canonicalizer(pm)
+    passes.ttir.add_triton_licm(pm)
+    if capability // 10 == 9:
+        passes.common.add_canonicalizer(pm)
+        passes.ttgpuir.add_combine_tensor_select_and_if(pm)
+    else:
+        passes.ttgpuir.add_optimize_accumulator_init(pm)
+        passes.ttgpuir.add_hoist_tmem_alloc(pm, False)
+        nvidia.passes.ttnvgpuir.add_promote_lhs_to_tmem(pm)
+
+
+def _run(module: Any, add: Any, name: str) -> None:
+    from triton._C.libtriton import ir
+
+    pm = ir.pass_manager(module.context)
+    pm.enable_debug()
+    add(pm)
+    pm.run(module, name)
+
+
+def compile_to_ttgir(kernel: Any, *, target: str = "sm_90", signature: Mapping[str, str] | None = None,
+                     constexprs: Mapping[str, Any] | None = None, num_warps: int | None = None,
+                     num_stages: int | None = None, divisible: Iterable[str] | None = None) -> TTGIRSnapshots:
+    """Compile ``kernel`` on the CPU and return its TTGIR before and after Triton's loop scheduling.
+
+    Parameters
+    ----------
+    kernel : str, path-like, KernelSpec or JITFunction
+        A kernel file spec (``"file.py"`` or ``"file.py::KERNEL"``), a :class:`KernelSpec`, or a JIT
+        function (then ``signature`` is required).
+    target : str
+        ``"sm_90"`` (Hopper) or ``"sm_100"`` (Blackwell); ``sm_90a``/``cuda:90`` forms are accepted.
+    signature : mapping of str to str, optional
+        Argument types, replacing the spec's.
+    constexprs : mapping, optional
+        Constexpr values, merged over the spec's.
+    num_warps, num_stages : int, optional
+        Override the spec's compile options.
+    divisible : iterable of str, optional
+        Arguments given ``tt.divisibility = 16``; default: the spec's, else :func:`default_divisible`.
+
+    Returns
+    -------
+    TTGIRSnapshots
+
+    Raises
+    ------
+    FrontendError
+        Unknown target, missing argument types, a Triton version other than 3.6, or a Triton
+        compilation error (its message is kept).
+    """
+    import triton
+
+    if not triton.__version__.startswith("3.6"):
+        raise FrontendError(f"twill replicates Triton 3.6's make_ttgir; Triton {triton.__version__} is "
+                            "installed")
+    capability = _capability(target)
+    spec = _resolve(kernel, signature)
+    values = {**spec.constexprs, **(constexprs or {})}
+    hinted = divisible if divisible is not None else (
+        spec.divisible if spec.divisible is not None else default_divisible(spec.fn, spec.signature))
+    warps = num_warps if num_warps is not None else spec.num_warps
+    stages = num_stages if num_stages is not None else spec.num_stages
+    try:
+        return _compile(spec, _source(spec, values, hinted), capability, warps, stages)
+    except FrontendError:
+        raise
+    except Exception as exc:  # Triton raises CompilationError, RuntimeError, AssertionError, ...
+        raise FrontendError(f"Triton cannot compile {spec.name!r} for sm_{capability}: "
+                            f"{type(exc).__name__}: {str(exc).strip()[:2000]}") from exc
+
+
+def _compile(spec: KernelSpec, src: Any, capability: int, num_warps: int, num_stages: int) -> TTGIRSnapshots:
+    from triton._C.libtriton import ir, passes
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+
+    target = GPUTarget("cuda", capability, 32)
+    backend = make_backend(target)
+    options = backend.parse_options({"num_warps": num_warps, "num_stages": num_stages})
+    context = ir.context()
+    ir.load_dialects(context)
+    backend.load_dialects(context)
+    module = src.make_ir(target, options, backend.get_codegen_implementation(options),
+                         backend.get_module_map(), context)
+    stages: dict[str, Any] = {}
+    backend.add_stages(stages, options, src.language)
+    module = stages["ttir"](module, {})
+    ttir = module.str()
+    _run(module, lambda pm: _pre_swp_passes(pm, options, capability), "twill_pre_swp")
+    pre_swp = module.str()
+
+    def schedule(pm: Any) -> None:
+        passes.ttgpuir.add_assign_latencies(pm, num_stages)
+        passes.ttgpuir.add_schedule_loops(pm)
+
+    _run(module, schedule, "twill_schedule")
+    return TTGIRSnapshots(spec.name, spec.source, f"sm_{capability}", num_warps, num_stages, ttir, pre_swp,
+                          module.str())

@@ -1,0 +1,369 @@
+"""Lower the main loop of a TTGIR module to a :class:`twill.Graph`.
+
+The loop body becomes tile-level ops the way the paper draws them (§3.1, §5): folded layout and
+address ops disappear, elementwise chains become one op, GEMMs, loads, reductions and memory copies
+stay separate, and every op gets its reservation table, latency and footprint from the
+:class:`~twill.costmodel.CostModel` of the target machine. ``docs/frontend.md`` lists every rule.
+
+    >>> g = graph_from_kernel("examples/flash_attention_fwd.py", "h100")   # doctest: +SKIP
+    >>> sorted(op.kind for op in g.ops if op.kind == "gemm")                # doctest: +SKIP
+    ['gemm', 'gemm']
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from twill.costmodel import CostModel, OpCost
+from twill.errors import FrontendError
+from twill.frontend.loopbody import LoopBody, Source
+from twill.frontend.naming import assign_names
+from twill.frontend.rules import GEMM_OPS, LoweringContext, elementwise_cost, op_cost
+from twill.frontend.ttgir import Op, TTGIRModule, Value, parse_ttgir
+from twill.graph import Graph
+from twill.machine import Machine, load_machine
+
+__all__ = ["Lowering", "find_loop", "graph_from_kernel", "graph_from_ttgir", "lower_loop"]
+
+_CARRIER_PRIORITY = ("register", "tmem", "smem", "none")
+_WRITES_OPERAND = {"ttng.tc_gen5_mma": 2, "ttng.tmem_store": 0, "ttg.local_store": 0}
+_MMA_NAMES = {"ttng.warp_group_dot": "wgmma", "ttng.tc_gen5_mma": "tcgen05.mma", "tt.dot": "mma.sync"}
+
+
+@dataclass
+class NodeSpec:
+    """A graph op before it is added: its TTGIR ops, cost, outputs and footprints."""
+
+    primary: Op
+    members: list[Op]
+    cost: OpCost
+    outputs: list[Value]
+    kind: str
+    smem: int = 0
+    name: str = ""
+    attrs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Lowering:
+    """The result of lowering one loop, with the bookkeeping behind the graph.
+
+    Attributes
+    ----------
+    graph : Graph
+        The dependence graph.
+    module : TTGIRModule
+        The parsed TTGIR.
+    loop : Op
+        The ``scf.for`` that was lowered.
+    members : dict of str to list of Op
+        TTGIR ops merged into each graph op.
+    folded : list of Op
+        Loop-body ops folded away (layout, addressing, scalar bookkeeping).
+    if_converted : list of Op
+        ``scf.if`` ops that were if-converted.
+    """
+
+    graph: Graph
+    module: TTGIRModule
+    loop: Op
+    members: dict[str, list[Op]]
+    folded: list[Op]
+    if_converted: list[Op]
+
+
+def find_loop(module: TTGIRModule, loop_index: int | None = None) -> Op:
+    """The ``scf.for`` to schedule: the only loop, or ``loop_index`` among sibling loops (pre-order).
+
+    Raises
+    ------
+    FrontendError
+        No ``scf.for``; nested loops (the message names both lines); several loops and no
+        ``loop_index``; ``loop_index`` out of range.
+    """
+    loops = module.find("scf.for")
+    if not loops:
+        whiles = module.find("scf.while")
+        extra = f"; found scf.while at TTGIR line {whiles[0].line}, which is not supported" if whiles else ""
+        raise FrontendError(f"no scf.for loop in {module.source}{extra}")
+    if loop_index is not None:
+        if not 0 <= loop_index < len(loops):
+            raise FrontendError(f"loop_index={loop_index} but {module.source} has {len(loops)} scf.for "
+                                f"loop(s), at TTGIR lines {', '.join(str(lp.line) for lp in loops)}")
+        candidates = [loops[loop_index]]
+    else:
+        candidates = loops
+    for loop in candidates:
+        inner = next((op for op in loop.walk() if op is not loop and op.name in ("scf.for", "scf.while")),
+                     None)
+        if inner is not None:
+            raise FrontendError(f"nested loops: {inner.name} at TTGIR line {inner.line} inside scf.for at "
+                                f"TTGIR line {loop.line}; twill schedules singly nested loops only",
+                                line=loop.line, location=str(loop.loc) or None)
+    if len(candidates) > 1:
+        raise FrontendError(f"{len(loops)} sibling scf.for loops, at TTGIR lines "
+                            f"{', '.join(str(lp.line) for lp in loops)}; pass loop_index to pick one")
+    return candidates[0]
+
+
+def _check_target(module: TTGIRModule, machine: Machine) -> None:
+    target = re.fullmatch(r"cuda:(\d+)", module.target)
+    arch = re.search(r"sm_(\d+)", machine.arch)
+    if target and arch and int(target.group(1)) // 10 != int(arch.group(1)) // 10:
+        raise FrontendError(f"the TTGIR targets {module.target} but machine {machine.name!r} is "
+                            f"{machine.arch}; compile the kernel for the machine's architecture")
+
+
+def _merged_kind(parts: list[OpCost]) -> str:
+    kinds = {p.kind for p in parts}
+    for kind in ("exp", "mufu"):
+        if kind in kinds:
+            return kind
+    return "convert" if kinds == {"convert"} else "alu"
+
+
+def _leaves(body: LoopBody, value: Value, primary: Op) -> bool:
+    return any(isinstance(c, str) or body.find(c) is not primary for c in body.consumers(value))
+
+
+def _group_specs(body: LoopBody, group: list[Op], ctx: LoweringContext) -> list[NodeSpec]:
+    primary = body.find(group[0])
+    outputs = [v for m in group for v in m.results if _leaves(body, v, primary)]
+    if body.role[primary] == "elementwise":
+        parts = [elementwise_cost(m, ctx) for m in group]
+        cost = parts[0] if len(parts) == 1 else ctx.costs.merge(_merged_kind(parts), parts)
+        return [NodeSpec(primary, group, cost, outputs, cost.kind)]
+    cost = op_cost(primary, ctx)
+    spec = NodeSpec(primary, group, cost, outputs, cost.kind)
+    if primary.name != "tt.descriptor_load" or primary.results[0] not in outputs:
+        return [spec]
+    staged = primary.results[0]
+    spec.outputs = [v for v in outputs if v is not staged]
+    spec.smem = staged.type.nbytes
+    read = ctx.costs.smem_copy(staged.type.nbytes, kind="local_load", warps=ctx.warps(staged.type.rows))
+    return [spec, NodeSpec(primary, [], read, [staged], "local_load")]
+
+
+def _footprints(spec: NodeSpec, costs: CostModel) -> dict[str, int]:
+    reg_bytes = sum(v.type.nbytes for v in spec.outputs if v.type.kind in ("tensor", "scalar"))
+    smem = spec.smem + sum(v.type.nbytes for v in spec.outputs
+                           if v.type.kind == "memdesc" and v.type.space == "smem")
+    tmem = sum(v.type.tmem_columns() for v in spec.outputs)
+    result = sum(v.type.nbytes for v in spec.outputs if v.type.kind != "token")
+    written = _WRITES_OPERAND.get(spec.primary.name)
+    if not result and written is not None and spec.members:
+        result = spec.primary.operands[written].type.nbytes
+    return {"regs": costs.regs_for(reg_bytes, spec.cost.warps), "smem": smem, "tmem": tmem,
+            "result_bytes": result}
+
+
+def _attrs(spec: NodeSpec, body: LoopBody) -> dict[str, str]:
+    ops = spec.members or [spec.primary]
+    attrs = {"ttgir": "; ".join(f"{m.name}@{m.line}" for m in ops)}
+    if not spec.members:
+        attrs["ttgir"] = f"shared-memory read of {spec.primary.name}@{spec.primary.line}"
+    main = next((v for v in spec.outputs if v.type.kind != "token"), None)
+    if main is not None:
+        attrs["shape"] = "x".join(str(d) for d in main.type.shape) + f"x{main.type.element} {main.type.space}"
+    for key in ("loop.stage", "loop.cluster"):
+        values = sorted({str(m.attrs[key]) for m in ops if key in m.attrs})
+        if values:
+            attrs[key] = ",".join(values)
+    if spec.primary.name in _MMA_NAMES:
+        attrs["mma"] = _MMA_NAMES[spec.primary.name]
+    ifs = [i for i in body.if_converted if any(i is m or i in m.ancestors() for m in ops)]
+    if ifs:
+        attrs["if_converted"] = ", ".join(f"scf.if@{i.line}" for i in ifs)
+    return attrs
+
+
+def _carrier(value: Value) -> str:
+    kind = value.type.kind
+    if kind == "memdesc":
+        return value.type.space
+    if kind == "token":
+        owner = value.owner.name if value.owner is not None else ""
+        return "tmem" if owner.startswith("ttng.tmem") or owner == "ttng.tc_gen5_mma" else "none"
+    return "register"
+
+
+class _EdgeSet:
+    """Dependences keyed by (src, dst, distance); duplicates merge (blocking if any is)."""
+
+    def __init__(self) -> None:
+        self.edges: dict[tuple[str, str, int], dict[str, Any]] = {}
+
+    def add(self, src: str, dst: str, distance: int, *, blocking: bool, carrier: str, source: str) -> None:
+        key = (src, dst, distance)
+        old = self.edges.get(key)
+        if old is None:
+            self.edges[key] = {"blocking": blocking, "carrier": carrier, "source": source}
+            return
+        old["blocking"] = old["blocking"] or blocking
+        if _CARRIER_PRIORITY.index(carrier) < _CARRIER_PRIORITY.index(old["carrier"]):
+            old["carrier"] = carrier
+
+
+def _producer(source: Source, by_primary: dict[Op, list[NodeSpec]]) -> NodeSpec:
+    specs = by_primary[source.op]
+    return next((s for s in specs if source.value in s.outputs), specs[0])
+
+
+def _data_edges(body: LoopBody, specs: list[NodeSpec], edges: _EdgeSet) -> None:
+    by_primary: dict[Op, list[NodeSpec]] = {}
+    for spec in specs:
+        by_primary.setdefault(spec.primary, []).append(spec)
+    for spec in specs:
+        if not spec.members:
+            tma = by_primary[spec.primary][0]
+            edges.add(tma.name, spec.name, 0, blocking=tma.cost.blocking_result, carrier="smem",
+                      source=str(spec.primary.loc) or f"TTGIR line {spec.primary.line}")
+            continue
+        for member in spec.members:
+            accumulators = body.accumulator_operands(member)
+            where = str(member.loc) or f"TTGIR line {member.line}"
+            for k, value in body.inputs(member):
+                for src in body.sources(value):
+                    producer = _producer(src, by_primary)
+                    if producer is spec and src.distance == 0:
+                        continue
+                    in_place = producer.kind == "gemm" and member.name in GEMM_OPS and k in accumulators
+                    edges.add(producer.name, spec.name, src.distance, carrier=_carrier(src.value),
+                              blocking=producer.cost.blocking_result and not in_place, source=where)
+
+
+def _buffer_edges(body: LoopBody, specs: list[NodeSpec], edges: _EdgeSet) -> None:
+    """Order ``ttg.local_store`` writes and reads of the same mutable shared buffer (not SSA-visible)."""
+    writers: dict[int, list[tuple[NodeSpec, int]]] = {}
+    readers: dict[int, list[tuple[NodeSpec, int]]] = {}
+    for spec in specs:
+        for member in spec.members:
+            at = body.index[member]
+            if member.name == "ttg.local_store":
+                writers.setdefault(body.buffer_root(member.operands[1]).key, []).append((spec, at))
+            reads = [member.operands[0]] if member.name == "ttg.local_load" else (
+                member.operands[:2] if member.name in GEMM_OPS else [])
+            for value in reads:
+                if value.type.kind == "memdesc" and value.type.space == "smem":
+                    readers.setdefault(body.buffer_root(value).key, []).append((spec, at))
+    for root, written in writers.items():
+        for writer, w_at in written:
+            for reader, r_at in readers.get(root, []):
+                if reader is writer:
+                    continue
+                first = 0 if w_at < r_at else 1
+                where = f"TTGIR line {writer.primary.line}"
+                edges.add(writer.name, reader.name, first, blocking=False, carrier="smem", source=where)
+                edges.add(reader.name, writer.name, 1 - first, blocking=False, carrier="smem", source=where)
+
+
+def _fixed_memory(body: LoopBody) -> tuple[int, int]:
+    """SMEM bytes and TMEM columns of buffers allocated before the loop and used inside it."""
+    seen: set[int] = set()
+    smem = tmem = 0
+    for op in body.loop.walk():
+        for value in op.operands:
+            if value.type.kind != "memdesc":
+                continue
+            root = body.buffer_root(value)
+            if root.owner is None or root.key in seen or body.loop in (root.owner, *root.owner.ancestors()):
+                continue
+            seen.add(root.key)
+            smem += root.type.nbytes if root.type.space == "smem" else 0
+            tmem += root.type.tmem_columns()
+    return smem, tmem
+
+
+def lower_loop(ttgir: str | os.PathLike[str] | TTGIRModule, machine: str | Machine, *,
+               loop_index: int | None = None, name: str | None = None) -> Lowering:
+    """Lower the main loop of ``ttgir`` for ``machine`` and return the graph with its bookkeeping.
+
+    Parameters
+    ----------
+    ttgir : str, path-like or TTGIRModule
+        TTGIR text, a ``.ttgir`` file, or a parsed module (use the pre-pipelining snapshot).
+    machine : str or Machine
+        Machine name (``"h100"``) or description; costs come from its cost model.
+    loop_index : int, optional
+        Which ``scf.for`` (pre-order) when the kernel has several sibling loops.
+    name : str, optional
+        Graph name (default: the kernel function's name).
+
+    Raises
+    ------
+    FrontendError
+        Unreadable or malformed TTGIR, no loop, nested loops, an ``scf.if`` with side effects, a
+        TTGIR target that does not match the machine.
+    UnsupportedOpError
+        A loop-body op the cost model has no rule for (the message names the op and its line).
+    GraphError
+        The resulting graph fails :meth:`Graph.check` (a bug in a rule).
+    """
+    machine = load_machine(machine)
+    module = ttgir if isinstance(ttgir, TTGIRModule) else parse_ttgir(ttgir)
+    _check_target(module, machine)
+    loop = find_loop(module, loop_index)
+    ctx = LoweringContext(module, CostModel(machine), module.num_warps)
+    body = LoopBody(loop, ctx)
+    specs = [spec for group in body.groups() for spec in _group_specs(body, group, ctx)]
+    if machine.tmem_columns == 0 and any(s.cost.kind.startswith("tmem") for s in specs):
+        raise FrontendError(f"the loop uses tensor memory, which machine {machine.name!r} does not have")
+    assign_names(specs)
+    fixed_smem, fixed_tmem = _fixed_memory(body)
+    graph = Graph(name or module.function_name(loop) or "loop", fixed_smem, fixed_tmem,
+                  f"{module.source}:{loop.line}")
+    for spec in specs:
+        where = spec.members[0] if spec.members else spec.primary
+        graph.add_op(spec.name, spec.kind, **spec.cost.op_kwargs(), **_footprints(spec, ctx.costs),
+                     source=str(where.loc) or f"TTGIR line {where.line}", attrs=_attrs(spec, body))
+    edges = _EdgeSet()
+    _data_edges(body, specs, edges)
+    _buffer_edges(body, specs, edges)
+    for (src, dst, distance), info in edges.edges.items():
+        graph.add_edge(src, dst, distance=distance, **info)
+    graph.check(machine.unit_names)
+    members = {spec.name: list(spec.members) for spec in specs}
+    return Lowering(graph, module, loop, members, body.folded(), list(body.if_converted))
+
+
+def graph_from_ttgir(text_or_path: str | os.PathLike[str], machine: str | Machine, *,
+                     loop_index: int | None = None) -> Graph:
+    """The dependence graph of the main loop of TTGIR text or a ``.ttgir`` file (see :func:`lower_loop`)."""
+    return lower_loop(text_or_path, machine, loop_index=loop_index).graph
+
+
+def graph_from_kernel(spec_or_kernel: Any, machine: str | Machine = "h100", *,
+                      constexprs: dict[str, Any] | None = None, loop_index: int | None = None,
+                      **compile_options: Any) -> Graph:
+    """Compile a ``@triton.jit`` kernel on the CPU for ``machine`` and lower its main loop.
+
+    Parameters
+    ----------
+    spec_or_kernel : str, KernelSpec or JITFunction
+        ``"path/to/file.py"`` or ``"path/to/file.py::KERNEL"`` (see :func:`load_kernel`), a loaded
+        spec, or a JIT function (then ``signature=`` must be among ``compile_options``).
+    machine : str or Machine
+        Target machine; its ``arch`` picks the compile target (sm_90a -> ``sm_90``, sm_100a -> ``sm_100``).
+    constexprs : dict, optional
+        Overrides of the kernel's constexpr values.
+    loop_index : int, optional
+        See :func:`find_loop`.
+    **compile_options
+        Passed to :func:`compile_to_ttgir` (``signature``, ``num_warps``, ``num_stages``, ``divisible``).
+
+    Raises
+    ------
+    FrontendError, UnsupportedOpError
+        As :func:`compile_to_ttgir` and :func:`lower_loop`.
+    """
+    from twill.frontend.compile import compile_to_ttgir, target_for
+
+    machine = load_machine(machine)
+    snapshots = compile_to_ttgir(spec_or_kernel, target=target_for(machine), constexprs=constexprs,
+                                 **compile_options)
+    module = parse_ttgir(snapshots.pre_swp)
+    module.source = f"{snapshots.source} ({snapshots.kernel}, {snapshots.target}, pre-SWP TTGIR)"
+    return lower_loop(module, machine, loop_index=loop_index, name=snapshots.kernel).graph

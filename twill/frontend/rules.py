@@ -1,0 +1,252 @@
+"""What each TTGIR op of a loop body becomes, and what it costs.
+
+Every op of the loop body falls in exactly one class (:func:`classify`):
+
+``fold``
+    Layout-only, addressing and scalar bookkeeping ops (``tt.splat``, ``tt.broadcast``, ``tt.addptr``,
+    ``ttg.memdesc_trans``, integer or scalar ``arith``, a register-renaming ``ttg.convert_layout`` ...).
+    They vanish; dependences pass through them to the real producers.
+``elementwise``
+    Floating-point tile arithmetic (``arith.mulf``, ``math.exp2``, ``arith.truncf`` ...). Chains of them
+    are merged into one tile op (see :mod:`twill.frontend.lower`).
+``node``
+    Every other op the cost model knows: GEMMs, loads, stores, reductions, data-moving layout
+    conversions, shared- and tensor-memory copies.
+``sync``
+    Barrier and asynchronous-copy ops that only exist after Triton's own pipelining: an input with them
+    is rejected (the pre-pipelining snapshot must be used).
+
+:func:`op_cost` gives the :class:`~twill.costmodel.OpCost` of one op from the cost model; all cycle
+counts come from the machine file through :class:`~twill.costmodel.CostModel`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from twill.costmodel import CostModel, OpCost
+from twill.errors import UnsupportedOpError
+from twill.frontend.layouts import convert_is_trivial, reduce_spread
+from twill.frontend.ttgir import Op, TTGIRModule
+
+__all__ = ["GEMM_OPS", "LoweringContext", "classify", "elementwise_cost", "is_pure", "op_cost"]
+
+LAYOUT_OPS = frozenset({
+    "tt.splat", "tt.broadcast", "tt.expand_dims", "tt.make_range", "tt.reshape", "tt.trans", "tt.join",
+    "tt.split", "tt.unsplat", "tt.bitcast", "tt.addptr", "tt.advance", "tt.make_tensor_ptr",
+    "tt.make_tensor_descriptor", "tt.get_program_id", "tt.get_num_programs", "tt.assume", "arith.constant",
+    "arith.bitcast", "ub.poison", "ttg.memdesc_index", "ttg.memdesc_trans", "ttg.memdesc_subslice",
+    "ttg.memdesc_reshape", "ttg.memdesc_reinterpret", "ttg.local_dealloc", "ttng.tmem_subslice",
+})
+"""Ops that only relabel, index or address data: always folded."""
+
+VIEW_OPS = frozenset({"ttg.memdesc_index", "ttg.memdesc_trans", "ttg.memdesc_subslice",
+                      "ttg.memdesc_reshape", "ttg.memdesc_reinterpret", "ttng.tmem_subslice"})
+"""Ops whose result is a view of the buffer of their first operand."""
+
+ALU_OPS: dict[str, float] = {
+    "arith.addf": 1, "arith.subf": 1, "arith.mulf": 1, "arith.negf": 1, "arith.maxnumf": 1,
+    "arith.minnumf": 1, "arith.maximumf": 1, "arith.minimumf": 1, "arith.select": 1, "arith.cmpf": 1,
+    "math.fma": 1, "math.absf": 1, "math.floor": 1, "math.ceil": 1, "math.copysign": 1, "tt.clampf": 2,
+    "arith.addi": 1, "arith.subi": 1, "arith.muli": 1, "arith.andi": 1, "arith.ori": 1, "arith.xori": 1,
+    "arith.shli": 1, "arith.shrsi": 1, "arith.shrui": 1, "arith.maxsi": 1, "arith.minsi": 1,
+    "arith.maxui": 1, "arith.minui": 1, "arith.cmpi": 1, "arith.extsi": 1, "arith.extui": 1,
+    "arith.trunci": 1, "math.absi": 1,
+}
+"""Elementwise ops on the FP32/INT32 pipes: ALU operations per element."""
+
+MUFU_OPS: dict[str, tuple[str, float]] = {
+    "math.exp2": ("exp", 0), "math.exp": ("exp", 1), "math.log2": ("mufu", 0), "math.log": ("mufu", 1),
+    "math.sqrt": ("mufu", 0), "math.rsqrt": ("mufu", 0), "math.sin": ("mufu", 0), "math.cos": ("mufu", 0),
+    "math.tanh": ("mufu", 0), "arith.divf": ("mufu", 1), "tt.precise_divf": ("mufu", 1),
+    "tt.precise_sqrt": ("mufu", 0),
+}
+"""Elementwise ops on the special-function unit: kind and extra ALU operations per element
+(``exp(x) = ex2(x * log2 e)``, ``log(x) = lg2(x) * ln 2``, ``a / b = a * rcp(b)``)."""
+
+CONVERT_OPS = frozenset({"arith.truncf", "arith.extf", "arith.sitofp", "arith.uitofp", "arith.fptosi",
+                         "arith.fptoui", "tt.fp_to_fp"})
+"""Type conversions (F2F, F2FP, I2F, F2I)."""
+
+GEMM_OPS = frozenset({"tt.dot", "ttng.warp_group_dot", "ttng.tc_gen5_mma"})
+NODE_OPS = GEMM_OPS | frozenset({
+    "tt.descriptor_load", "tt.load", "tt.descriptor_store", "tt.store", "tt.atomic_rmw", "tt.reduce",
+    "ttg.convert_layout", "ttg.local_alloc", "ttg.local_load", "ttg.local_store", "ttng.tmem_load",
+    "ttng.tmem_store", "ttng.tmem_alloc",
+})
+SYNC_OPS = frozenset({
+    "ttng.wait_barrier", "ttng.arrive_barrier", "ttng.barrier_expect", "ttng.init_barrier",
+    "ttng.inval_barrier", "ttg.async_wait", "ttg.async_commit_group", "ttg.async_copy_global_to_local",
+    "ttng.async_tma_copy_global_to_local", "ttng.async_tma_copy_local_to_global",
+    "ttng.async_tma_store_wait", "ttng.warp_group_dot_wait", "ttng.tc_gen5_commit",
+    "ttng.fence_async_shared", "ttg.warp_specialize", "ttg.barrier", "gpu.barrier",
+})
+IF_CONVERTIBLE = LAYOUT_OPS | frozenset(ALU_OPS) | frozenset(MUFU_OPS) | CONVERT_OPS | frozenset({
+    "tt.reduce", "ttg.convert_layout", "scf.if", "scf.yield", "tt.reduce.return"})
+"""Ops that may be executed unconditionally when an ``scf.if`` is if-converted (no memory access)."""
+
+_GEMM_DTYPE = {"f16": "fp16", "bf16": "fp16", "f32": "tf32", "i8": "fp8"}
+
+
+@dataclass(frozen=True)
+class LoweringContext:
+    """What the cost rules need besides the op: the module, the cost model, the CTA's warps."""
+
+    module: TTGIRModule
+    costs: CostModel
+    num_warps: int
+
+    def warps(self, rows: int) -> int:
+        """Warps owning a register tile of ``rows`` rows (:meth:`CostModel.tile_warps`)."""
+        return self.costs.tile_warps(rows, num_warps=self.num_warps)
+
+
+def _unsupported(op: Op, hint: str) -> UnsupportedOpError:
+    return UnsupportedOpError(op.name, line=op.line, location=str(op.loc) or None, hint=hint)
+
+
+def _data_types(op: Op) -> list:
+    return [v.type for v in (*op.operands, *op.results)]
+
+
+def is_pure(op: Op) -> bool:
+    """True when ``op`` (and everything nested in it) may run unconditionally (if-conversion)."""
+    return all(inner.name in IF_CONVERTIBLE for inner in op.walk())
+
+
+def classify(op: Op, ctx: LoweringContext) -> str:
+    """``fold``, ``elementwise``, ``node`` or ``if`` for a loop-body op (see the module docstring).
+
+    Raises
+    ------
+    UnsupportedOpError
+        The op is unknown to the cost model, or is a barrier/async op of already-pipelined TTGIR.
+    """
+    name = op.name
+    if name in SYNC_OPS:
+        raise _unsupported(op, "this op only exists after Triton's own software pipelining; give the "
+                               "pre-pipelining snapshot (compile_to_ttgir(...).pre_swp)")
+    if name == "scf.if":
+        return "if"
+    if name in LAYOUT_OPS:
+        return "fold"
+    if name == "ttg.convert_layout":
+        return "fold" if convert_is_trivial(ctx.module, op) else "node"
+    if name in ALU_OPS or name in MUFU_OPS or name in CONVERT_OPS:
+        has_float_tile = any(t.kind == "tensor" and t.is_float for t in _data_types(op))
+        return "elementwise" if has_float_tile else "fold"
+    if name in NODE_OPS:
+        return "node"
+    raise _unsupported(op, "no cost rule for it (see docs/frontend.md for the supported ops)")
+
+
+def elementwise_cost(op: Op, ctx: LoweringContext) -> OpCost:
+    """Cost of one elementwise op over its result tile (an if-converted ``scf.if`` is a select)."""
+    out = next(v.type for v in op.results if v.type.kind == "tensor")
+    warps = ctx.warps(out.rows)
+    cm = ctx.costs
+    if op.name == "scf.if":
+        elements = sum(v.type.elements for v in op.results if v.type.kind == "tensor" and v.type.is_float)
+        return cm.alu(elements, 1, warps=warps)
+    if op.name in MUFU_OPS:
+        kind, alu_ops = MUFU_OPS[op.name]
+        if kind == "exp":
+            return cm.exp2(out.elements, alu_ops_per_element=alu_ops, warps=warps)
+        parts = [cm.mufu(out.elements, warps=warps)]
+        if alu_ops:
+            parts.append(cm.alu(out.elements, alu_ops, warps=warps))
+        return cm.merge("mufu", parts)
+    if op.name in CONVERT_OPS:
+        return cm.convert(out.elements, warps=warps)
+    return cm.alu(out.elements, ALU_OPS[op.name], warps=warps)
+
+
+def _gemm_cost(op: Op, ctx: LoweringContext) -> OpCost:
+    a = op.operands[0].type
+    if op.name == "ttng.tc_gen5_mma":
+        acc = op.operands[2].type
+        m, n = acc.shape[-2], acc.shape[-1]
+        warps = None
+    else:
+        acc = op.results[0].type
+        m, n = acc.shape[-2], acc.shape[-1]
+        warps = ctx.warps(m)
+    element = a.element if a.element in _GEMM_DTYPE else ("fp8" if a.element.startswith("f8") else "")
+    if not element:
+        raise _unsupported(op, f"no Tensor Core rate for {a.element} operands")
+    return ctx.costs.gemm(m, n, a.shape[-1], dtype=_GEMM_DTYPE.get(element, element), warps=warps)
+
+
+def _reduce_cost(op: Op, ctx: LoweringContext) -> OpCost:
+    src = op.operands[0].type
+    axis = op.attrs.get("axis")
+    if not isinstance(axis, int) or isinstance(axis, bool):
+        raise _unsupported(op, "its axis attribute is missing")
+    lanes, warps_along = reduce_spread(ctx.module, op, axis)
+    combine_ops = max(1, sum(1 for inner in op.walk() if inner is not op and inner.name in ALU_OPS))
+    inputs = len(op.operands)
+    rows = src.elements // src.shape[axis]
+    warps = ctx.warps(src.rows)
+    parts = [ctx.costs.reduce(src.elements * combine_ops, rows * inputs, lanes, warps=warps)]
+    if warps_along > 1:
+        partial_bytes = 2 * rows * inputs * warps_along * 4
+        parts.append(ctx.costs.smem_copy(partial_bytes, warps=warps))
+    return ctx.costs.merge("reduce", parts) if len(parts) > 1 else parts[0]
+
+
+def _memory_cost(op: Op, ctx: LoweringContext) -> OpCost | None:
+    cm, name = ctx.costs, op.name
+    if name == "tt.descriptor_load":
+        return cm.tma_load(op.results[0].type.nbytes)
+    if name == "tt.load":
+        out = op.results[0].type
+        return cm.global_load(out.nbytes, warps=ctx.warps(out.rows))
+    if name == "tt.store":
+        val = op.operands[1].type
+        return cm.global_store(val.nbytes, warps=ctx.warps(val.rows))
+    if name == "tt.atomic_rmw":
+        val = op.operands[1].type
+        return cm.atomic_add(val.nbytes, warps=ctx.warps(val.rows))
+    if name == "tt.descriptor_store":
+        tile = next(v.type for v in op.operands if v.type.kind == "tensor")
+        return cm.tma_store_from_registers(tile.nbytes, warps=ctx.warps(tile.rows))
+    return None
+
+
+def _copy_cost(op: Op, ctx: LoweringContext) -> OpCost | None:
+    cm, name = ctx.costs, op.name
+    tensors = [v.type for v in (*op.operands, *op.results) if v.type.kind == "tensor"]
+    if not tensors:
+        return None
+    tile = tensors[0]
+    warps = ctx.warps(tile.rows)
+    if name == "ttg.convert_layout":
+        return cm.layout_convert(tile.nbytes, warps=warps)
+    if name in ("ttg.local_alloc", "ttg.local_store"):
+        return cm.smem_copy(tile.nbytes, kind="local_store", warps=warps)
+    if name == "ttg.local_load":
+        return cm.smem_copy(tile.nbytes, kind="local_load", warps=warps)
+    if name == "ttng.tmem_load":
+        return cm.tmem_load(tile.nbytes, warps=warps)
+    if name in ("ttng.tmem_store", "ttng.tmem_alloc"):
+        return cm.tmem_store(tile.nbytes, warps=warps)
+    return None
+
+
+def op_cost(op: Op, ctx: LoweringContext) -> OpCost:
+    """Cost of a ``node`` op (see :func:`classify`) on the context's machine.
+
+    Raises
+    ------
+    UnsupportedOpError
+        No rule fits the op's operands (e.g. an allocation without a value, an unknown MMA dtype).
+    """
+    if op.name in GEMM_OPS:
+        return _gemm_cost(op, ctx)
+    if op.name == "tt.reduce":
+        return _reduce_cost(op, ctx)
+    cost = _memory_cost(op, ctx) or _copy_cost(op, ctx)
+    if cost is None:
+        raise _unsupported(op, "it carries no register value to cost (a buffer allocated inside the loop "
+                               "without data is not supported)")
+    return cost
