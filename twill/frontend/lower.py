@@ -23,7 +23,7 @@ from twill.frontend.loopbody import LoopBody, Source
 from twill.frontend.naming import assign_names
 from twill.frontend.rules import GEMM_OPS, LoweringContext, elementwise_cost, op_cost
 from twill.frontend.ttgir import Op, TTGIRModule, Value, parse_ttgir
-from twill.graph import Graph
+from twill.graph import Dependence, Graph
 from twill.machine import Machine, load_machine
 
 __all__ = ["Lowering", "find_loop", "graph_from_kernel", "graph_from_ttgir", "lower_loop"]
@@ -191,20 +191,34 @@ def _carrier(value: Value) -> str:
 
 
 class _EdgeSet:
-    """Dependences keyed by (src, dst, distance); duplicates merge (blocking if any is)."""
+    """Dependences keyed by (src, dst, distance); duplicates merge.
+
+    A merged edge is blocking if any of its parts is, in place only if all are, and its carrier is the
+    first of register, tmem, smem, none among its parts.
+    """
 
     def __init__(self) -> None:
         self.edges: dict[tuple[str, str, int], dict[str, Any]] = {}
 
-    def add(self, src: str, dst: str, distance: int, *, blocking: bool, carrier: str, source: str) -> None:
+    def add(self, src: str, dst: str, distance: int, *, blocking: bool, carrier: str, source: str,
+            inplace: bool = False) -> None:
         key = (src, dst, distance)
         old = self.edges.get(key)
         if old is None:
-            self.edges[key] = {"blocking": blocking, "carrier": carrier, "source": source}
+            self.edges[key] = {"blocking": blocking, "carrier": carrier, "source": source,
+                               "inplace": inplace}
             return
         old["blocking"] = old["blocking"] or blocking
+        old["inplace"] = old["inplace"] and inplace
         if _CARRIER_PRIORITY.index(carrier) < _CARRIER_PRIORITY.index(old["carrier"]):
             old["carrier"] = carrier
+
+    def add_to(self, graph: Graph) -> None:
+        """Add every edge to ``graph`` (``inplace`` only where :class:`Dependence` has that field)."""
+        with_inplace = "inplace" in getattr(Dependence, "__dataclass_fields__", {})
+        for (src, dst, distance), info in self.edges.items():
+            kwargs = info if with_inplace else {k: v for k, v in info.items() if k != "inplace"}
+            graph.add_edge(src, dst, distance=distance, **kwargs)
 
 
 def _producer(source: Source, by_primary: dict[Op, list[NodeSpec]]) -> NodeSpec:
@@ -230,9 +244,11 @@ def _data_edges(body: LoopBody, specs: list[NodeSpec], edges: _EdgeSet) -> None:
                     producer = _producer(src, by_primary)
                     if producer is spec and src.distance == 0:
                         continue
-                    in_place = producer.kind == "gemm" and member.name in GEMM_OPS and k in accumulators
+                    accumulates = member.name in GEMM_OPS and k in accumulators
+                    chained = accumulates and producer.kind == "gemm"
                     edges.add(producer.name, spec.name, src.distance, carrier=_carrier(src.value),
-                              blocking=producer.cost.blocking_result and not in_place, source=where)
+                              blocking=producer.cost.blocking_result and not chained, source=where,
+                              inplace=accumulates)
 
 
 def _buffer_edges(body: LoopBody, specs: list[NodeSpec], edges: _EdgeSet) -> None:
@@ -322,8 +338,7 @@ def lower_loop(ttgir: str | os.PathLike[str] | TTGIRModule, machine: str | Machi
     edges = _EdgeSet()
     _data_edges(body, specs, edges)
     _buffer_edges(body, specs, edges)
-    for (src, dst, distance), info in edges.edges.items():
-        graph.add_edge(src, dst, distance=distance, **info)
+    edges.add_to(graph)
     graph.check(machine.unit_names)
     members = {spec.name: list(spec.members) for spec in specs}
     return Lowering(graph, module, loop, members, body.folded(), list(body.if_converted))

@@ -28,6 +28,7 @@ from twill.costmodel import CostModel, OpCost
 from twill.errors import UnsupportedOpError
 from twill.frontend.layouts import convert_is_trivial, reduce_spread
 from twill.frontend.ttgir import Op, TTGIRModule
+from twill.frontend.types import TType
 
 __all__ = ["GEMM_OPS", "LoweringContext", "classify", "elementwise_cost", "is_pure", "op_cost"]
 
@@ -105,7 +106,7 @@ def _unsupported(op: Op, hint: str) -> UnsupportedOpError:
     return UnsupportedOpError(op.name, line=op.line, location=str(op.loc) or None, hint=hint)
 
 
-def _data_types(op: Op) -> list:
+def _data_types(op: Op) -> list[TType]:
     return [v.type for v in (*op.operands, *op.results)]
 
 

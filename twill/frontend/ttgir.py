@@ -195,7 +195,7 @@ def read_ttgir_text(text_or_path: str | os.PathLike[str]) -> tuple[str, str]:
     """
     value = os.fspath(text_or_path)
     is_path = isinstance(text_or_path, os.PathLike) or (
-        "\n" not in value and (value.endswith((".ttgir", ".mlir")) or Path(value).is_file()))
+        "\n" not in value and (value.endswith((".ttgir", ".mlir")) or _is_file(value)))
     if is_path:
         try:
             text = Path(value).read_text(encoding="utf-8")
@@ -207,6 +207,13 @@ def read_ttgir_text(text_or_path: str | os.PathLike[str]) -> tuple[str, str]:
     if not text.strip():
         raise FrontendError(f"TTGIR {source} is empty")
     return text, source
+
+
+def _is_file(value: str) -> bool:
+    try:
+        return Path(value).is_file()
+    except (OSError, ValueError):  # a long one-line text is no file name
+        return False
 
 
 @contextmanager
