@@ -174,6 +174,9 @@ class Dependence:
         barrier hand-off.
     source : str
         Where the edge came from.
+    inplace : bool
+        ``dst`` overwrites the value in place (the accumulator operand of an MMA): the value dies when
+        ``dst`` issues instead of when ``dst`` has finished reading it.
     """
 
     src: str
@@ -183,6 +186,7 @@ class Dependence:
     blocking: bool = False
     carrier: str = "register"
     source: str = ""
+    inplace: bool = False
 
     @property
     def label(self) -> str:
@@ -388,6 +392,7 @@ class Graph:
         blocking: bool = False,
         carrier: str = "register",
         source: str | None = None,
+        inplace: bool = False,
     ) -> Dependence:
         """Add a dependence ``src -> dst`` and return it.
 
@@ -397,7 +402,7 @@ class Graph:
             An endpoint is not in the graph, or the latency, distance or carrier is invalid.
         """
         where = source if source is not None else _caller_location()
-        dep = Dependence(src, dst, latency, distance, blocking, carrier, where)
+        dep = Dependence(src, dst, latency, distance, blocking, carrier, where, inplace)
         for end in (src, dst):
             if end not in self.nx:
                 raise GraphError(f"edge {dep.label}: op {end!r} is not in graph {self.name!r}",
@@ -537,7 +542,7 @@ class Graph:
             "ops": [_op_to_dict(op) for op in self.ops],
             "edges": [
                 {"src": d.src, "dst": d.dst, "latency": d.latency, "distance": d.distance,
-                 "blocking": d.blocking, "carrier": d.carrier, "source": d.source}
+                 "blocking": d.blocking, "carrier": d.carrier, "source": d.source, "inplace": d.inplace}
                 for d in self.edges
             ],
         }
@@ -553,7 +558,7 @@ class Graph:
             for e in data["edges"]:
                 g.add_edge(e["src"], e["dst"], latency=e.get("latency"), distance=e.get("distance", 0),
                            blocking=bool(e.get("blocking", False)), carrier=e.get("carrier", "register"),
-                           source=e.get("source", ""))
+                           source=e.get("source", ""), inplace=bool(e.get("inplace", False)))
         except (KeyError, TypeError, AttributeError) as exc:
             raise GraphError(f"graph data is malformed: {exc!r}") from exc
         return g

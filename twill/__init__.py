@@ -1,0 +1,81 @@
+"""twill: provably optimal software pipelining and warp specialization for Tensor Core GPU loops.
+
+The public surface::
+
+    import twill
+    g = twill.Graph("loop")                 # or twill.graph_from_kernel("kernel.py::fn", machine="h100")
+    ...
+    s = twill.schedule(g, machine="h100")  # -> twill.Schedule, verified
+    twill.verify(s)                         # independent re-check; raises ScheduleError
+    print(s.to_json())
+
+See ``docs/`` for the model, the constraint families and the errors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twill.errors import (
+    FrontendError,
+    GraphError,
+    InfeasibleError,
+    InterruptedSolveError,
+    MachineError,
+    ResourceError,
+    ScheduleError,
+    SolverError,
+    SolverUnavailableError,
+    TwillError,
+    UnsupportedOpError,
+)
+from twill.graph import Dependence, Graph, Op, Reservation
+from twill.machine import Machine, known_machines, load_machine
+from twill.schedule import Certificate, Schedule, WarpGroup
+from twill.search import schedule
+from twill.verify import verify, violations
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Certificate",
+    "Dependence",
+    "FrontendError",
+    "Graph",
+    "GraphError",
+    "InfeasibleError",
+    "InterruptedSolveError",
+    "Machine",
+    "MachineError",
+    "Op",
+    "Reservation",
+    "ResourceError",
+    "Schedule",
+    "ScheduleError",
+    "SolverError",
+    "SolverUnavailableError",
+    "TwillError",
+    "UnsupportedOpError",
+    "WarpGroup",
+    "graph_from_kernel",
+    "graph_from_ttgir",
+    "known_machines",
+    "load_machine",
+    "schedule",
+    "verify",
+    "violations",
+]
+
+
+def graph_from_kernel(*args: Any, **kwargs: Any) -> Graph:
+    """Compile a Triton kernel on the CPU and build the graph of its loop (see :mod:`twill.frontend`)."""
+    from twill.frontend.lower import graph_from_kernel as impl
+
+    return impl(*args, **kwargs)
+
+
+def graph_from_ttgir(*args: Any, **kwargs: Any) -> Graph:
+    """Build the graph of the loop of a TTGIR text or file (see :mod:`twill.frontend`)."""
+    from twill.frontend.lower import graph_from_ttgir as impl
+
+    return impl(*args, **kwargs)

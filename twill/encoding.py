@@ -1,0 +1,473 @@
+"""The QF_LIA formula of the joint problem at one ``(II, n)``, built with pySMT (paper §4, Figs. 4-6).
+
+Unknowns: an integer start ``start[v]`` of every op in iteration 0 and an integer warp group ``wg[v]``.
+Iteration ``i`` of ``v`` starts at ``start[v] + i*II``, which is the paper's CONSISTENCY constraint; a
+copy outside ``[0, n)`` does not exist. Every "modulo II" question is asked of explicit copies: two
+intervals overlap modulo II iff some shift ``k*II`` (``k`` from a small, precomputed range) makes them
+overlap, and each such test is a pair of *difference constraints* ``x - y <= c``, which SMT solvers decide
+very efficiently. No integer division or remainder variables are used.
+
+Families (the names of :mod:`twill.verify`): completion, dependence (with the cross-group hand-off cost),
+cross_warp, capacity, blocking, variable_latency, group_shape, register_file, and the liveness families
+(registers, memory) whose per-moment checks are generated lazily by :meth:`Encoder.refine`: each check says
+"at the start of item A, the items present fit the capacity", and the peak of a sum of intervals is
+always at some interval's start, so checking at item starts is exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pysmt.typing import INT
+
+from twill.liveness import fold, memory_intervals, register_intervals
+from twill.problem import Edge, Problem
+from twill.smt import SmtSession
+
+__all__ = ["Encoder", "pool_size"]
+
+
+def pool_size(problem: Problem) -> int:
+    """Warp groups offered to the solver: the register plan's length, ``max_groups``, or as many as fit.
+
+    The default is limited by the warps per CTA (each group takes at least one warpgroup), by the number
+    of ops, and capped at 6 (a variable-latency group plus five compute groups, FA4's structure).
+    """
+    opts, res = problem.options, problem.resources
+    if opts.register_plan:
+        return len(opts.register_plan)
+    if opts.max_groups is not None:
+        return opts.max_groups
+    per_cta = res.max_warps // res.warps_per_group
+    compute = sum(1 for op in problem.ops if not op.variable_latency)
+    return max(1, min(per_cta, 6, compute + (1 if problem.has_vl else 0)))
+
+
+@dataclass
+class Item:
+    """``weight`` units of a resource held from ``start[op] + offset`` until ``end``.
+
+    ``end`` is an INT term with bounds ``end_lo``/``end_hi`` (a value whose life depends on its uses) or
+    ``None`` with a constant ``length``. ``group`` is the INT term of the holding warp group for per-group
+    resources; ``cond`` a Bool term when the item exists only sometimes (cross-group hand-offs);
+    ``holder`` the op whose group holds it; ``cross`` the edge whose crossing creates it.
+    """
+
+    op: str
+    offset: int
+    weight: int
+    length: int = 0
+    end: Any = None
+    end_hi: int = 0
+    group: Any = None
+    cond: Any = None
+    holder: str | None = None
+    cross: tuple[str, str] | None = None
+
+
+@dataclass
+class _Lazy:
+    items: list[Item]
+    cap: Callable[[Item], Any] | int
+    base: Any
+    per_group: bool
+
+
+class Encoder:
+    """Builds the formula of one ``(problem, II, n)`` into an :class:`SmtSession`.
+
+    Parameters
+    ----------
+    problem : Problem
+        The loop in (normalized) time units.
+    ii : int
+        Initiation interval.
+    stages : int
+        The window ``(n-1) II < L <= n II``.
+    session : SmtSession
+        Receives the assertions.
+    min_length : int
+        A proven lower bound on ``L`` (the modulo ILP's least length).
+    """
+
+    def __init__(self, problem: Problem, ii: int, stages: int, session: SmtSession, min_length: int) -> None:
+        self.p, self.ii, self.n, self.sess = problem, ii, stages, session
+        self.m = session.mgr
+        self.lmax = stages * ii
+        self.min_length = min_length
+        self.count = 0
+        self.pool = pool_size(problem)
+        self.vl = problem.has_vl
+        m = self.m
+        self.s = {op.name: m.Symbol(f"start[{op.name}]", INT) for op in problem.ops}
+        self.g = {op.name: m.Symbol(f"wg[{op.name}]", INT) for op in problem.ops}
+        self.hi = {op.name: self.lmax - op.cycles for op in problem.ops}
+        self.length = m.Symbol("L", INT)
+        self.budget = [m.Symbol(f"regs[{w}]", INT) for w in range(self.pool)]
+        self.quads = [m.Symbol(f"warpgroups[{w}]", INT) for w in range(self.pool)]
+        self.used = [m.Symbol(f"used[{w}]") for w in range(self.pool)]
+        self._same: dict[tuple[str, str], Any] = {}
+        self.lazy: dict[str, _Lazy] = {}
+        self.added: dict[tuple[str, int], Any] = {}
+        self.scoped: list[Any] = []
+        self.reg_total: Any = None
+        self.feasible = True
+
+    # ------------------------------------------------------------------------ term helpers
+    def add(self, formula: Any) -> None:
+        """Assert ``formula``."""
+        self.sess.add(formula)
+        self.count += 1
+
+    def int_(self, value: int) -> Any:
+        return self.m.Int(int(value))
+
+    def at(self, op: str, const: int = 0) -> Any:
+        """``start[op] + const``."""
+        return self.s[op] if const == 0 else self.m.Plus(self.s[op], self.int_(const))
+
+    def times(self, k: int, term: Any) -> Any:
+        return self.m.Times(self.int_(k), term)
+
+    def same(self, u: str, v: str) -> Any:
+        """``wg[u] = wg[v]`` (cached)."""
+        if u == v:
+            return self.m.TRUE()
+        key = (u, v) if u < v else (v, u)
+        if key not in self._same:
+            self._same[key] = self.m.Equals(self.g[key[0]], self.g[key[1]])
+        return self._same[key]
+
+    def before(self, u: str, cu: int, v: str, cv: int, strict: bool = False) -> Any:
+        """``start[u] + cu <= start[v] + cv`` (``<`` when strict), folded to a constant when ``u == v``."""
+        m = self.m
+        if u == v:
+            return m.Bool(cu < cv if strict else cu <= cv)
+        left, right = self.at(u, cu), self.at(v, cv)
+        return m.LT(left, right) if strict else m.LE(left, right)
+
+    def shifts(self, lo: int, hi: int) -> range:
+        """The ``k`` with ``lo <= k*II <= hi`` (``lo``, ``hi`` bound a difference of times)."""
+        return range(-((-lo) // self.ii), hi // self.ii + 1)
+
+    # ------------------------------------------------------------------------ modulo tests
+    def no_overlap(self, u: str, cu: int, lu: int, v: str, cv: int, lv: int) -> list[Any]:
+        """Copies of ``[s_u+cu, +lu)`` and ``[s_v+cv, +lv)`` never overlap: one disjunction per shift."""
+        out = []
+        # overlap under shift k: s_v+cv+kII < s_u+cu+lu  and  s_u+cu < s_v+cv+kII+lv
+        lo = 0 + cu - (self.hi[v] + cv) - lv + 1
+        hi = self.hi[u] + cu + lu - 1 - (0 + cv)
+        for k in self.shifts(lo, hi):
+            apart = self.m.Or(self.before(u, cu + lu, v, cv + k * self.ii),
+                              self.before(v, cv + k * self.ii + lv, u, cu))
+            out.append(apart)
+        return out
+
+    def copies_at(self, item: Item, p_op: str, p_const: int) -> Any:
+        """Copies of ``item`` live at time ``start[p_op] + p_const``: ``Σ_k [S <= P + kII < E]``."""
+        m = self.m
+        s_lo, s_hi = item.offset, self.hi[item.op] + item.offset
+        e_hi = item.end_hi if item.end is not None else s_hi + item.length
+        p_lo, p_hi = p_const, self.hi[p_op] + p_const
+        terms = []
+        for k in self.shifts(s_lo - p_hi, e_hi - 1 - p_lo):
+            shift = p_const + k * self.ii
+            starts = self.before(item.op, item.offset, p_op, shift)
+            if item.end is None:
+                ends = self.before(p_op, shift, item.op, item.offset + item.length, strict=True)
+            else:
+                ends = m.LT(self.at(p_op, shift), item.end)
+            parts = [f for f in (starts, ends) if not f.is_true()]
+            if any(f.is_false() for f in parts):
+                continue
+            if not parts:
+                terms.append(self.int_(1))
+                continue
+            terms.append(m.Ite(parts[0] if len(parts) == 1 else m.And(parts), self.int_(1), self.int_(0)))
+        if not terms:
+            return self.int_(0)
+        return terms[0] if len(terms) == 1 else m.Plus(terms)
+
+    # ------------------------------------------------------------------------ families
+    def timing(self) -> None:
+        """Completion: ``start + cycles <= L``; the window ``(n-1) II < L <= n II``; ``L >= min_length``."""
+        m = self.m
+        low = max(self.min_length, (self.n - 1) * self.ii + 1)
+        self.add(m.And(m.LE(self.length, self.int_(self.lmax)), m.GE(self.length, self.int_(low))))
+        for op in self.p.ops:
+            s = self.s[op.name]
+            self.add(m.And(m.GE(s, self.int_(0)), m.LE(self.at(op.name, op.cycles), self.length)))
+
+    def dependence(self) -> None:
+        """``start[v] + δ II >= start[u] + d``, plus the hand-off cost when the groups differ."""
+        m, ii = self.m, self.ii
+        for e in self.p.edges:
+            if e.src == e.dst:
+                if e.distance * ii < e.latency:
+                    self.add(m.FALSE())
+                continue
+            self.add(self.before(e.src, e.latency, e.dst, e.distance * ii))
+            if e.cross:
+                self.add(m.Implies(m.Not(self.same(e.src, e.dst)),
+                                   self.before(e.src, e.latency + e.cross, e.dst, e.distance * ii)))
+            if e.carrier == "register" and not self.p.options.cross_group:
+                self.add(self.same(e.src, e.dst))
+
+    def capacity(self) -> None:
+        """Unit capacity modulo II: pairwise for capacity-1 units, at every reservation start otherwise."""
+        for unit, cap in self.p.resources.units.items():
+            res = [(op.name, r) for op in self.p.ops for r in op.rrt if r.unit == unit]
+            if not res:
+                continue
+            if cap == 1 and all(r.count == 1 for _, r in res):
+                self._capacity_pairwise(res)
+            else:
+                items = [Item(op, r.start, r.count, length=r.cycles) for op, r in res]
+                key = f"unit/{unit}"
+                self.lazy[key] = _Lazy(items, cap, 0, False)
+                for it in items:
+                    self.add(self.point(key, it))
+
+    def _capacity_pairwise(self, res: list) -> None:
+        for i, (u, a) in enumerate(res):
+            if a.cycles > self.ii:
+                self.feasible = False
+            for v, b in res[i + 1:]:
+                for f in self.no_overlap(u, a.start, a.cycles, v, b.start, b.cycles):
+                    self.add(f)
+            # a reservation against its own later copies (a.cycles <= II), checked above
+
+    def blocking(self) -> None:
+        """When an op that must wait starts, no other op of its group is issuing (copies included)."""
+        m = self.m
+        for v in self.p.ops:
+            waits = [m.TRUE() if e.blocking else m.Not(self.same(e.src, v.name))
+                     for e in self.p.in_edges(v.name) if e.src != v.name]
+            if not waits:
+                continue
+            must_wait = m.Or(waits)
+            for o in self.p.ops:
+                if o.name == v.name or o.issue_cycles == 0 or o.variable_latency != v.variable_latency:
+                    continue
+                guard = m.And(must_wait, self.same(v.name, o.name))
+                if o.issue_cycles >= self.ii:
+                    self.add(m.Not(guard))
+                    continue
+                clear = self.no_overlap(v.name, 0, 1, o.name, 0, o.issue_cycles)
+                self.add(m.Implies(guard, m.And(clear)))
+
+    def groups(self) -> None:
+        """Warp uniqueness, variable-latency isolation, group shape, symmetry breaking and budgets."""
+        m, res = self.m, self.p.resources
+        per = res.warps_per_group
+        first = 1 if self.vl else 0
+        compute = [op for op in self.p.ops if not op.variable_latency]
+        if self.vl and self.pool < 2 and compute:
+            self.feasible = False
+        for op in self.p.ops:
+            g = self.g[op.name]
+            if op.variable_latency:
+                self.add(m.Equals(g, self.int_(0)))
+            else:
+                self.add(m.And(m.GE(g, self.int_(first)), m.LT(g, self.int_(self.pool))))
+        self._symmetry(compute, first)
+        shapes = sorted({max(1, -(-op.warps // per)) for op in self.p.ops})
+        for w in range(self.pool):
+            on_w = [m.Equals(self.g[op.name], self.int_(w)) for op in self.p.ops]
+            self.add(m.Iff(self.used[w], m.Or(on_w)))
+            q = self.quads[w]
+            self.add(m.Or([m.Equals(q, self.int_(k)) for k in shapes]))
+            for op, here in zip(self.p.ops, on_w, strict=True):
+                need = -(-op.warps // per)
+                rel = m.Equals(q, self.int_(need)) if op.warps > 1 else m.GE(q, self.int_(need))
+                self.add(m.Implies(here, rel))
+        self._budgets(shapes)
+
+    def _symmetry(self, compute: list, first: int) -> None:
+        """Groups are numbered by first appearance in op order (interchangeable groups broken)."""
+        m = self.m
+        if not compute:
+            return
+        self.add(m.Equals(self.g[compute[0].name], self.int_(first)))
+        top = self.g[compute[0].name]
+        for op in compute[1:]:
+            g = self.g[op.name]
+            self.add(m.LE(g, m.Plus(top, self.int_(1))))
+            top = m.Ite(m.GT(g, top), g, top)
+
+    def _budgets(self, shapes: list[int]) -> None:
+        """Per-group setmaxnreg budgets; their sum over threads fits the register file; warps fit the CTA."""
+        m, res, opts = self.m, self.p.resources, self.p.options
+        per_thread = 32 * res.warps_per_group
+        terms, warps = [], []
+        for w in range(self.pool):
+            r, q, used = self.budget[w], self.quads[w], self.used[w]
+            if opts.register_plan is not None:
+                self.add(m.Equals(r, self.int_(opts.register_plan[w])))
+            else:
+                k = m.Symbol(f"regs8[{w}]", INT)
+                self.add(m.Equals(r, self.times(res.setmaxnreg_step, k)))
+                self.add(m.Implies(used, m.And(m.GE(r, self.int_(res.setmaxnreg_min)),
+                                               m.LE(r, self.int_(res.setmaxnreg_max)))))
+                self.add(m.Implies(m.Not(used), m.Equals(r, self.int_(0))))
+            cost = self.times(per_thread * shapes[-1], r)
+            for qv in reversed(shapes[:-1]):
+                cost = m.Ite(m.Equals(q, self.int_(qv)), self.times(per_thread * qv, r), cost)
+            terms.append(m.Ite(used, cost, self.int_(0)))
+            warps.append(m.Ite(used, self.times(res.warps_per_group, q), self.int_(0)))
+        self.reg_total = m.Plus(terms) if len(terms) > 1 else terms[0]
+        self.add(m.LE(self.reg_total, self.int_(res.register_file)))
+        self.add(m.LE(m.Plus(warps) if len(warps) > 1 else warps[0], self.int_(res.max_warps)))
+
+    # ------------------------------------------------------------------------ liveness (lazy)
+    def point(self, resource: str, at: Item) -> Any:
+        """The capacity check of ``resource`` at the start of ``at``: the items present there fit."""
+        m = self.m
+        lazy = self.lazy[resource]
+        terms = [lazy.base] if not isinstance(lazy.base, int) else [self.int_(lazy.base)]
+        for b in lazy.items:
+            present = [b.cond] if b.cond is not None else []
+            if lazy.per_group and b is not at:
+                present.append(m.Equals(b.group, at.group))
+            weight = self.times(b.weight, self.copies_at(b, at.op, at.offset))
+            terms.append(m.Ite(m.And(present), weight, self.int_(0)) if present else weight)
+        limit = lazy.cap(at) if callable(lazy.cap) else self.int_(lazy.cap)
+        body = m.LE(m.Plus(terms), limit)
+        return m.Implies(at.cond, body) if at.cond is not None else body
+
+    def refine(self, start: Mapping[str, int], group: Mapping[str, int], budgets: Mapping[int, int]) -> int:
+        """Assert the liveness checks that the model (``start``, ``group``, ``budgets``) violates.
+
+        Occupancy is computed exactly with :mod:`twill.liveness`; every item present at a residue whose
+        occupancy exceeds the capacity gets its check. Each check is implied by the full formulation, so
+        adding it never removes a valid schedule, and the checks only grow toward the full model.
+
+        Returns
+        -------
+        int
+            Checks added (0 means the model satisfies every liveness constraint).
+        """
+        p, ii, res = self.p, self.ii, self.p.resources
+        over: dict[str, set[int]] = {}
+        if "regs" in self.lazy:
+            ivs = register_intervals(p, ii, start, group)
+            limit = min(res.max_regs, res.setmaxnreg_max)
+            for g in set(group.values()):
+                occ = fold([iv for iv in ivs if iv.group == g], ii, res.group_overhead)
+                cap = min(budgets.get(g, 0), limit)
+                over[f"regs/{g}"] = {r for r, v in enumerate(occ) if v > cap}
+        for kind, capacity, fixed in (("smem", res.smem, p.fixed_smem), ("tmem", res.tmem, p.fixed_tmem)):
+            if kind in self.lazy:
+                occ = fold(memory_intervals(p, ii, start, group, kind), ii, fixed)
+                over[kind] = {r for r, v in enumerate(occ) if v > capacity}
+        added = 0
+        for resource, lazy in self.lazy.items():
+            for idx, it in enumerate(lazy.items):
+                if (resource, idx) in self.added:
+                    continue
+                if it.cross is not None and group[it.cross[0]] == group[it.cross[1]]:
+                    continue
+                key = f"regs/{group[it.holder]}" if lazy.per_group else resource
+                if (start[it.op] + it.offset) % ii in over.get(key, ()):
+                    formula = self.point(resource, it)
+                    self.add(formula)
+                    self.added[(resource, idx)] = formula
+                    self.scoped.append(formula)
+                    added += 1
+        return added
+
+    def _hold(self, e: Edge) -> int:
+        dst = self.p.op(e.dst)
+        return 0 if e.inplace or not dst.is_async else dst.cycles
+
+    def _end(self, name: str, kind: str, edges: Iterable[Edge], hold: Callable[[Edge], int],
+             same_group_only: bool) -> tuple[Any, int]:
+        """An end time ``>= start + cycles`` and past each listed use; returns it and its upper bound."""
+        m = self.m
+        op = self.p.op(name)
+        end = m.Symbol(f"end_{kind}[{name}]", INT)
+        top = self.hi[name] + op.cycles
+        self.add(m.GE(end, self.at(name, op.cycles)))
+        for e in edges:
+            reach = m.GE(end, self.at(e.dst, e.distance * self.ii + hold(e)))
+            top = max(top, self.hi[e.dst] + e.distance * self.ii + hold(e))
+            self.add(m.Implies(self.same(name, e.dst), reach) if same_group_only and e.dst != name else reach)
+        self.add(m.LE(end, self.int_(top)))
+        return end, top
+
+    def registers(self) -> None:
+        """Register limit per group and moment: result values and copies received from other groups."""
+        m, res = self.m, self.p.resources
+        items = []
+        for op in self.p.ops:
+            if not op.regs:
+                continue
+            uses = [e for e in self.p.out_edges(op.name) if e.carrier == "register"]
+            end, top = self._end(op.name, "regs", uses, self._hold, True)
+            items.append(Item(op.name, 0, op.regs, end=end, end_hi=top, group=self.g[op.name],
+                              holder=op.name))
+            for e in uses:
+                if e.dst == op.name:
+                    continue
+                items.append(Item(e.dst, 0, op.regs, length=max(1, self._hold(e)), group=self.g[e.dst],
+                                  cond=m.Not(self.same(op.name, e.dst)), holder=e.dst,
+                                  cross=(op.name, e.dst)))
+        if not items:
+            return
+        limit = min(res.max_regs, res.setmaxnreg_max)
+
+        def cap(at: Item) -> Any:
+            budget = self.budget[self.pool - 1]
+            for w in reversed(range(self.pool - 1)):
+                budget = m.Ite(m.Equals(at.group, self.int_(w)), self.budget[w], budget)
+            return m.Ite(m.LE(budget, self.int_(limit)), budget, self.int_(limit))
+
+        self.lazy["regs"] = _Lazy(items, cap, res.group_overhead, True)
+
+    def memory(self) -> None:
+        """SMEM and TMEM: live values, streaming-load buffers, staging buffers of register hand-offs."""
+        m, p = self.m, self.p
+        smem, tmem = [], []
+        pre_len = p.options.prefetch * self.ii
+        for op in p.ops:
+            for kind, need, out in (("smem", op.smem, smem), ("tmem", op.tmem, tmem)):
+                if not need:
+                    continue
+                uses = [e for e in p.out_edges(op.name) if e.carrier == kind]
+                end, top = self._end(op.name, kind, uses, lambda e: p.op(e.dst).cycles, False)
+                pre = pre_len if kind == "smem" and op.name in p.streaming else 0
+                step = p.resources.tmem_alloc_step
+                if kind == "tmem" and step:
+                    need = -(-need // step) * step
+                out.append(Item(op.name, -pre, need, end=end, end_hi=top))
+        for e in p.edges:
+            src = p.op(e.src)
+            if e.carrier != "register" or e.src == e.dst or not src.result_bytes:
+                continue
+            end = m.Symbol(f"staged[{e.index}]", INT)
+            begin = src.cycles
+            top = self.hi[e.dst] + e.distance * self.ii + 1
+            self.add(m.GE(end, self.at(e.src, begin + 1)))
+            self.add(m.GE(end, self.at(e.dst, e.distance * self.ii + 1)))
+            self.add(m.LE(end, self.int_(max(top, self.hi[e.src] + begin + 1))))
+            smem.append(Item(e.src, begin, src.result_bytes, end=end,
+                             end_hi=max(top, self.hi[e.src] + begin + 1),
+                             cond=m.Not(self.same(e.src, e.dst)), cross=(e.src, e.dst)))
+        if smem:
+            self.lazy["smem"] = _Lazy(smem, p.resources.smem, p.fixed_smem, False)
+        if tmem:
+            self.lazy["tmem"] = _Lazy(tmem, p.resources.tmem, p.fixed_tmem, False)
+
+    def build(self) -> None:
+        """Assert every eager family and define the lazy ones."""
+        self.timing()
+        self.groups()
+        self.dependence()
+        self.capacity()
+        self.blocking()
+        self.registers()
+        self.memory()
+        if not self.feasible:
+            self.add(self.m.FALSE())

@@ -1,0 +1,93 @@
+"""Running PuLP models on a chosen MILP backend, with statuses twill understands.
+
+Backends: ``"cbc"`` (COIN-OR CBC, bundled with PuLP, run as a subprocess) and ``"highs"`` (HiGHS through
+``highspy``, in process). Both are run with a zero optimality gap, so "optimal" means proven optimal.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from enum import Enum
+
+import pulp
+
+from twill.errors import SolverError, SolverUnavailableError
+
+__all__ = ["BACKENDS", "IlpResult", "SolveStatus", "solve_ilp"]
+
+BACKENDS = ("cbc", "highs")
+
+
+class SolveStatus(str, Enum):
+    """Outcome of one solver call."""
+
+    OPTIMAL = "optimal"
+    FEASIBLE = "feasible"  # a solution, not proven optimal (time limit)
+    INFEASIBLE = "infeasible"
+    TIMEOUT = "timeout"  # time limit hit with no solution and no proof
+
+
+@dataclass(frozen=True)
+class IlpResult:
+    """Status and wall time (seconds) of one MILP solve."""
+
+    status: SolveStatus
+    wall_s: float
+
+
+def _solver(backend: str, time_limit: float | None) -> pulp.LpSolver:
+    limit = None if time_limit is None else max(0.05, time_limit)
+    if backend == "cbc":
+        return pulp.PULP_CBC_CMD(msg=False, timeLimit=limit, gapRel=0.0, threads=1)
+    if backend == "highs":
+        if not pulp.HiGHS().available():
+            raise SolverUnavailableError("MILP backend 'highs' needs the highspy package "
+                                         "(pip install highspy); available: cbc")
+        return pulp.HiGHS(msg=False, timeLimit=limit, gapRel=0.0, threads=1)
+    raise SolverUnavailableError(f"unknown MILP backend {backend!r}; available: {', '.join(BACKENDS)}")
+
+
+def solve_ilp(model: pulp.LpProblem, *, backend: str = "cbc", time_limit: float | None = None) -> IlpResult:
+    """Solve ``model`` in place and classify the outcome.
+
+    Parameters
+    ----------
+    model : pulp.LpProblem
+        The model; on success its variables hold the solution.
+    backend : str
+        ``"cbc"`` or ``"highs"``.
+    time_limit : float, optional
+        Seconds; ``None`` for no limit.
+
+    Raises
+    ------
+    SolverUnavailableError
+        The backend is unknown or not installed.
+    SolverError
+        The backend failed (for example the CBC binary could not run).
+    """
+    solver = _solver(backend, time_limit)
+    start = time.perf_counter()
+    try:
+        model.solve(solver)
+    except pulp.PulpSolverError as exc:
+        raise SolverError(f"MILP backend {backend!r} failed on model {model.name!r}: {exc}") from exc
+    wall = time.perf_counter() - start
+    sol = model.sol_status
+    if sol == pulp.LpSolutionOptimal:
+        status = SolveStatus.OPTIMAL
+    elif sol == pulp.LpSolutionIntegerFeasible:
+        status = SolveStatus.FEASIBLE
+    elif sol == pulp.LpSolutionInfeasible or model.status == pulp.LpStatusInfeasible:
+        status = SolveStatus.INFEASIBLE
+    elif sol == pulp.LpSolutionNoSolutionFound:
+        timed_out = time_limit is not None and wall >= 0.9 * time_limit
+        if not timed_out:
+            raise SolverError(f"MILP backend {backend!r} found no solution for {model.name!r} "
+                              f"without a proof of infeasibility (status {pulp.LpStatus[model.status]})")
+        status = SolveStatus.TIMEOUT
+    else:
+        raise SolverError(f"MILP backend {backend!r} returned status {pulp.LpStatus[model.status]} "
+                          f"for {model.name!r}")
+    return IlpResult(status, wall)

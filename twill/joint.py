@@ -1,0 +1,196 @@
+"""Joint software pipelining and warp specialization at one ``(II, n)``: solve, then tighten (paper §4).
+
+:class:`~twill.encoding.Encoder` states the problem; :func:`solve_joint` asks the SMT solver for a model,
+adding the liveness checks a model violates until one satisfies them all (lazy constraint generation),
+and then tightens lexicographically: shortest ``L``, then fewest warp groups, then fewest registers
+(threads x ``setmaxnreg`` budget). Each step bisects between a lower bound and the best model and is
+proven by an UNSAT answer unless the deadline stops it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from twill.encoding import Encoder
+from twill.problem import Problem
+from twill.smt import CheckResult, SmtSession
+
+__all__ = ["JointResult", "solve_joint"]
+
+
+@dataclass(frozen=True)
+class JointResult:
+    """Outcome of the joint solve at one ``(II, n)``.
+
+    Attributes
+    ----------
+    ii, stages : int
+        The initiation interval and the stage window ``n``.
+    status : CheckResult
+        ``SAT`` (a schedule), ``UNSAT`` (proof that none exists in the window), ``TIMEOUT`` or
+        ``INTERRUPTED`` (no answer).
+    start : mapping of str to int
+        Start of each op in iteration 0.
+    group : mapping of str to int
+        Warp group of each op (0 is the variable-latency group when there is one).
+    budgets : mapping of int to int
+        ``setmaxnreg`` budget (registers per thread) of each used group, as small as the model allows.
+    group_warps : mapping of int to int
+        Warps of each used group.
+    length : int
+        ``L``.
+    proven : mapping of str to bool
+        For each secondary objective (``length``, ``groups``, ``registers``), whether it was proven minimal.
+    checks : int
+        Solver calls made.
+    wall_s, build_s : float
+        Seconds in total and in building the formula.
+    n_terms : int
+        Assertions added.
+    """
+
+    ii: int
+    stages: int
+    status: CheckResult
+    start: Mapping[str, int] = field(default_factory=dict)
+    group: Mapping[str, int] = field(default_factory=dict)
+    budgets: Mapping[int, int] = field(default_factory=dict)
+    group_warps: Mapping[int, int] = field(default_factory=dict)
+    length: int = 0
+    proven: Mapping[str, bool] = field(default_factory=dict)
+    checks: int = 0
+    wall_s: float = 0.0
+    build_s: float = 0.0
+    n_terms: int = 0
+
+
+def solve_joint(
+    problem: Problem,
+    ii: int,
+    stages: int,
+    *,
+    min_length: int = 1,
+    backend: str = "yices",
+    deadline: float | None = None,
+    optimize: bool = True,
+) -> JointResult:
+    """Solve the joint problem at ``ii`` for schedules of ``stages`` stages.
+
+    Parameters
+    ----------
+    problem : Problem
+        The loop, in (normalized) time units.
+    ii : int
+        Initiation interval.
+    stages : int
+        The window: ``(stages - 1) * ii < L <= stages * ii``.
+    min_length : int
+        A proven lower bound on ``L`` (the modulo ILP's minimum length), a valid cut.
+    backend : str
+        ``"yices"`` or ``"z3"``.
+    deadline : float, optional
+        ``time.monotonic()`` value at which to stop.
+    optimize : bool
+        Tighten length, groups and registers after the first model.
+
+    Raises
+    ------
+    KeyboardInterrupt
+        Ctrl-C during a check (after the search was stopped).
+    """
+    start = time.monotonic()
+    with SmtSession(backend) as sess:
+        enc = Encoder(problem, ii, stages, sess, min_length)
+        enc.build()
+        build_s = time.monotonic() - start
+        status = _check(enc, sess, deadline)
+        if status != CheckResult.SAT:
+            return JointResult(ii, stages, status, checks=sess.checks, wall_s=time.monotonic() - start,
+                               build_s=build_s, n_terms=enc.count)
+        best = _extract(enc, sess)
+        proven: dict[str, bool] = {}
+        if optimize:
+            for goal in ("length", "groups", "registers"):
+                best, proven[goal] = _tighten(enc, sess, goal, best, deadline)
+                if not proven[goal]:
+                    break
+        return JointResult(ii, stages, CheckResult.SAT, best["start"], best["group"], best["budgets"],
+                           best["warps"], best["length"], proven, sess.checks, time.monotonic() - start,
+                           build_s, enc.count)
+
+
+def _check(enc: Encoder, sess: SmtSession, deadline: float | None) -> CheckResult:
+    """Check, then add the liveness point checks the model violates, until a model satisfies them all
+    (lazy constraint generation: the relaxation is sound, and it only grows toward the full model)."""
+    while True:
+        status = sess.check(deadline)
+        if status != CheckResult.SAT:
+            return status
+        model = _extract(enc, sess)
+        if not enc.refine(model["start"], model["group"], model["all_budgets"]):
+            return status
+
+
+def _extract(enc: Encoder, sess: SmtSession) -> dict[str, Any]:
+    start = {v: sess.value(t) for v, t in enc.s.items()}
+    group = {v: sess.value(t) for v, t in enc.g.items()}
+    used = sorted(set(group.values()))
+    per = enc.p.resources.warps_per_group
+    return {
+        "start": start,
+        "group": group,
+        "length": sess.value(enc.length),
+        "budgets": {w: sess.value(enc.budget[w]) for w in used},
+        "warps": {w: per * sess.value(enc.quads[w]) for w in used},
+        "n_groups": len(used),
+        "reg_total": sess.value(enc.reg_total),
+        "all_budgets": {w: sess.value(enc.budget[w]) for w in range(enc.pool)},
+    }
+
+
+def _goal(enc: Encoder, goal: str) -> tuple[Any, int, int, int]:
+    """The term to minimize for ``goal``, its granularity, and a lower bound on its value."""
+    m, res = enc.m, enc.p.resources
+    if goal == "length":
+        return enc.length, 1, max(enc.min_length, (enc.n - 1) * enc.ii + 1), 0
+    if goal == "groups":
+        count = m.Plus([m.Ite(u, enc.int_(1), enc.int_(0)) for u in enc.used])
+        return count, 1, (2 if enc.vl and len(enc.p.ops) > sum(op.variable_latency for op in enc.p.ops)
+                          else 1), 0
+    step = 32 * res.warps_per_group * res.setmaxnreg_step
+    return enc.reg_total, step, 32 * res.warps_per_group * res.setmaxnreg_min, 0
+
+
+def _tighten(enc: Encoder, sess: SmtSession, goal: str, best: dict[str, Any],
+             deadline: float | None) -> tuple[dict[str, Any], bool]:
+    """Minimize ``goal`` by bisection between a lower bound and the best model; fix it there.
+
+    Each probe asserts ``goal <= mid`` inside a push/pop: SAT lowers the upper end to the model's value,
+    UNSAT proves the optimum is above ``mid``. Returns the best model and whether its value is proven
+    minimal (False if the deadline stopped a probe; the session is then spent).
+    """
+    m = enc.m
+    term, step, low, _ = _goal(enc, goal)
+    key = {"length": "length", "groups": "n_groups", "registers": "reg_total"}[goal]
+    lo, hi = low // step, best[key] // step  # in units of step; the optimum lies in [lo, hi]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        sess.push()
+        mark = len(enc.scoped)
+        sess.add(m.LE(term, enc.int_(mid * step)))
+        status = _check(enc, sess, deadline)
+        if status == CheckResult.SAT:
+            best = _extract(enc, sess)
+            hi = best[key] // step
+        elif status == CheckResult.UNSAT:
+            lo = mid + 1
+        else:
+            return best, False
+        sess.pop()
+        for formula in enc.scoped[mark:]:  # lazily found checks hold everywhere: keep them
+            sess.add(formula)
+    sess.add(m.Equals(term, enc.int_(best[key])))
+    return best, True

@@ -1,0 +1,246 @@
+"""Cost normalization (paper §5.2): small integer costs with the same ratios.
+
+Optimal modulo scheduling and the joint problem grow with the magnitude of the costs, and multiplying
+every cost by a positive integer gives an isomorphic problem. Given the list ``C`` of every positive
+duration of a problem (one entry per op reservation, latency and issue time, and per edge latency and
+hand-off cost), an ILP over the distinct values finds integers ``C'`` and ``F`` with::
+
+    -F <= C[i]*C'[j] - C[j]*C'[i] <= F   for all distinct values i < j
+    1 <= sum over the list of C' <= U     (U = 300 by default, paper §5.2)
+
+minimizing ``F``, then (a second, lexicographic stage) maximizing the sum at the optimal ``F``, so the
+answer is the richest among the most faithful ones. Counting every entry of the list makes the time unit
+coarser for bigger loops, which is what keeps the solve tractable (``multiset=False`` counts each
+distinct value once instead). Two more rules keep the answer meaningful (a known failure of the
+single-stage form is that most costs collapse to 0): ``C'`` keeps the order of ``C``, and with
+``keep_positive`` (default) no positive cost becomes 0. ``C`` is divided by its gcd first, so scaling every
+cost gives the same ``C'``; when the reduced list already sums to at most ``U`` it is returned as is
+(``F = 0``) without an ILP, since normalization never makes costs larger.
+
+    >>> n = normalize_costs([1024, 1024, 128])
+    >>> n.map(1024), n.map(128), n.error
+    (8, 1, 0)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+import pulp
+
+from twill.errors import SolverError
+from twill.graph import Op
+from twill.ilp import SolveStatus, solve_ilp
+from twill.problem import Edge, Problem
+
+__all__ = ["Normalization", "normalize_costs", "normalize_problem", "problem_costs"]
+
+
+@dataclass(frozen=True)
+class Normalization:
+    """A mapping from machine cycles to normalized time units.
+
+    Attributes
+    ----------
+    raw : tuple of int
+        Distinct positive costs, ascending (cycles).
+    scaled : tuple of int
+        Their normalized values.
+    error : int
+        ``F``, the largest cross-product error ``|C_i C'_j - C_j C'_i|`` on the gcd-reduced costs.
+    upper : int
+        ``U``.
+    exact : bool
+        True when every ratio is kept exactly (``F = 0``).
+    status : str
+        ``optimal`` (proven), ``feasible`` (time limit) or ``exact`` (no ILP needed).
+    wall_s : float
+        Seconds spent in the ILP.
+    """
+
+    raw: tuple[int, ...]
+    scaled: tuple[int, ...]
+    error: int
+    upper: int
+    exact: bool
+    status: str
+    wall_s: float
+    counts: tuple[int, ...] = ()
+
+    def map(self, value: int) -> int:
+        """Normalized value of ``value`` cycles (0 stays 0). :class:`KeyError` for an unknown cost."""
+        if value == 0:
+            return 0
+        return self.scaled[self.raw.index(value)]
+
+    @property
+    def cycles_per_unit(self) -> float:
+        """Machine cycles per normalized unit: ``Σ C / Σ C'`` over the list ``C`` (with multiplicities)."""
+        counts = self.counts or (1,) * len(self.raw)
+        total = sum(k * s for k, s in zip(counts, self.scaled, strict=True))
+        return sum(k * c for k, c in zip(counts, self.raw, strict=True)) / total if total else 1.0
+
+    def collapses(self, tolerance: float = 0.25) -> list[str]:
+        """Human-readable notes on costs that lost their meaning.
+
+        A positive cost mapped to 0; two different costs mapped to the same value; a cost whose ratio to
+        ``cycles_per_unit`` is off by more than ``tolerance`` (relative).
+        """
+        notes = []
+        unit = self.cycles_per_unit
+        for i, (c, s) in enumerate(zip(self.raw, self.scaled, strict=True)):
+            if s == 0:
+                notes.append(f"{c} cycles collapsed to 0")
+                continue
+            if i and self.scaled[i - 1] == s:
+                notes.append(f"{self.raw[i - 1]} and {c} cycles both became {s}")
+            ideal = c / unit
+            if abs(s - ideal) > tolerance * ideal and abs(s - ideal) >= 1:
+                notes.append(f"{c} cycles became {s} units, ideal {ideal:.2f} ({(s - ideal) / ideal:+.0%})")
+        return notes
+
+    def to_dict(self) -> dict[str, object]:
+        """Plain-data form."""
+        return {"raw": list(self.raw), "scaled": list(self.scaled), "counts": list(self.counts),
+                "error": self.error, "upper": self.upper,
+                "exact": self.exact, "status": self.status, "wall_s": self.wall_s,
+                "cycles_per_unit": self.cycles_per_unit, "collapses": self.collapses()}
+
+
+def normalize_costs(
+    costs: Iterable[int],
+    *,
+    upper: int = 300,
+    keep_positive: bool = True,
+    multiset: bool = True,
+    backend: str = "cbc",
+    time_limit: float | None = None,
+) -> Normalization:
+    """Normalize a list of integer costs (cycles); zeros are ignored.
+
+    Parameters
+    ----------
+    costs : iterable of int
+        Cycle counts (non-negative integers).
+    upper : int
+        ``U``, the largest allowed ``sum(C')``.
+    keep_positive : bool
+        Forbid a positive cost from becoming 0.
+    multiset : bool
+        Count every occurrence of a cost in ``sum(C') <= U`` (the list ``C`` of the paper, one entry per
+        op and edge duration), so bigger loops get a coarser time unit; ``False`` counts each distinct
+        value once (finer, slower to solve).
+    backend : str
+        MILP backend (``"cbc"`` or ``"highs"``).
+    time_limit : float, optional
+        Seconds for the two ILP stages together.
+
+    Raises
+    ------
+    ValueError
+        A cost is negative or not an integer, or ``upper`` cannot hold one unit per cost with
+        ``keep_positive``.
+    SolverError
+        The ILP failed to find any answer in the time limit.
+    """
+    values = []
+    for c in costs:
+        if isinstance(c, bool) or not isinstance(c, int) or c < 0:
+            raise ValueError(f"cost {c!r} must be a non-negative integer (cycles)")
+        values.append(c)
+    raw = tuple(sorted({c for c in values if c > 0}))
+    if not raw:
+        return Normalization((), (), 0, upper, True, "exact", 0.0)
+    mult = [values.count(c) for c in raw] if multiset else [1] * len(raw)
+    g = math.gcd(*raw)
+    reduced = [c // g for c in raw]
+    if sum(k * c for k, c in zip(mult, reduced, strict=True)) <= upper:
+        return Normalization(raw, tuple(reduced), 0, upper, True, "exact", 0.0, tuple(mult))
+    if keep_positive and sum(mult) > upper:
+        raise ValueError(f"{sum(mult)} positive costs cannot each keep a positive value with U = {upper}; "
+                         f"raise U")
+    return _solve(raw, reduced, mult, upper, keep_positive, backend, time_limit)
+
+
+def _model(reduced: list[int], mult: list[int], upper: int,
+           keep_positive: bool) -> tuple[pulp.LpProblem, list, pulp.LpVariable, pulp.LpAffineExpression]:
+    n = len(reduced)
+    m = pulp.LpProblem("normalize", pulp.LpMinimize)
+    low = 1 if keep_positive else 0
+    cp = [pulp.LpVariable(f"c[{i}]", low, upper, cat="Integer") for i in range(n)]
+    f = pulp.LpVariable("F", 0, cat="Integer")
+    m += f
+    for i in range(n):
+        for j in range(i + 1, n):
+            diff = reduced[i] * cp[j] - reduced[j] * cp[i]
+            m += diff <= f
+            m += -f <= diff
+        if i:
+            m += cp[i - 1] <= cp[i]
+    total = pulp.lpSum(k * c for k, c in zip(mult, cp, strict=True))
+    m += total <= upper
+    m += total >= 1
+    return m, cp, f, total
+
+
+def _solve(raw: tuple[int, ...], reduced: list[int], mult: list[int], upper: int, keep_positive: bool,
+           backend: str, time_limit: float | None) -> Normalization:
+    m, cp, f, total = _model(reduced, mult, upper, keep_positive)
+    first = solve_ilp(m, backend=backend, time_limit=time_limit)
+    if first.status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE):
+        raise SolverError(f"cost normalization found no answer ({first.status.value}) for costs {raw}")
+    best_f = round(f.value())
+    start = [round(v.value()) for v in cp]
+    m.sense = pulp.LpMaximize
+    m.setObjective(total)
+    m += f <= best_f
+    left = None if time_limit is None else max(0.05, time_limit - first.wall_s)
+    second = solve_ilp(m, backend=backend, time_limit=left)
+    if second.status in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE):
+        scaled = tuple(round(v.value()) for v in cp)
+    else:
+        scaled = tuple(start)
+    proven = first.status == SolveStatus.OPTIMAL and second.status == SolveStatus.OPTIMAL
+    return Normalization(raw, scaled, best_f, upper, best_f == 0, "optimal" if proven else "feasible",
+                         first.wall_s + second.wall_s, tuple(mult))
+
+
+def problem_costs(problem: Problem) -> list[int]:
+    """Every duration of ``problem`` that normalization must map (cycles)."""
+    out: list[int] = []
+    for op in problem.ops:
+        for r in op.rrt:
+            out += [r.start, r.cycles]
+        out += [op.latency, op.issue_cycles]
+    for e in problem.edges:
+        out += [e.latency, e.cross]
+    return out
+
+
+def _map_op(op: Op, n: Normalization) -> Op:
+    rrt = tuple(replace(r, start=n.map(r.start), cycles=max(1, n.map(r.cycles))) for r in op.rrt)
+    length = max(r.end for r in rrt)
+    return replace(op, rrt=rrt, latency=n.map(op.latency), issue_cycles=min(length, n.map(op.issue_cycles)),
+                   spill_cost=None)
+
+
+def normalize_problem(
+    problem: Problem,
+    *,
+    upper: int = 300,
+    keep_positive: bool = True,
+    multiset: bool = True,
+    backend: str = "cbc",
+    time_limit: float | None = None,
+) -> tuple[Problem, Normalization]:
+    """``problem`` in normalized time units, and the mapping used (see :func:`normalize_costs`)."""
+    if problem.cycles_per_unit != 1.0:
+        raise SolverError(f"problem {problem.name!r} is already normalized")
+    norm = normalize_costs(problem_costs(problem), upper=upper, keep_positive=keep_positive,
+                           multiset=multiset, backend=backend, time_limit=time_limit)
+    ops = [_map_op(op, norm) for op in problem.ops]
+    edges = [Edge(e.index, e.src, e.dst, norm.map(e.latency), e.distance, e.blocking, e.carrier,
+                  norm.map(e.cross), e.inplace) for e in problem.edges]
+    return problem.replace_times(ops, edges, norm.cycles_per_unit), norm

@@ -1,0 +1,367 @@
+"""The scheduling problem handed to the solver layers: a checked graph plus the machine's limits.
+
+A :class:`Problem` is self-contained and integer: every duration is resolved (edge latencies, the extra
+latency of a cross-warp-group hand-off on each edge) and every limit is copied from the machine, so the
+solvers, the verifier and a saved JSON file need nothing else. :func:`build_problem` makes one from a
+:class:`~twill.graph.Graph` in machine cycles; :func:`twill.normalize.normalize_problem` maps it to small
+time units with the same ratios.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from twill.errors import ResourceError
+from twill.graph import Dependence, Graph, Op
+from twill.machine import Machine
+
+__all__ = ["Edge", "Options", "Problem", "Resources", "build_problem", "check_resources"]
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the caller asks of the search.
+
+    Parameters
+    ----------
+    max_groups : int or None
+        Warp groups offered to the solver (the pool), including the variable-latency group. ``None``:
+        as many as the machine's warps allow, at most 6.
+    register_limit : int or None
+        Per-thread register cap for every warp group (``None``: the machine's 255).
+    register_plan : sequence of int or None
+        Fixed ``setmaxnreg`` budget per warp group (its length sets the pool size); checked before any
+        solve: multiples of the step, inside the setmaxnreg range, and fitting the register file.
+    cross_group : bool
+        Allow register values to cross warp groups (through SMEM). ``False`` forbids it on register-carried
+        edges only; SMEM, TMEM and ordering edges may still cross (paper §6.2 ablation, fact sheet U14).
+    max_stages : int or None
+        Largest number of pipeline stages ``ceil(L / II)`` allowed (a hard budget, like Triton's
+        ``num_stages``).
+    stage_slack : int
+        Extra stage windows tried at each II beyond the one of the modulo schedule's length (0 is the
+        paper's Algorithm 1).
+    prefetch : int
+        Extra buffers per streaming load beyond its live copies (the pipeline depth the paper leaves to an
+        autotuner, §5.3).
+    max_ii : int or None
+        Largest II (normalized units) searched; ``None``: the length of a schedule with no overlap.
+    """
+
+    max_groups: int | None = None
+    register_limit: int | None = None
+    register_plan: tuple[int, ...] | None = None
+    cross_group: bool = True
+    max_stages: int | None = None
+    stage_slack: int = 0
+    prefetch: int = 1
+    max_ii: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form."""
+        out = dict(self.__dict__)
+        out["register_plan"] = list(self.register_plan) if self.register_plan else None
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Options:
+        """Inverse of :meth:`to_dict`."""
+        plan = data.get("register_plan")
+        return cls(**{**dict(data), "register_plan": tuple(plan) if plan else None})
+
+
+@dataclass(frozen=True)
+class Resources:
+    """The machine limits a schedule must respect, copied from a :class:`Machine`.
+
+    Units: registers per thread, bytes of SMEM, TMEM columns, warps.
+    """
+
+    machine: str
+    family: str
+    units: Mapping[str, int]
+    register_file: int
+    max_regs: int
+    setmaxnreg_min: int
+    setmaxnreg_max: int
+    setmaxnreg_step: int
+    group_overhead: int
+    smem: int
+    tmem: int
+    tmem_alloc_step: int
+    max_warps: int
+    warps_per_group: int
+
+    @classmethod
+    def from_machine(cls, machine: Machine, options: Options) -> Resources:
+        """Limits of ``machine`` with the caller's register limit applied."""
+        limit = machine.max_regs_per_thread
+        if options.register_limit is not None:
+            limit = min(limit, options.register_limit)
+        return cls(
+            machine=machine.name, family=machine.family,
+            units={u.name: u.capacity for u in machine.units.values()},
+            register_file=machine.register_file, max_regs=limit,
+            setmaxnreg_min=machine.setmaxnreg_min, setmaxnreg_max=machine.setmaxnreg_max,
+            setmaxnreg_step=machine.setmaxnreg_step, group_overhead=machine.group_overhead_regs,
+            smem=machine.smem_per_cta, tmem=machine.tmem_columns, tmem_alloc_step=machine.tmem_alloc_step,
+            max_warps=machine.max_warps, warps_per_group=machine.warps_per_group,
+        )
+
+    def budget_ok(self, regs: int) -> bool:
+        """True if ``regs`` is a legal ``setmaxnreg`` value."""
+        return (self.setmaxnreg_min <= regs <= self.setmaxnreg_max and regs % self.setmaxnreg_step == 0)
+
+    def round_budget(self, regs: int) -> int:
+        """Smallest legal ``setmaxnreg`` value holding ``regs`` per thread."""
+        step = self.setmaxnreg_step
+        return max(self.setmaxnreg_min, -(-regs // step) * step)
+
+    def group_threads(self, warps: int) -> int:
+        """Threads a warp group of ``warps`` warps occupies: whole hardware warpgroups (a one-warp role
+        such as a TMA producer still takes a warpgroup, as in FA3's producer)."""
+        per = self.warps_per_group
+        return 32 * per * max(1, -(-warps // per))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form."""
+        out = dict(self.__dict__)
+        out["units"] = dict(self.units)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Resources:
+        """Inverse of :meth:`to_dict`."""
+        return cls(**{**dict(data), "units": dict(data["units"])})
+
+
+@dataclass(frozen=True)
+class Edge:
+    """A resolved dependence: integer latency ``d``, distance, and the hand-off cost when it crosses groups.
+
+    Attributes
+    ----------
+    index : int
+        Position in :attr:`Problem.edges`.
+    src, dst : str
+        Op names.
+    latency : int
+        ``d`` (time units of the problem).
+    distance : int
+        ``δ`` (iterations).
+    blocking : bool
+        The consumer waits synchronously for the value.
+    carrier : str
+        ``register``, ``smem``, ``tmem`` or ``none``.
+    cross : int
+        Extra latency when ``src`` and ``dst`` sit on different warp groups (reg -> SMEM -> reg spill plus a
+        barrier for a register value; a barrier hand-off otherwise).
+    inplace : bool
+        ``dst`` overwrites the value in place (an MMA accumulator): it dies when ``dst`` issues.
+    """
+
+    index: int
+    src: str
+    dst: str
+    latency: int
+    distance: int
+    blocking: bool
+    carrier: str
+    cross: int
+    inplace: bool = False
+
+    @property
+    def label(self) -> str:
+        """``src->dst`` with the distance when not 0."""
+        return f"{self.src}->{self.dst}" + (f" (δ={self.distance})" if self.distance else "")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A scheduling problem in integer time units.
+
+    Attributes
+    ----------
+    name : str
+        The loop's name.
+    ops : tuple of Op
+        Ops in graph order (times in this problem's units).
+    edges : tuple of Edge
+        Resolved dependences.
+    streaming : frozenset of str
+        Variable-latency ops with no incoming data edge (paper §5.3).
+    resources : Resources
+        Machine limits.
+    options : Options
+        The caller's search options.
+    fixed_smem, fixed_tmem : int
+        SMEM bytes and TMEM columns held by loop-invariant values.
+    cycles_per_unit : float
+        Machine cycles per time unit (1.0 before normalization).
+    """
+
+    name: str
+    ops: tuple[Op, ...]
+    edges: tuple[Edge, ...]
+    streaming: frozenset[str]
+    resources: Resources
+    options: Options
+    fixed_smem: int = 0
+    fixed_tmem: int = 0
+    cycles_per_unit: float = 1.0
+    _index: Mapping[str, Op] = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_index", {op.name: op for op in self.ops})
+
+    def op(self, name: str) -> Op:
+        """The op called ``name``."""
+        return self._index[name]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Op names in order."""
+        return tuple(op.name for op in self.ops)
+
+    def in_edges(self, name: str) -> list[Edge]:
+        """Edges into ``name``."""
+        return [e for e in self.edges if e.dst == name]
+
+    def out_edges(self, name: str) -> list[Edge]:
+        """Edges out of ``name``."""
+        return [e for e in self.edges if e.src == name]
+
+    def is_vl(self, name: str) -> bool:
+        """True for a variable-latency op (it must sit on the variable-latency warp group)."""
+        return self._index[name].variable_latency
+
+    @property
+    def has_vl(self) -> bool:
+        """True if some op has variable latency."""
+        return any(op.variable_latency for op in self.ops)
+
+    def replace_times(self, ops: Sequence[Op], edges: Sequence[Edge], cycles_per_unit: float) -> Problem:
+        """The same problem with new op and edge timings."""
+        return replace(self, ops=tuple(ops), edges=tuple(edges), cycles_per_unit=cycles_per_unit)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form (for JSON)."""
+        from twill.graph import _op_to_dict
+
+        return {
+            "name": self.name,
+            "ops": [_op_to_dict(op) for op in self.ops],
+            "edges": [{k: v for k, v in e.__dict__.items() if k != "index"} for e in self.edges],
+            "streaming": sorted(self.streaming),
+            "resources": self.resources.to_dict(),
+            "options": self.options.to_dict(),
+            "fixed_smem": self.fixed_smem,
+            "fixed_tmem": self.fixed_tmem,
+            "cycles_per_unit": self.cycles_per_unit,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Problem:
+        """Inverse of :meth:`to_dict`."""
+        from twill.graph import _op_from_dict
+
+        return cls(
+            name=data["name"],
+            ops=tuple(_op_from_dict(o) for o in data["ops"]),
+            edges=tuple(Edge(index=i, **e) for i, e in enumerate(data["edges"])),
+            streaming=frozenset(data["streaming"]),
+            resources=Resources.from_dict(data["resources"]),
+            options=Options.from_dict(data["options"]),
+            fixed_smem=int(data["fixed_smem"]),
+            fixed_tmem=int(data["fixed_tmem"]),
+            cycles_per_unit=float(data["cycles_per_unit"]),
+        )
+
+
+def _cross_cost(graph: Graph, dep: Dependence, machine: Machine) -> int:
+    producer = graph.op(dep.src)
+    if dep.carrier == "register" and producer.spill_cost is not None:
+        return producer.spill_cost
+    return machine.handoff_cycles(dep.carrier, producer.result_bytes)
+
+
+def build_problem(graph: Graph, machine: Machine, options: Options | None = None) -> Problem:
+    """Resolve ``graph`` on ``machine`` into a :class:`Problem` in machine cycles.
+
+    Raises
+    ------
+    GraphError
+        The graph is malformed or uses a unit the machine lacks.
+    """
+    options = options or Options()
+    graph.check(machine.unit_names)
+    edges = tuple(
+        Edge(index=i, src=d.src, dst=d.dst, latency=graph.edge_latency(d), distance=d.distance,
+             blocking=d.blocking, carrier=d.carrier, cross=_cross_cost(graph, d, machine),
+             inplace=d.inplace)
+        for i, d in enumerate(graph.edges)
+    )
+    streaming = frozenset(op.name for op in graph.ops if graph.is_streaming(op.name))
+    return Problem(name=graph.name, ops=tuple(graph.ops), edges=edges, streaming=streaming,
+                   resources=Resources.from_machine(machine, options), options=options,
+                   fixed_smem=graph.fixed_smem, fixed_tmem=graph.fixed_tmem)
+
+
+def check_resources(problem: Problem) -> None:
+    """Arithmetic checks that need no solver: raise :class:`ResourceError` with the sums in the message.
+
+    * a register plan: every budget a legal ``setmaxnreg`` value, and their sum over threads within the
+      register file;
+    * a single value needing more registers per thread than any warp group may hold;
+    * loop-invariant SMEM/TMEM plus values that are live at every moment (accumulators, carried to
+      themselves) above the capacity, or any single value that cannot fit beside the invariant part.
+    """
+    res, opts = problem.resources, problem.options
+    if opts.register_plan is not None:
+        _check_plan(res, opts.register_plan)
+    cap = res.max_regs
+    if opts.register_plan:
+        cap = min(cap, max(opts.register_plan))
+    for op in problem.ops:
+        need = op.regs + res.group_overhead
+        if need > cap:
+            raise ResourceError(
+                f"op {op.name!r} needs {op.regs} registers per thread for its result + {res.group_overhead} "
+                f"group overhead = {need} > limit {cap} (source {op.source or '?'})", resource="registers")
+    _check_memory(problem, "smem", res.smem, problem.fixed_smem, "bytes")
+    if res.tmem or any(op.tmem for op in problem.ops):
+        _check_memory(problem, "tmem", res.tmem, problem.fixed_tmem, "columns")
+
+
+def _check_plan(res: Resources, plan: Sequence[int]) -> None:
+    bad = [r for r in plan if not res.budget_ok(r)]
+    if bad:
+        raise ResourceError(
+            f"register plan {list(plan)}: {bad} not multiples of {res.setmaxnreg_step} in "
+            f"[{res.setmaxnreg_min}, {res.setmaxnreg_max}] (setmaxnreg)", resource="register_file")
+    threads = 32 * res.warps_per_group
+    total = sum(threads * r for r in plan)
+    if total > res.register_file:
+        terms = " + ".join(f"{threads}x{r}" for r in plan)
+        raise ResourceError(
+            f"register plan {list(plan)} needs {terms} = {total} registers > register file "
+            f"{res.register_file}", resource="register_file")
+
+
+def _check_memory(problem: Problem, kind: str, capacity: int, fixed: int, unit: str) -> None:
+    def need(op: Op) -> int:
+        return op.smem if kind == "smem" else op.tmem
+
+    always = [op for op in problem.ops if need(op) and any(
+        e.src == op.name and e.dst == op.name and e.distance >= 1 for e in problem.edges)]
+    total = fixed + sum(need(op) for op in always)
+    if total > capacity:
+        terms = " + ".join([f"{fixed} loop-invariant"] + [f"{need(op)} ({op.name})" for op in always])
+        raise ResourceError(f"{kind}: values live for the whole loop need {terms} = {total} {unit} > "
+                            f"capacity {capacity} {unit}", resource=kind)
+    for op in problem.ops:
+        if need(op) and fixed + need(op) > capacity:
+            raise ResourceError(f"{kind}: op {op.name!r} needs {need(op)} {unit} + {fixed} loop-invariant "
+                                f"= {fixed + need(op)} > capacity {capacity} {unit}", resource=kind)

@@ -1,0 +1,349 @@
+"""The answer: a software-pipelined, warp-specialized schedule with its proof and its costs.
+
+A :class:`Schedule` holds the problem it solves (in normalized time units), the initiation interval, each
+op's start in iteration 0 and warp group, the warp groups with their register budgets, buffer depths, the
+optimality :class:`Certificate` and per-phase :class:`PhaseStats`. Derived views (stage of an op, the
+prologue / steady state / epilogue listings, the straight-line length ``T``) are properties. It
+round-trips through JSON (:meth:`Schedule.to_json`, :meth:`Schedule.from_json`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from twill.errors import TwillError
+from twill.liveness import memory_intervals, register_intervals
+from twill.problem import Problem
+
+__all__ = ["SCHEMA_VERSION", "Attempt", "Certificate", "OpSlot", "PhaseStats", "Schedule", "WarpGroup"]
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class OpSlot:
+    """Where one op runs: ``start`` in iteration 0 (time units), its ``stage`` and ``warp_group``."""
+
+    name: str
+    start: int
+    stage: int
+    warp_group: int
+
+
+@dataclass(frozen=True)
+class WarpGroup:
+    """One warp group (an instruction stream) of the warp-specialized loop.
+
+    Attributes
+    ----------
+    index : int
+        Group number (0 is the variable-latency producer group when there is one).
+    ops : tuple of str
+        Its ops, by start time.
+    warps : int
+        Warps it runs (whole hardware warpgroups of 4).
+    registers : int
+        ``setmaxnreg`` value to give it: the model's need, raised so that all groups share the whole
+        register file (a multiple of 8 in [24, 256]).
+    registers_needed : int
+        The smallest budget the model allows (peak live registers per thread plus overhead, rounded).
+    role : str
+        ``producer`` (variable-latency ops), ``consumer`` or ``compute``.
+    """
+
+    index: int
+    ops: tuple[str, ...]
+    warps: int
+    registers: int
+    registers_needed: int
+    role: str
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What the search proved at one ``(II, stage window)``.
+
+    ``phase`` is ``bounds``, ``modulo``, ``joint`` or ``heuristic``; ``status`` is ``infeasible``,
+    ``unsat``, ``sat``, ``timeout``, ``skipped`` or ``invalid``; ``reason`` says why in words.
+    """
+
+    ii: int
+    stages: int | None
+    phase: str
+    status: str
+    wall_s: float
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """The optimality proof of a schedule.
+
+    Attributes
+    ----------
+    lower_bound : int
+        ``max(ResMII, RecMII)`` of the normalized problem.
+    res_mii, rec_mii : int
+        The two bounds.
+    proven_optimal : bool
+        Every II below the schedule's was proven infeasible (no time limit hit), and the length and the
+        secondary objectives were proven minimal.
+    attempts : tuple of Attempt
+        Everything tried, in order.
+    stage_slack : int
+        Stage windows tried beyond the modulo schedule's (0: the paper's Algorithm 1).
+    notes : tuple of str
+        Plain-language remarks (normalization collapses, time limits).
+    """
+
+    lower_bound: int
+    res_mii: int
+    rec_mii: int
+    proven_optimal: bool
+    attempts: tuple[Attempt, ...]
+    stage_slack: int = 0
+    notes: tuple[str, ...] = ()
+
+    def ruled_out(self) -> dict[int, str]:
+        """For each II below the answer, why it failed (the last attempt's reason)."""
+        out: dict[int, str] = {}
+        for a in self.attempts:
+            if a.status != "sat":
+                out[a.ii] = f"{a.phase} {a.status}" + (f": {a.reason}" if a.reason else "")
+        return out
+
+
+@dataclass(frozen=True)
+class PhaseStats:
+    """Time and size of one solver phase (``bounds``, ``normalize``, ``modulo``, ``joint``, ``verify``)."""
+
+    phase: str
+    wall_s: float
+    calls: int = 1
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A modulo schedule with a warp assignment.
+
+    Attributes
+    ----------
+    problem : Problem
+        The normalized problem it solves (ops, edges, machine limits, options).
+    ii : int
+        Initiation interval in normalized units.
+    length : int
+        ``L``, the length of one iteration's schedule.
+    slots : mapping of str to OpSlot
+        Per op: start, stage, warp group.
+    warp_groups : tuple of WarpGroup
+        Groups in index order.
+    certificate : Certificate
+    stats : tuple of PhaseStats
+    strategy : str
+        ``joint`` (Algorithm 1) or ``swp`` (modulo schedule plus the fixed split).
+    normalization : mapping
+        The cost normalization used (``raw``, ``scaled``, ``cycles_per_unit``, ``collapses``).
+    bounds_cycles : mapping of str to int
+        ResMII, RecMII and the critical path of the problem in machine cycles.
+    """
+
+    problem: Problem
+    ii: int
+    length: int
+    slots: Mapping[str, OpSlot]
+    warp_groups: tuple[WarpGroup, ...]
+    certificate: Certificate
+    stats: tuple[PhaseStats, ...] = ()
+    strategy: str = "joint"
+    normalization: Mapping[str, Any] = field(default_factory=dict)
+    bounds_cycles: Mapping[str, int] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------------ derived
+    @property
+    def machine(self) -> str:
+        """Name of the machine scheduled for."""
+        return self.problem.resources.machine
+
+    @property
+    def stages(self) -> int:
+        """Copies of an iteration in flight: ``ceil(L / II)``."""
+        return max(1, math.ceil(self.length / self.ii))
+
+    @property
+    def total_length(self) -> int:
+        """``T = (ceil(L/II) - 1) * II + L``: length of prologue + one steady state + epilogue."""
+        return (self.stages - 1) * self.ii + self.length
+
+    @property
+    def ii_cycles(self) -> float:
+        """II in machine cycles (normalized II times cycles per unit)."""
+        return self.ii * self.problem.cycles_per_unit
+
+    @property
+    def start(self) -> dict[str, int]:
+        """Start of each op in iteration 0."""
+        return {n: s.start for n, s in self.slots.items()}
+
+    @property
+    def group(self) -> dict[str, int]:
+        """Warp group of each op."""
+        return {n: s.warp_group for n, s in self.slots.items()}
+
+    def buffer_depths(self) -> dict[str, int]:
+        """Copies of each value alive at once (its buffer depth): ``ceil(lifetime / II)`` at least 1.
+
+        Register values, SMEM values (streaming loads include their prefetch) and TMEM values.
+        """
+        out: dict[str, int] = {}
+        intervals = (register_intervals(self.problem, self.ii, self.start, self.group)
+                     + memory_intervals(self.problem, self.ii, self.start, self.group, "smem")
+                     + memory_intervals(self.problem, self.ii, self.start, self.group, "tmem"))
+        for iv in intervals:
+            if iv.what in self.slots:
+                out[iv.what] = max(out.get(iv.what, 1), max(1, math.ceil(iv.length / self.ii)))
+        return dict(sorted(out.items()))
+
+    def listing(self) -> dict[str, list[tuple[int, str, int, int]]]:
+        """The straight-line program: ``(time, op, iteration, group)`` rows of prologue, steady state and
+        epilogue. The steady state is the window ``[(n-1) II, n II)`` that repeats once per iteration."""
+        n, ii = self.stages, self.ii
+        rows = []
+        for name, slot in self.slots.items():
+            for i in range(n):
+                rows.append((slot.start + i * ii, name, i, slot.warp_group))
+        rows.sort()
+        return {
+            "prologue": [r for r in rows if r[0] < (n - 1) * ii],
+            "steady_state": [r for r in rows if (n - 1) * ii <= r[0] < n * ii],
+            "epilogue": [r for r in rows if r[0] >= n * ii],
+        }
+
+    # ------------------------------------------------------------------------ JSON
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data: at least ``ii``, ``length``, ``ops``, ``warp_groups`` and ``certificate``."""
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "kind": "twill.schedule",
+            "machine": self.machine,
+            "strategy": self.strategy,
+            "ii": self.ii,
+            "ii_cycles": round(self.ii_cycles, 1),
+            "length": self.length,
+            "stages": self.stages,
+            "total_length": self.total_length,
+            "ops": [
+                {"name": s.name, "start": s.start, "stage": s.stage, "warp_group": s.warp_group}
+                for s in sorted(self.slots.values(), key=lambda s: (s.start, s.name))
+            ],
+            "warp_groups": [
+                {"index": g.index, "ops": list(g.ops), "warps": g.warps, "registers": g.registers,
+                 "registers_needed": g.registers_needed, "role": g.role}
+                for g in self.warp_groups
+            ],
+            "buffer_depths": self.buffer_depths(),
+            "certificate": {
+                "lower_bound": self.certificate.lower_bound,
+                "res_mii": self.certificate.res_mii,
+                "rec_mii": self.certificate.rec_mii,
+                "proven_optimal": self.certificate.proven_optimal,
+                "stage_slack": self.certificate.stage_slack,
+                "notes": list(self.certificate.notes),
+                "attempts": [a.__dict__ for a in self.certificate.attempts],
+            },
+            "stats": [s.__dict__ for s in self.stats],
+            "normalization": dict(self.normalization),
+            "bounds_cycles": dict(self.bounds_cycles),
+            "problem": self.problem.to_dict(),
+        }
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        """JSON text of :meth:`to_dict` (keys in a fixed order, so equal schedules give equal text)."""
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Schedule:
+        """Inverse of :meth:`to_dict`.
+
+        Raises
+        ------
+        TwillError
+            The data is not a twill schedule (wrong ``kind`` or ``schema_version``, missing fields).
+        """
+        if not isinstance(data, Mapping) or data.get("kind") != "twill.schedule":
+            raise TwillError("not a twill schedule: the JSON has no \"kind\": \"twill.schedule\"")
+        if data.get("schema_version") != SCHEMA_VERSION:
+            raise TwillError(f"schedule schema_version {data.get('schema_version')!r} is not supported "
+                             f"(this twill reads {SCHEMA_VERSION})")
+        try:
+            problem = Problem.from_dict(data["problem"])
+            ii = int(data["ii"])
+            slots = {o["name"]: OpSlot(o["name"], int(o["start"]), int(o["stage"]), int(o["warp_group"]))
+                     for o in data["ops"]}
+            groups = tuple(WarpGroup(int(g["index"]), tuple(g["ops"]), int(g["warps"]), int(g["registers"]),
+                                     int(g["registers_needed"]), str(g["role"])) for g in data["warp_groups"])
+            c = data["certificate"]
+            cert = Certificate(int(c["lower_bound"]), int(c["res_mii"]), int(c["rec_mii"]),
+                               bool(c["proven_optimal"]), tuple(Attempt(**a) for a in c["attempts"]),
+                               int(c.get("stage_slack", 0)), tuple(c.get("notes", ())))
+            stats = tuple(PhaseStats(**s) for s in data.get("stats", ()))
+            return cls(problem, ii, int(data["length"]), slots, groups, cert, stats,
+                       str(data.get("strategy", "joint")), dict(data.get("normalization", {})),
+                       dict(data.get("bounds_cycles", {})))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TwillError(f"schedule JSON is malformed: {exc!r}") from exc
+
+    @classmethod
+    def from_json(cls, text: str) -> Schedule:
+        """Parse JSON text written by :meth:`to_json`; :class:`TwillError` if it is not one."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise TwillError(f"not JSON: {exc}") from exc
+        return cls.from_dict(data)
+
+
+def make_groups(problem: Problem, start: Mapping[str, int], group: Mapping[str, int],
+                warps: Mapping[int, int], needed: Mapping[int, int]) -> tuple[WarpGroup, ...]:
+    """Warp groups with a ``setmaxnreg`` plan that hands spare registers to the compute groups.
+
+    Each group gets at least its need; what the register file has left is spread over the non-producer
+    groups in steps of the machine's granularity, up to the per-thread limit rounded down to the step,
+    largest need first.
+    """
+    res = problem.resources
+    used = sorted(set(group.values()))
+    threads = {g: res.group_threads(warps[g]) for g in used}
+    plan = {g: needed[g] for g in used}
+    cap = min(res.setmaxnreg_max, res.max_regs // res.setmaxnreg_step * res.setmaxnreg_step)
+    if problem.options.register_plan is None:
+        producer = {g for g in used if all(problem.op(n).variable_latency for n in group if group[n] == g)}
+        takers = sorted((g for g in used if g not in producer), key=lambda g: (-needed[g], g))
+        spare = res.register_file - sum(threads[g] * plan[g] for g in used)
+        progress = True
+        while progress and takers:
+            progress = False
+            for g in takers:
+                cost = threads[g] * res.setmaxnreg_step
+                if plan[g] + res.setmaxnreg_step <= max(cap, needed[g]) and cost <= spare:
+                    plan[g] += res.setmaxnreg_step
+                    spare -= cost
+                    progress = True
+    out = []
+    for g in used:
+        ops = tuple(sorted((n for n in group if group[n] == g), key=lambda n: (start[n], n)))
+        vl = all(problem.op(n).variable_latency for n in ops)
+        out.append(WarpGroup(g, ops, warps[g], plan[g], needed[g],
+                             "producer" if vl else ("consumer" if problem.has_vl else "compute")))
+    return tuple(out)
+
+
+def slots_from(start: Mapping[str, int], group: Mapping[str, int], ii: int,
+               order: Sequence[str]) -> dict[str, OpSlot]:
+    """OpSlots in graph order."""
+    return {n: OpSlot(n, start[n], start[n] // ii, group[n]) for n in order}

@@ -1,0 +1,314 @@
+"""Algorithm 1 of the paper: search II upward, and at each II the whole window of lengths, for the first
+joint schedule; the first answer has the highest throughput the model allows.
+
+For each II from ``max(ResMII, RecMII)``: the modulo ILP proves II infeasible or gives the least length
+``LEN(M)``; the joint SMT is then asked for any schedule with ``ceil(L / II) = ceil(LEN(M) / II)`` (one
+call covers the whole window, and is then tightened to the least ``L``). ``stage_slack`` widens the search
+to that many further windows per II. Every failure is recorded in the :class:`~twill.schedule.Certificate`.
+
+The Twill-SWP variant (``strategy="swp"``) takes the modulo ILP's schedule as is and splits it with a fixed
+rule (variable-latency ops on a producer group, everything else on one consumer group), then keeps the
+first II where that split passes :func:`twill.verify.verify`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from twill.bounds import Bounds, bounds
+from twill.errors import InfeasibleError, InterruptedSolveError, SolverError
+from twill.graph import Graph
+from twill.ilp import SolveStatus
+from twill.joint import JointResult, solve_joint
+from twill.liveness import fold, register_intervals
+from twill.machine import Machine, load_machine
+from twill.modulo import ModuloResult, modulo_schedule
+from twill.normalize import Normalization, normalize_problem
+from twill.problem import Options, Problem, build_problem, check_resources
+from twill.schedule import Attempt, Certificate, PhaseStats, Schedule, make_groups, slots_from
+from twill.smt import CheckResult
+from twill.verify import violations
+
+__all__ = ["STRATEGIES", "schedule"]
+
+logger = logging.getLogger(__name__)
+STRATEGIES = ("joint", "swp")
+Progress = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class _Run:
+    """Mutable bookkeeping of one search."""
+
+    problem: Problem
+    bound: Bounds
+    deadline: float | None
+    progress: Progress | None
+    started: float
+    attempts: list[Attempt]
+    phase_time: dict[str, float]
+    phase_calls: dict[str, int]
+    timed_out: bool = False
+
+    def note(self, attempt: Attempt) -> None:
+        self.attempts.append(attempt)
+        logger.debug("II=%d stages=%s %s %s in %.2fs %s", attempt.ii, attempt.stages, attempt.phase,
+                     attempt.status, attempt.wall_s, attempt.reason)
+        self.emit("attempt", ii=attempt.ii, stages=attempt.stages, phase=attempt.phase, status=attempt.status)
+
+    def emit(self, event: str, **info: Any) -> None:
+        if self.progress is not None:
+            self.progress({"event": event, "elapsed": time.monotonic() - self.started, **info})
+
+    def spend(self, phase: str, seconds: float, calls: int = 1) -> None:
+        self.phase_time[phase] = self.phase_time.get(phase, 0.0) + seconds
+        self.phase_calls[phase] = self.phase_calls.get(phase, 0) + calls
+
+    def left(self) -> float | None:
+        return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+
+
+def schedule(
+    graph: Graph,
+    machine: str | Machine = "h100",
+    *,
+    solver: str = "yices",
+    ilp: str = "cbc",
+    strategy: str = "joint",
+    time_limit: float | None = None,
+    max_groups: int | None = None,
+    register_limit: int | None = None,
+    register_plan: tuple[int, ...] | list[int] | None = None,
+    cross_group: bool = True,
+    max_stages: int | None = None,
+    stage_slack: int = 0,
+    prefetch: int = 1,
+    max_ii: int | None = None,
+    normalize_upper: int = 300,
+    progress: Progress | None = None,
+) -> Schedule:
+    """Find the optimal software-pipelined, warp-specialized schedule of a loop.
+
+    Parameters
+    ----------
+    graph : Graph
+        The loop body (machine cycles).
+    machine : str or Machine
+        Bundled machine name (``"h100"``, ``"h200"``, ``"b200"``), TOML path, or a loaded machine.
+    solver : str
+        SMT backend: ``"yices"`` (default) or ``"z3"``.
+    ilp : str
+        MILP backend for normalization and modulo scheduling: ``"cbc"`` or ``"highs"``.
+    strategy : str
+        ``"joint"`` (the paper's Algorithm 1) or ``"swp"`` (Twill-SWP: modulo schedule plus a fixed split).
+    time_limit : float, optional
+        Seconds for the whole search. When it runs out the best schedule found comes back marked not
+        proven optimal; with none found, :class:`InfeasibleError` says which IIs were decided.
+    max_groups, register_limit, register_plan, cross_group, max_stages, stage_slack, prefetch, max_ii :
+        See :class:`twill.problem.Options`.
+    normalize_upper : int
+        ``U`` of the cost normalization (paper §5.2: 300).
+    progress : callable, optional
+        Called with a dict per event (``phase``, ``ii``, ``stages``, ``elapsed`` ...).
+
+    Returns
+    -------
+    Schedule
+        Verified (:func:`twill.verify.verify` passed) before it is returned.
+
+    Raises
+    ------
+    GraphError, MachineError, ResourceError
+        Bad input, found before any solver runs.
+    InfeasibleError
+        No II up to ``max_ii`` admits a schedule (the certificate says why for each), or the time limit
+        ran out before any schedule was found.
+    InterruptedSolveError
+        Ctrl-C; carries the best schedule found so far, if any.
+    SolverUnavailableError
+        The requested backend cannot be loaded.
+    """
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy {strategy!r} is not one of {', '.join(STRATEGIES)}")
+    started = time.monotonic()
+    mach = load_machine(machine)
+    options = Options(max_groups=max_groups, register_limit=register_limit,
+                      register_plan=tuple(register_plan) if register_plan else None, cross_group=cross_group,
+                      max_stages=max_stages, stage_slack=stage_slack, prefetch=prefetch, max_ii=max_ii)
+    raw = build_problem(graph, mach, options)
+    check_resources(raw)
+    deadline = None if time_limit is None else started + time_limit
+    t0 = time.monotonic()
+    raw_bounds = bounds(raw)
+    norm_limit = None if time_limit is None else max(0.1, 0.2 * time_limit)
+    problem, norm = normalize_problem(raw, upper=normalize_upper, backend=ilp, time_limit=norm_limit)
+    bound = bounds(problem)
+    run = _Run(problem, bound, deadline, progress, started, [], {}, {})
+    run.spend("bounds+normalize", time.monotonic() - t0)
+    run.emit("bounds", res_mii=bound.res_mii, rec_mii=bound.rec_mii, mii=bound.mii)
+    limit_ii = options.max_ii or _sequential_ii(problem)
+    try:
+        found = _search(run, limit_ii, solver, ilp, strategy)
+    except KeyboardInterrupt as exc:
+        raise InterruptedSolveError("interrupted before any schedule was found") from exc
+    if found is None:
+        cert = _certificate(run, proven=False, extra=())
+        why = "time limit reached" if run.timed_out else f"no schedule for II in [{bound.mii}, {limit_ii}]"
+        raise InfeasibleError(f"{graph.name}: {why}; " + _summary(cert), certificate=cert)
+    sched = _finish(run, found, norm, raw_bounds, strategy)
+    problems = violations(sched)
+    if problems:
+        raise SolverError(f"internal error: the {strategy} schedule fails verification: {problems[0]}")
+    return sched
+
+
+def _sequential_ii(problem: Problem) -> int:
+    """An II at which running the ops one after another, waiting out every latency and hand-off, works."""
+    total = sum(op.cycles for op in problem.ops)
+    total += sum(e.latency + e.cross for e in problem.edges)
+    return max(1, total)
+
+
+def _summary(cert: Certificate) -> str:
+    ruled = cert.ruled_out()
+    if not ruled:
+        return "nothing was decided"
+    lo, hi = min(ruled), max(ruled)
+    return f"II {lo}..{hi} ruled out ({len(ruled)} values); last: {ruled[hi]}"
+
+
+def _search(run: _Run, limit_ii: int, solver: str, ilp: str, strategy: str) -> tuple | None:
+    opts = run.problem.options
+    for ii in range(run.bound.mii, limit_ii + 1):
+        if run.deadline is not None and time.monotonic() >= run.deadline:
+            run.timed_out = True
+            return None
+        run.emit("ii", ii=ii)
+        mod = _modulo(run, ii, ilp)
+        if mod is None:
+            continue
+        first = math.ceil(mod.length / ii)
+        if strategy == "swp":
+            found = _swp(run, ii, mod)
+            if found is not None:
+                return found
+            continue
+        for stages in range(first, first + opts.stage_slack + 1):
+            if opts.max_stages is not None and stages > opts.max_stages:
+                run.note(Attempt(ii, stages, "joint", "skipped", 0.0,
+                                 f"{stages} stages > max_stages = {opts.max_stages}"))
+                break
+            res = _joint(run, ii, stages, mod, solver)
+            if res is not None:
+                return ("joint", ii, res, mod)
+    return None
+
+
+def _modulo(run: _Run, ii: int, ilp: str) -> ModuloResult | None:
+    run.emit("phase", phase="modulo", ii=ii)
+    mod = modulo_schedule(run.problem, ii, backend=ilp, time_limit=run.left())
+    run.spend("modulo", mod.wall_s)
+    if mod.status == SolveStatus.INFEASIBLE:
+        run.note(Attempt(ii, None, "modulo", "infeasible", mod.wall_s,
+                         "no modulo schedule meets the unit capacities and dependences"))
+        return None
+    if not mod.found:
+        run.timed_out = True
+        run.note(Attempt(ii, None, "modulo", "timeout", mod.wall_s, "time limit in the modulo ILP"))
+        return None
+    return mod
+
+
+def _joint(run: _Run, ii: int, stages: int, mod: ModuloResult, solver: str) -> JointResult | None:
+    run.emit("phase", phase="joint", ii=ii, stages=stages)
+    res = solve_joint(run.problem, ii, stages, min_length=mod.length, backend=solver, deadline=run.deadline)
+    run.spend("joint", res.wall_s, res.checks)
+    window = f"L in ({(stages - 1) * ii}, {stages * ii}]"
+    if res.status == CheckResult.SAT:
+        run.note(Attempt(ii, stages, "joint", "sat", res.wall_s, f"L = {res.length}"))
+        return res
+    if res.status == CheckResult.UNSAT:
+        run.note(Attempt(ii, stages, "joint", "unsat", res.wall_s,
+                         f"no joint schedule with {window}"))
+        return None
+    run.timed_out = True
+    run.note(Attempt(ii, stages, "joint", res.status.value, res.wall_s, f"undecided for {window}"))
+    if res.status == CheckResult.INTERRUPTED:
+        raise KeyboardInterrupt
+    return None
+
+
+def _swp(run: _Run, ii: int, mod: ModuloResult) -> tuple | None:
+    """Twill-SWP: the modulo schedule, variable-latency ops on group 0, the rest on group 1."""
+    p = run.problem
+    group = {op.name: (0 if op.variable_latency else (1 if p.has_vl else 0)) for op in p.ops}
+    warps = {g: max([p.op(n).warps for n in group if group[n] == g] + [1]) for g in set(group.values())}
+    warps = {g: p.resources.group_threads(w) // 32 for g, w in warps.items()}
+    needed = _needed_budgets(p, ii, mod.start, group)
+    fake = JointResult(ii, math.ceil(mod.length / ii), CheckResult.SAT, mod.start, group, needed, warps,
+                       mod.length, {"length": mod.status == SolveStatus.OPTIMAL})
+    trial = _finish(run, ("swp", ii, fake, mod), None, {}, "swp", record=False)
+    bad = violations(trial)
+    if bad:
+        run.note(Attempt(ii, fake.stages, "heuristic", "invalid", 0.0, str(bad[0])))
+        return None
+    run.note(Attempt(ii, fake.stages, "heuristic", "sat", 0.0, f"L = {mod.length}"))
+    return ("swp", ii, fake, mod)
+
+
+def _needed_budgets(p: Problem, ii: int, start: dict[str, int], group: dict[str, int]) -> dict[int, int]:
+    """Smallest legal setmaxnreg per group for the model's peak live registers (plain folding)."""
+    res = p.resources
+    out = {}
+    intervals = register_intervals(p, ii, start, group)
+    for g in set(group.values()):
+        peak = max(fold([iv for iv in intervals if iv.group == g], ii, res.group_overhead))
+        out[g] = min(res.setmaxnreg_max, res.round_budget(peak))
+    return out
+
+
+def _certificate(run: _Run, *, proven: bool, extra: tuple[str, ...]) -> Certificate:
+    b = run.bound
+    return Certificate(b.mii, b.res_mii, b.rec_mii, proven, tuple(run.attempts),
+                       run.problem.options.stage_slack, extra)
+
+
+def _finish(run: _Run, found: tuple, norm: Normalization | None, raw_bounds: Any, strategy: str,
+            *, record: bool = True) -> Schedule:
+    _, ii, res, _mod = found
+    p = run.problem
+    start, group = dict(res.start), dict(res.group)
+    # Renumber groups densely, the variable-latency group first, then by first start time.
+    order = sorted(set(group.values()), key=lambda g: (
+        not all(p.op(n).variable_latency for n in group if group[n] == g),
+        min(start[n] for n in group if group[n] == g), g))
+    remap = {g: i for i, g in enumerate(order)}
+    group = {n: remap[g] for n, g in group.items()}
+    needed = {remap[g]: v for g, v in res.budgets.items()}
+    warps = {remap[g]: v for g, v in res.group_warps.items()}
+    groups = make_groups(p, start, group, warps, needed)
+    undecided = any(a.status not in ("infeasible", "unsat", "sat", "skipped", "invalid")
+                    for a in run.attempts if a.ii < ii)
+    proven = not undecided and all(res.proven.values()) if strategy == "joint" else False
+    notes = []
+    if norm is not None:
+        notes += [f"normalization: {c}" for c in norm.collapses()]
+    if strategy == "swp":
+        notes.append("Twill-SWP: modulo schedule with a fixed split, not a joint optimum")
+    for goal, ok in res.proven.items():
+        if not ok:
+            notes.append(f"{goal} not proven minimal (time limit)")
+    stats = tuple(PhaseStats(ph, round(t, 4), run.phase_calls.get(ph, 1)) for ph, t in run.phase_time.items())
+    slots = slots_from(start, group, ii, p.names)
+    return Schedule(
+        problem=p, ii=ii, length=res.length, slots=slots, warp_groups=groups,
+        certificate=_certificate(run, proven=proven, extra=tuple(notes)), stats=stats, strategy=strategy,
+        normalization=norm.to_dict() if norm is not None else {},
+        bounds_cycles={"res_mii": raw_bounds.res_mii, "rec_mii": raw_bounds.rec_mii,
+                       "critical_path": raw_bounds.critical_path} if raw_bounds else {},
+    )

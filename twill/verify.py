@@ -1,0 +1,215 @@
+"""Independent re-check of a schedule against every constraint family, in plain Python.
+
+Nothing here calls a solver or reuses the SMT encoding: occupancy is folded cycle by cycle over the
+residues modulo II, lifetimes come from :mod:`twill.liveness`. :func:`violations` lists everything wrong;
+:func:`verify` raises :class:`~twill.errors.ScheduleError` naming the first violation, with the numbers.
+
+Families: ``uniqueness``, ``consistency``, ``completion``, ``stages``, ``dependence``, ``cross_warp``,
+``capacity``, ``memory`` (SMEM and TMEM), ``registers``, ``register_file``, ``variable_latency``,
+``group_shape``, ``blocking``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from twill.errors import ScheduleError
+from twill.liveness import fold, memory_intervals, register_intervals
+from twill.schedule import Schedule
+
+__all__ = ["FAMILIES", "verify", "violations"]
+
+FAMILIES = ("uniqueness", "consistency", "completion", "stages", "dependence", "cross_warp", "capacity",
+            "memory", "registers", "register_file", "variable_latency", "group_shape", "blocking")
+
+
+def verify(schedule: Schedule) -> None:
+    """Raise :class:`ScheduleError` for the first violated constraint; return None for a valid schedule."""
+    for err in _check(schedule):
+        raise err
+
+
+def violations(schedule: Schedule) -> list[ScheduleError]:
+    """Every violation found (an empty list for a valid schedule)."""
+    return list(_check(schedule))
+
+
+def _check(s: Schedule) -> Iterator[ScheduleError]:
+    for family in (_uniqueness, _consistency, _completion, _dependence, _capacity, _memory, _groups,
+                   _registers, _blocking):
+        found = list(family(s))
+        yield from found
+        if found and family in (_uniqueness, _consistency):
+            return  # later families need one well-formed slot per op
+
+
+def _uniqueness(s: Schedule) -> Iterator[ScheduleError]:
+    names = set(s.problem.names)
+    for n in names - set(s.slots):
+        yield ScheduleError(f"op {n!r} has no start time", family="uniqueness", op=n)
+    for n in set(s.slots) - names:
+        yield ScheduleError(f"slot {n!r} is not an op of the problem", family="uniqueness", op=n)
+    listed: dict[str, int] = {}
+    for g in s.warp_groups:
+        for n in g.ops:
+            if n in listed:
+                yield ScheduleError(f"op {n!r} is listed in warp groups {listed[n]} and {g.index}",
+                                    family="uniqueness", op=n)
+            listed[n] = g.index
+    for n in names - set(listed):
+        yield ScheduleError(f"op {n!r} is in no warp group", family="uniqueness", op=n)
+
+
+def _consistency(s: Schedule) -> Iterator[ScheduleError]:
+    if s.ii < 1:
+        yield ScheduleError(f"II = {s.ii} < 1", family="consistency")
+        return
+    listed = {n: g.index for g in s.warp_groups for n in g.ops}
+    for n, slot in s.slots.items():
+        if slot.stage != slot.start // s.ii:
+            yield ScheduleError(f"op {n!r}: stage {slot.stage} but start {slot.start} // II {s.ii} = "
+                                f"{slot.start // s.ii}", family="consistency", op=n)
+        if listed.get(n, slot.warp_group) != slot.warp_group:
+            yield ScheduleError(f"op {n!r}: slot says warp group {slot.warp_group}, group list says "
+                                f"{listed[n]}", family="consistency", op=n)
+
+
+def _completion(s: Schedule) -> Iterator[ScheduleError]:
+    for op in s.problem.ops:
+        start = s.slots[op.name].start
+        if start < 0:
+            yield ScheduleError(f"op {op.name!r} starts at {start} < 0", family="completion", op=op.name)
+        if start + op.cycles > s.length:
+            yield ScheduleError(f"op {op.name!r} ends at {start} + {op.cycles} = {start + op.cycles} > L = "
+                                f"{s.length}", family="completion", op=op.name)
+    limit = s.problem.options.max_stages
+    if limit is not None and s.stages > limit:
+        yield ScheduleError(f"{s.stages} stages (L = {s.length}, II = {s.ii}) > max_stages = {limit}",
+                            family="stages")
+
+
+def _dependence(s: Schedule) -> Iterator[ScheduleError]:
+    start, group = s.start, s.group
+    for e in s.problem.edges:
+        crossing = group[e.src] != group[e.dst]
+        need = start[e.src] + e.latency + (e.cross if crossing else 0)
+        have = start[e.dst] + e.distance * s.ii
+        if have < need:
+            extra = f" + hand-off {e.cross} (groups {group[e.src]} -> {group[e.dst]})" if crossing else ""
+            yield ScheduleError(
+                f"{e.label}: {e.dst} of iteration i+{e.distance} starts at {start[e.dst]} + {e.distance}*II"
+                f"({s.ii}) = {have}, before {e.src} at {start[e.src]} + d {e.latency}{extra} = {need}",
+                family="dependence", op=e.dst)
+        if crossing and e.carrier == "register" and not s.problem.options.cross_group:
+            yield ScheduleError(f"{e.label}: register value crosses from warp group {group[e.src]} to "
+                                f"{group[e.dst]}, but cross-group communication is forbidden",
+                                family="cross_warp", op=e.dst)
+
+
+def _capacity(s: Schedule) -> Iterator[ScheduleError]:
+    ii = s.ii
+    for unit, cap in s.problem.resources.units.items():
+        used = [0] * ii
+        who: list[list[str]] = [[] for _ in range(ii)]
+        for op in s.problem.ops:
+            for r in op.rrt:
+                if r.unit != unit:
+                    continue
+                for c in range(r.start, r.end):
+                    t = (s.slots[op.name].start + c) % ii
+                    used[t] += r.count
+                    who[t].append(op.name)
+        for t in range(ii):
+            if used[t] > cap:
+                ops = ", ".join(sorted(set(who[t])))
+                yield ScheduleError(f"unit {unit!r} needs {used[t]} > capacity {cap} at residue {t} "
+                                    f"(mod II {ii}): {ops}", family="capacity", op=who[t][0])
+                break
+
+
+def _memory(s: Schedule) -> Iterator[ScheduleError]:
+    p, res = s.problem, s.problem.resources
+    for kind, capacity, fixed, unit in (("smem", res.smem, p.fixed_smem, "bytes"),
+                                        ("tmem", res.tmem, p.fixed_tmem, "columns")):
+        intervals = memory_intervals(p, s.ii, s.start, s.group, kind)
+        if not intervals and not fixed:
+            continue
+        occ = fold(intervals, s.ii, fixed)
+        peak = max(occ)
+        if peak > capacity:
+            t = occ.index(peak)
+            live = [iv.what for iv in intervals if _covers(iv.start, iv.end, t, s.ii)]
+            yield ScheduleError(f"{kind} needs {peak} {unit} > capacity {capacity} at residue {t} "
+                                f"({fixed} loop-invariant; live: {', '.join(live)})", family="memory")
+
+
+def _covers(start: int, end: int, t: int, ii: int) -> bool:
+    return end - start >= ii or any((x - t) % ii == 0 for x in range(start, end))
+
+
+def _groups(s: Schedule) -> Iterator[ScheduleError]:
+    p, res = s.problem, s.problem.resources
+    vl_groups = {s.slots[op.name].warp_group for op in p.ops if op.variable_latency}
+    if len(vl_groups) > 1:
+        yield ScheduleError(f"variable-latency ops are spread over groups {sorted(vl_groups)}",
+                            family="variable_latency")
+    for op in p.ops:
+        if not op.variable_latency and s.slots[op.name].warp_group in vl_groups:
+            yield ScheduleError(f"op {op.name!r} has fixed latency but sits on the variable-latency group "
+                                f"{s.slots[op.name].warp_group}", family="variable_latency", op=op.name)
+    total_regs = total_warps = 0
+    for g in s.warp_groups:
+        shapes = {p.op(n).warps for n in g.ops if p.op(n).warps > 1}
+        if len(shapes) > 1:
+            yield ScheduleError(f"warp group {g.index} mixes ops of {sorted(shapes)} warps",
+                                family="group_shape")
+        need = max(shapes, default=1)
+        if g.warps < need or (shapes and g.warps != need):
+            yield ScheduleError(f"warp group {g.index} has {g.warps} warps; its ops need {need}",
+                                family="group_shape")
+        if not res.budget_ok(g.registers):
+            yield ScheduleError(f"warp group {g.index}: setmaxnreg {g.registers} is not a multiple of "
+                                f"{res.setmaxnreg_step} in [{res.setmaxnreg_min}, {res.setmaxnreg_max}]",
+                                family="register_file")
+        total_regs += res.group_threads(g.warps) * g.registers
+        total_warps += res.group_threads(g.warps) // 32
+    if total_regs > res.register_file:
+        terms = " + ".join(f"{res.group_threads(g.warps)}x{g.registers}" for g in s.warp_groups)
+        yield ScheduleError(f"budgets need {terms} = {total_regs} registers > register file "
+                            f"{res.register_file}", family="register_file")
+    if total_warps > res.max_warps:
+        yield ScheduleError(f"{total_warps} warps > {res.max_warps} per CTA", family="group_shape")
+
+
+def _registers(s: Schedule) -> Iterator[ScheduleError]:
+    p, res = s.problem, s.problem.resources
+    intervals = register_intervals(p, s.ii, s.start, s.group)
+    for g in s.warp_groups:
+        mine = [iv for iv in intervals if iv.group == g.index]
+        occ = fold(mine, s.ii, res.group_overhead)
+        limit = min(g.registers, res.max_regs)
+        peak = max(occ)
+        if peak > limit:
+            t = occ.index(peak)
+            live = [f"{iv.what} ({iv.weight})" for iv in mine if _covers(iv.start, iv.end, t, s.ii)]
+            yield ScheduleError(f"warp group {g.index} holds {peak} registers per thread at residue {t} "
+                                f"> limit {limit} ({res.group_overhead} overhead; live: {', '.join(live)})",
+                                family="registers")
+
+
+def _blocking(s: Schedule) -> Iterator[ScheduleError]:
+    p, start, group = s.problem, s.start, s.group
+    for v in p.ops:
+        waits = [e for e in p.in_edges(v.name)
+                 if e.src != v.name and (e.blocking or group[e.src] != group[v.name])]
+        if not waits:
+            continue
+        for o in p.ops:
+            if o.name == v.name or group[o.name] != group[v.name] or o.issue_cycles == 0:
+                continue
+            since = (start[v.name] - start[o.name]) % s.ii
+            if since < o.issue_cycles:
+                yield ScheduleError(
+                    f"{v.name} waits for {waits[0].src} at {start[v.name]} while {o.name} (same warp group "
+                    f"{group[v.name]}) is issuing: started {since} before (mod II {s.ii}), issues for "
+                    f"{o.issue_cycles}", family="blocking", op=v.name)
