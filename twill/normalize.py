@@ -83,22 +83,30 @@ class Normalization:
         return sum(k * c for k, c in zip(counts, self.raw, strict=True)) / total if total else 1.0
 
     def collapses(self, tolerance: float = 0.25) -> list[str]:
-        """Human-readable notes on costs that lost their meaning.
+        """Human-readable notes on costs that lost their meaning, one per normalized value.
 
-        A positive cost mapped to 0; two different costs mapped to the same value; a cost whose ratio to
-        ``cycles_per_unit`` is off by more than ``tolerance`` (relative).
+        Positive costs mapped to 0; different costs mapped to the same value (when their ideal values,
+        ``cost / cycles_per_unit``, differ by more than ``tolerance`` relative); a cost whose normalized
+        value is off its ideal by more than ``tolerance`` and at least one unit.
         """
         notes = []
         unit = self.cycles_per_unit
-        for i, (c, s) in enumerate(zip(self.raw, self.scaled, strict=True)):
+        by_value: dict[int, list[int]] = {}
+        for c, s in zip(self.raw, self.scaled, strict=True):
+            by_value.setdefault(s, []).append(c)
+        for s, costs in sorted(by_value.items()):
             if s == 0:
-                notes.append(f"{c} cycles collapsed to 0")
+                notes.append(f"{', '.join(map(str, costs))} cycles collapsed to 0")
                 continue
-            if i and self.scaled[i - 1] == s:
-                notes.append(f"{self.raw[i - 1]} and {c} cycles both became {s}")
-            ideal = c / unit
-            if abs(s - ideal) > tolerance * ideal and abs(s - ideal) >= 1:
-                notes.append(f"{c} cycles became {s} units, ideal {ideal:.2f} ({(s - ideal) / ideal:+.0%})")
+            if len(costs) > 1 and costs[-1] > (1 + tolerance) * costs[0]:
+                notes.append(f"{', '.join(map(str, costs))} cycles all became {s} unit(s) (ideal "
+                             f"{costs[0] / unit:.2f}..{costs[-1] / unit:.2f})")
+                continue
+            for c in costs:
+                ideal = c / unit
+                if abs(s - ideal) > tolerance * ideal and abs(s - ideal) >= 1:
+                    off = (s - ideal) / ideal
+                    notes.append(f"{c} cycles became {s} units, ideal {ideal:.2f} ({off:+.0%})")
         return notes
 
     def to_dict(self) -> dict[str, object]:

@@ -1,0 +1,263 @@
+"""The ``twill`` command line.
+
+::
+
+    twill schedule FILE.py[::KERNEL] --machine h100 [--constexpr K=V ...] [--json OUT] [--solver yices|z3]
+                   [--time-limit S] [--strategy joint|swp] [--max-groups N] [--register-limit R] ...
+    twill schedule FILE.ttgir --machine h100        # a TTGIR file
+    twill schedule FILE.py::build_graph             # a function returning a twill.Graph
+    twill show OUT.json                             # print a saved schedule
+    twill verify OUT.json                           # exit 0 only if the schedule is valid
+    twill machines                                  # list the bundled machines
+
+Exit codes: 0 success, 1 no schedule (infeasible or time limit), 2 bad input, 3 invalid schedule
+(``verify``), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from twill.errors import FrontendError, InfeasibleError, InterruptedSolveError, TwillError
+
+__all__ = ["load_graph", "main"]
+
+_err = Console(stderr=True)
+
+
+def _constexprs(pairs: Sequence[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise FrontendError(f"--constexpr {pair!r} must look like NAME=VALUE")
+        try:
+            out[key] = int(value)
+        except ValueError:
+            try:
+                out[key] = float(value)
+            except ValueError:
+                out[key] = {"True": True, "False": False}.get(value, value)
+    return out
+
+
+def _builder(path: Path, name: str) -> Any:
+    """The attribute ``name`` of the Python file ``path`` if it is a plain function (not a Triton kernel)."""
+    spec = importlib.util.spec_from_file_location(f"twill_input_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise FrontendError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    attr = getattr(module, name, None)
+    if attr is None or not callable(attr) or hasattr(attr, "run") or hasattr(attr, "fn"):
+        return None
+    return attr
+
+
+def load_graph(target: str, machine: str, constexprs: dict[str, Any] | None = None,
+               num_warps: int | None = None, num_stages: int | None = None) -> Any:
+    """The loop graph named on the command line: a kernel, a TTGIR file, a graph JSON or a builder function.
+
+    Raises
+    ------
+    FrontendError
+        The file does not exist or holds nothing twill can read.
+    """
+    from twill.graph import Graph
+
+    path_text, _, name = target.partition("::")
+    path = Path(path_text)
+    if not path.is_file():
+        raise FrontendError(f"no such file: {path_text}")
+    if path.suffix == ".ttgir":
+        from twill.frontend.lower import graph_from_ttgir
+
+        return graph_from_ttgir(path, machine)
+    if path.suffix == ".json":
+        import json
+
+        return Graph.from_dict(json.loads(path.read_text()))
+    if path.suffix != ".py":
+        raise FrontendError(f"{path_text}: expected a .py kernel file, a .ttgir file or a graph .json")
+    if name:
+        builder = _builder(path, name)
+        if builder is not None:
+            graph = builder()
+            if not isinstance(graph, Graph):
+                raise FrontendError(f"{target} returned {type(graph).__name__}, not a twill.Graph")
+            return graph
+    from twill.frontend.lower import graph_from_kernel
+
+    options: dict[str, Any] = {}
+    if num_warps:
+        options["num_warps"] = num_warps
+    if num_stages:
+        options["num_stages"] = num_stages
+    return graph_from_kernel(target, machine, constexprs=constexprs or None, **options)
+
+
+def _progress(status: Any) -> Any:
+    state: dict[str, Any] = {"ii": None}
+
+    def update(event: dict[str, Any]) -> None:
+        kind = event["event"]
+        if kind == "bounds":
+            state["bounds"] = f"MII {event['mii']} (ResMII {event['res_mii']}, RecMII {event['rec_mii']})"
+        elif kind == "ii":
+            state["ii"] = event["ii"]
+        elif kind == "phase":
+            window = f", {event['stages']} stage(s)" if event.get("stages") else ""
+            status.update(f"II = {event['ii']}{window}: {event['phase']}  [{event['elapsed']:.1f}s]  "
+                          f"{state.get('bounds', '')}")
+        elif kind == "attempt" and event["status"] != "sat":
+            _err.print(f"  II = {event['ii']}: {event['phase']} {event['status']} [{event['elapsed']:.1f}s]")
+
+    return update
+
+
+def _cmd_schedule(args: argparse.Namespace) -> int:
+    from twill.search import schedule
+    from twill.show import render
+
+    graph = load_graph(args.file, args.machine, _constexprs(args.constexpr), args.num_warps, args.num_stages)
+    console = Console()
+    console.print(f"[bold]{graph.name}[/]: {len(graph.ops)} ops, {len(graph.edges)} edges "
+                  f"(from {graph.source or args.file})")
+    started = time.monotonic()
+    with console.status("solving...") as status:
+        sched = schedule(
+            graph, args.machine, solver=args.solver, ilp=args.ilp, strategy=args.strategy,
+            time_limit=args.time_limit, max_groups=args.max_groups, register_limit=args.register_limit,
+            cross_group=not args.no_cross_group, max_stages=args.max_stages, stage_slack=args.stage_slack,
+            prefetch=args.prefetch, normalize_upper=args.normalize_upper, progress=_progress(status))
+    console.print(render(sched))
+    console.print(f"solved in {time.monotonic() - started:.1f}s")
+    if args.json:
+        Path(args.json).write_text(sched.to_json())
+        console.print(f"wrote {args.json}")
+    return 0
+
+
+def _read_schedule(path: str) -> Any:
+    from twill.schedule import Schedule
+
+    p = Path(path)
+    if not p.is_file():
+        raise TwillError(f"no such file: {path}")
+    return Schedule.from_json(p.read_text())
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    from twill.show import render
+
+    Console().print(render(_read_schedule(args.file)))
+    return 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from twill.verify import violations
+
+    found = violations(_read_schedule(args.file))
+    console = Console()
+    if not found:
+        console.print(f"[green]{args.file}: valid[/] (every constraint family holds)")
+        return 0
+    for err in found:
+        console.print(f"[red]violation[/] {err}")
+    return 3
+
+
+def _cmd_machines(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from twill.machine import known_machines, load_machine
+
+    table = Table(title="bundled machines")
+    for col in ("name", "arch", "description", "units (capacity)", "regs", "SMEM/CTA", "TMEM cols"):
+        table.add_column(col)
+    for name in known_machines():
+        m = load_machine(name)
+        units = ", ".join(f"{u.name}:{u.capacity}" for u in m.units.values())
+        table.add_row(m.name, m.arch, m.description, units, f"{m.register_file} (<= {m.max_regs_per_thread})",
+                      str(m.smem_per_cta), str(m.tmem_columns or "-"))
+    Console().print(table)
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="twill", description="Optimal software pipelining and warp "
+                                     "specialization for Tensor Core GPU loops.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("schedule", help="find the optimal schedule of a kernel's main loop")
+    p.add_argument("file", help="FILE.py[::KERNEL], FILE.py::graph_builder, FILE.ttgir or a graph .json")
+    p.add_argument("--machine", default="h100", help="bundled machine name or TOML path (default h100)")
+    p.add_argument("--constexpr", action="append", default=[], metavar="K=V", help="override a constexpr")
+    p.add_argument("--num-warps", type=int, help="compile with this many warps")
+    p.add_argument("--num-stages", type=int, help="compile with this num_stages")
+    p.add_argument("--json", metavar="OUT", help="write the schedule as JSON")
+    p.add_argument("--solver", default="yices", choices=("yices", "z3"), help="SMT backend")
+    p.add_argument("--ilp", default="cbc", choices=("cbc", "highs"), help="MILP backend")
+    p.add_argument("--strategy", default="joint", choices=("joint", "swp"),
+                   help="joint (Algorithm 1) or swp (modulo schedule + fixed split)")
+    p.add_argument("--time-limit", type=float, metavar="S", help="seconds for the whole search")
+    p.add_argument("--max-groups", type=int, help="warp groups offered to the solver")
+    p.add_argument("--register-limit", type=int, help="registers per thread per warp group")
+    p.add_argument("--no-cross-group", action="store_true",
+                   help="forbid register values crossing warp groups")
+    p.add_argument("--max-stages", type=int, help="largest number of pipeline stages")
+    p.add_argument("--stage-slack", type=int, default=0, help="extra stage windows tried per II")
+    p.add_argument("--prefetch", type=int, default=1, help="extra buffers per streaming load")
+    p.add_argument("--normalize-upper", type=int, default=300, help="U of the cost normalization")
+    p.set_defaults(func=_cmd_schedule)
+    p = sub.add_parser("show", help="print a saved schedule")
+    p.add_argument("file")
+    p.set_defaults(func=_cmd_show)
+    p = sub.add_parser("verify", help="re-check a saved schedule; exit 0 only if valid")
+    p.add_argument("file")
+    p.set_defaults(func=_cmd_verify)
+    p = sub.add_parser("machines", help="list the bundled machines")
+    p.set_defaults(func=_cmd_machines)
+    _optional_commands(sub)
+    return parser
+
+
+def _optional_commands(sub: Any) -> None:
+    """Subcommands that live in their own modules (each exposes ``add_parser`` and ``run``)."""
+    for module_name in ("twill.regs",):
+        try:
+            module = __import__(module_name, fromlist=["add_parser"])
+        except ImportError:
+            continue
+        module.add_parser(sub)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except InterruptedSolveError as exc:
+        _err.print(f"[yellow]interrupted[/]: {exc}")
+        return 130
+    except KeyboardInterrupt:
+        _err.print("[yellow]interrupted[/]")
+        return 130
+    except InfeasibleError as exc:
+        _err.print(f"[red]no schedule[/]: {exc}")
+        return 1
+    except TwillError as exc:
+        _err.print(f"[red]error[/] ({type(exc).__name__}): {exc}")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""Readable views of a schedule: rich tables for the terminal, or plain text.
+
+The library never prints; :func:`render` returns rich renderables and :func:`to_text` a string.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from twill.schedule import Schedule
+
+__all__ = ["render", "to_text"]
+
+
+def _summary(s: Schedule) -> Table:
+    cert = s.certificate
+    t = Table(title=f"{s.problem.name} on {s.machine} ({s.strategy})", show_header=False, box=None)
+    t.add_column(style="bold")
+    t.add_column()
+    t.add_row("II", f"{s.ii} units = {s.ii_cycles:.0f} cycles ({s.problem.cycles_per_unit:.1f} cycles/unit)")
+    t.add_row("L, T, stages", f"L = {s.length}, T = {s.total_length}, {s.stages} stage(s)")
+    t.add_row("lower bound", f"{cert.lower_bound} (ResMII {cert.res_mii}, RecMII {cert.rec_mii})")
+    if s.bounds_cycles:
+        b = s.bounds_cycles
+        t.add_row("bounds in cycles", f"ResMII {b.get('res_mii')}, RecMII {b.get('rec_mii')}, "
+                                      f"critical path {b.get('critical_path')}")
+    proof = "proven optimal" if cert.proven_optimal else "NOT proven optimal"
+    t.add_row("certificate", Text(proof, style="green" if cert.proven_optimal else "red"))
+    return t
+
+
+def _ops(s: Schedule) -> Table:
+    t = Table(title="ops by start (iteration 0)")
+    for col in ("start", "stage", "group", "op", "kind", "cycles", "units", "regs", "smem B", "tmem"):
+        t.add_column(col, justify="right" if col not in ("op", "kind", "units") else "left")
+    for slot in sorted(s.slots.values(), key=lambda x: (x.start, x.warp_group, x.name)):
+        op = s.problem.op(slot.name)
+        units = ", ".join(f"{r.unit}:{r.cycles}" for r in op.rrt)
+        t.add_row(str(slot.start), str(slot.stage), str(slot.warp_group), slot.name, op.kind, str(op.cycles),
+                  units, str(op.regs or ""), str(op.smem or ""), str(op.tmem or ""))
+    return t
+
+
+def _groups(s: Schedule) -> Table:
+    t = Table(title="warp groups")
+    for col in ("group", "role", "warps", "setmaxnreg", "needed", "ops"):
+        t.add_column(col)
+    for g in s.warp_groups:
+        t.add_row(str(g.index), g.role, str(g.warps), str(g.registers), str(g.registers_needed),
+                  ", ".join(g.ops))
+    return t
+
+
+def _steady(s: Schedule) -> Table:
+    rows = s.listing()["steady_state"]
+    t = Table(title=f"steady state (one II, cycles {(s.stages - 1) * s.ii}..{s.stages * s.ii - 1} of T)")
+    t.add_column("t")
+    groups = sorted({g.index for g in s.warp_groups})
+    for g in groups:
+        t.add_column(f"group {g}")
+    by_time: dict[int, dict[int, list[str]]] = {}
+    for time_, name, it, g in rows:
+        by_time.setdefault(time_, {}).setdefault(g, []).append(f"{name}[i{'+' if it else ''}{it or ''}]")
+    for time_ in sorted(by_time):
+        t.add_row(str(time_), *(", ".join(by_time[time_].get(g, [])) for g in groups))
+    return t
+
+
+def _certificate(s: Schedule) -> Iterator[object]:
+    cert = s.certificate
+    t = Table(title="search (certificate)")
+    for col in ("II", "stages", "phase", "status", "s", "reason"):
+        t.add_column(col)
+    for a in cert.attempts:
+        t.add_row(str(a.ii), "" if a.stages is None else str(a.stages), a.phase, a.status, f"{a.wall_s:.2f}",
+                  a.reason)
+    yield t
+    for note in cert.notes:
+        yield Text(f"note: {note}", style="yellow")
+
+
+def _stats(s: Schedule) -> Table:
+    t = Table(title="solve statistics")
+    for col in ("phase", "seconds", "calls"):
+        t.add_column(col)
+    for p in s.stats:
+        t.add_row(p.phase, f"{p.wall_s:.2f}", str(p.calls))
+    return t
+
+
+def render(schedule: Schedule) -> Group:
+    """All views of ``schedule`` as one rich renderable."""
+    parts: list[object] = [_summary(schedule), _ops(schedule), _groups(schedule), _steady(schedule)]
+    depths = schedule.buffer_depths()
+    if depths:
+        t = Table(title="buffer depths (copies alive at once)")
+        t.add_column("value")
+        t.add_column("copies")
+        for name, depth in depths.items():
+            t.add_row(name, str(depth))
+        parts.append(t)
+    parts.extend(_certificate(schedule))
+    if schedule.stats:
+        parts.append(_stats(schedule))
+    return Group(*parts)
+
+
+def to_text(schedule: Schedule, width: int = 120) -> str:
+    """The views of :func:`render` as plain text."""
+    console = Console(width=width, record=True, file=io.StringIO(), color_system=None)
+    console.print(render(schedule))
+    return console.export_text()
