@@ -214,7 +214,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cross-group", action="store_true",
                    help="forbid register values crossing warp groups")
     p.add_argument("--max-stages", type=int, help="largest number of pipeline stages")
-    p.add_argument("--stage-slack", type=int, default=0, help="extra stage windows tried per II")
+    p.add_argument("--stage-slack", type=int, default=1,
+                   help="stage windows tried per II beyond the modulo schedule's (0: the paper's Algorithm 1)")
     p.add_argument("--prefetch", type=int, default=1, help="extra buffers per streaming load")
     p.add_argument("--normalize-upper", type=int, default=300, help="U of the cost normalization")
     p.set_defaults(func=_cmd_schedule)

@@ -1,6 +1,7 @@
 """The QF_LIA formula of the joint problem at one ``(II, n)``, built with pySMT (paper §4, Figs. 4-6).
 
-Unknowns: an integer start ``start[v]`` of every op in iteration 0 and an integer warp group ``wg[v]``.
+Unknowns: an integer start ``start[v]`` of every op in iteration 0 and its warp group as one-hot Booleans
+``wg[v]=w``.
 Iteration ``i`` of ``v`` starts at ``start[v] + i*II``, which is the paper's CONSISTENCY constraint; a
 copy outside ``[0, n)`` does not exist. Every "modulo II" question is asked of explicit copies: two
 intervals overlap modulo II iff some shift ``k*II`` (``k`` from a small, precomputed range) makes them
@@ -50,9 +51,9 @@ class Item:
     """``weight`` units of a resource held from ``start[op] + offset`` until ``end``.
 
     ``end`` is an INT term with bounds ``end_lo``/``end_hi`` (a value whose life depends on its uses) or
-    ``None`` with a constant ``length``. ``group`` is the INT term of the holding warp group for per-group
-    resources; ``cond`` a Bool term when the item exists only sometimes (cross-group hand-offs);
-    ``holder`` the op whose group holds it; ``cross`` the edge whose crossing creates it.
+    ``None`` with a constant ``length``. ``cond`` is a Bool term when the item exists only sometimes
+    (cross-group hand-offs); ``holder`` the op whose warp group holds it (per-group resources);
+    ``cross`` the edge whose crossing creates it.
     """
 
     op: str
@@ -61,7 +62,6 @@ class Item:
     length: int = 0
     end: Any = None
     end_hi: int = 0
-    group: Any = None
     cond: Any = None
     holder: str | None = None
     cross: tuple[str, str] | None = None
@@ -102,7 +102,11 @@ class Encoder:
         self.vl = problem.has_vl
         m = self.m
         self.s = {op.name: m.Symbol(f"start[{op.name}]", INT) for op in problem.ops}
-        self.g = {op.name: m.Symbol(f"wg[{op.name}]", INT) for op in problem.ops}
+        first = 1 if self.vl else 0
+        self.groups_of = {op.name: ([0] if op.variable_latency else list(range(first, self.pool)))
+                          for op in problem.ops}
+        self.opw = {op.name: {w: m.Symbol(f"wg[{op.name}]={w}") for w in self.groups_of[op.name]}
+                    for op in problem.ops}
         self.hi = {op.name: self.lmax - op.cycles for op in problem.ops}
         self.length = m.Symbol("L", INT)
         self.budget = [m.Symbol(f"regs[{w}]", INT) for w in range(self.pool)]
@@ -113,6 +117,7 @@ class Encoder:
         self.added: dict[tuple[str, int], Any] = {}
         self.scoped: list[Any] = []
         self.reg_total: Any = None
+        self.handoff_total: Any = None
         self.feasible = True
 
     # ------------------------------------------------------------------------ term helpers
@@ -132,13 +137,29 @@ class Encoder:
         return self.m.Times(self.int_(k), term)
 
     def same(self, u: str, v: str) -> Any:
-        """``wg[u] = wg[v]`` (cached)."""
+        """A Bool that holds iff ``u`` and ``v`` sit on the same warp group (defined once per pair)."""
+        m = self.m
         if u == v:
-            return self.m.TRUE()
+            return m.TRUE()
         key = (u, v) if u < v else (v, u)
         if key not in self._same:
-            self._same[key] = self.m.Equals(self.g[key[0]], self.g[key[1]])
+            common = sorted(set(self.opw[u]) & set(self.opw[v]))
+            if not common:
+                self._same[key] = m.FALSE()
+            elif len(self.opw[u]) == 1 and len(self.opw[v]) == 1:
+                self._same[key] = m.TRUE()
+            else:
+                eq = m.Symbol(f"same[{key[0]}][{key[1]}]")
+                self.add(m.Iff(eq, m.Or([m.And(self.opw[u][w], self.opw[v][w]) for w in common])))
+                self._same[key] = eq
         return self._same[key]
+
+    def group_of(self, op: str, values: Mapping[int, Any], default: Any) -> Any:
+        """``values[w]`` for the group ``w`` of ``op`` (an if-then-else over the one-hot group)."""
+        term = default
+        for w in reversed(self.groups_of[op]):
+            term = self.m.Ite(self.opw[op][w], values[w], term) if w in values else term
+        return term
 
     def before(self, u: str, cu: int, v: str, cv: int, strict: bool = False) -> Any:
         """``start[u] + cu <= start[v] + cv`` (``<`` when strict), folded to a constant when ``u == v``."""
@@ -259,7 +280,8 @@ class Encoder:
                 self.add(m.Implies(guard, m.And(clear)))
 
     def groups(self) -> None:
-        """Warp uniqueness, variable-latency isolation, group shape, symmetry breaking and budgets."""
+        """Warp uniqueness (one-hot), variable-latency isolation (group 0 holds exactly the
+        variable-latency ops), group shape, symmetry breaking and budgets."""
         m, res = self.m, self.p.resources
         per = res.warps_per_group
         first = 1 if self.vl else 0
@@ -267,35 +289,38 @@ class Encoder:
         if self.vl and self.pool < 2 and compute:
             self.feasible = False
         for op in self.p.ops:
-            g = self.g[op.name]
-            if op.variable_latency:
-                self.add(m.Equals(g, self.int_(0)))
-            else:
-                self.add(m.And(m.GE(g, self.int_(first)), m.LT(g, self.int_(self.pool))))
+            choice = list(self.opw[op.name].values())
+            self.add(m.Or(choice))
+            for i, a in enumerate(choice):
+                for b in choice[i + 1:]:
+                    self.add(m.Not(m.And(a, b)))
         self._symmetry(compute, first)
         shapes = sorted({max(1, -(-op.warps // per)) for op in self.p.ops})
         for w in range(self.pool):
-            on_w = [m.Equals(self.g[op.name], self.int_(w)) for op in self.p.ops]
-            self.add(m.Iff(self.used[w], m.Or(on_w)))
+            on_w = [(op, self.opw[op.name][w]) for op in self.p.ops if w in self.opw[op.name]]
+            self.add(m.Iff(self.used[w], m.Or([here for _, here in on_w])))
             q = self.quads[w]
             self.add(m.Or([m.Equals(q, self.int_(k)) for k in shapes]))
-            for op, here in zip(self.p.ops, on_w, strict=True):
+            for op, here in on_w:
                 need = -(-op.warps // per)
                 rel = m.Equals(q, self.int_(need)) if op.warps > 1 else m.GE(q, self.int_(need))
                 self.add(m.Implies(here, rel))
         self._budgets(shapes)
 
     def _symmetry(self, compute: list, first: int) -> None:
-        """Groups are numbered by first appearance in op order (interchangeable groups broken)."""
+        """Groups are numbered by first appearance in op order: op ``k`` may open group ``w`` only if an
+        earlier op uses group ``w - 1`` (interchangeable groups are broken, optimality is kept)."""
         m = self.m
         if not compute:
             return
-        self.add(m.Equals(self.g[compute[0].name], self.int_(first)))
-        top = self.g[compute[0].name]
-        for op in compute[1:]:
-            g = self.g[op.name]
-            self.add(m.LE(g, m.Plus(top, self.int_(1))))
-            top = m.Ite(m.GT(g, top), g, top)
+        self.add(self.opw[compute[0].name][first])
+        for k, op in enumerate(compute[1:], start=1):
+            for w in range(first + 1, self.pool):
+                if w > first + k:
+                    self.add(m.Not(self.opw[op.name][w]))
+                    continue
+                earlier = [self.opw[o.name][w - 1] for o in compute[:k]]
+                self.add(m.Implies(self.opw[op.name][w], m.Or(earlier)))
 
     def _budgets(self, shapes: list[int]) -> None:
         """Per-group setmaxnreg budgets; their sum over threads fits the register file; warps fit the CTA."""
@@ -318,6 +343,9 @@ class Encoder:
             terms.append(m.Ite(used, cost, self.int_(0)))
             warps.append(m.Ite(used, self.times(res.warps_per_group, q), self.int_(0)))
         self.reg_total = m.Plus(terms) if len(terms) > 1 else terms[0]
+        cross = [m.Ite(m.Not(self.same(e.src, e.dst)), self.int_(e.cross), self.int_(0))
+                 for e in self.p.edges if e.cross and e.src != e.dst]
+        self.handoff_total = m.Plus(cross) if cross else self.int_(0)
         self.add(m.LE(self.reg_total, self.int_(res.register_file)))
         self.add(m.LE(m.Plus(warps) if len(warps) > 1 else warps[0], self.int_(res.max_warps)))
 
@@ -330,7 +358,7 @@ class Encoder:
         for b in lazy.items:
             present = [b.cond] if b.cond is not None else []
             if lazy.per_group and b is not at:
-                present.append(m.Equals(b.group, at.group))
+                present.append(self.same(b.holder, at.holder))
             weight = self.times(b.weight, self.copies_at(b, at.op, at.offset))
             terms.append(m.Ite(m.And(present), weight, self.int_(0)) if present else weight)
         limit = lazy.cap(at) if callable(lazy.cap) else self.int_(lazy.cap)
@@ -340,9 +368,10 @@ class Encoder:
     def refine(self, start: Mapping[str, int], group: Mapping[str, int], budgets: Mapping[int, int]) -> int:
         """Assert the liveness checks that the model (``start``, ``group``, ``budgets``) violates.
 
-        Occupancy is computed exactly with :mod:`twill.liveness`; every item present at a residue whose
-        occupancy exceeds the capacity gets its check. Each check is implied by the full formulation, so
-        adding it never removes a valid schedule, and the checks only grow toward the full model.
+        Occupancy is computed exactly with :mod:`twill.liveness`; for each overfull resource (per group for
+        registers) the item starting where the excess is largest gets its check (one per resource per
+        round keeps the formula small). Each check is implied by the full formulation, so adding it never
+        removes a valid schedule, and the checks only grow toward the full model.
 
         Returns
         -------
@@ -350,19 +379,19 @@ class Encoder:
             Checks added (0 means the model satisfies every liveness constraint).
         """
         p, ii, res = self.p, self.ii, self.p.resources
-        over: dict[str, set[int]] = {}
+        excess: dict[str, list[int]] = {}  # occupancy above capacity per residue
         if "regs" in self.lazy:
             ivs = register_intervals(p, ii, start, group)
             limit = min(res.max_regs, res.setmaxnreg_max)
             for g in set(group.values()):
                 occ = fold([iv for iv in ivs if iv.group == g], ii, res.group_overhead)
                 cap = min(budgets.get(g, 0), limit)
-                over[f"regs/{g}"] = {r for r, v in enumerate(occ) if v > cap}
+                excess[f"regs/{g}"] = [v - cap for v in occ]
         for kind, capacity, fixed in (("smem", res.smem, p.fixed_smem), ("tmem", res.tmem, p.fixed_tmem)):
             if kind in self.lazy:
                 occ = fold(memory_intervals(p, ii, start, group, kind), ii, fixed)
-                over[kind] = {r for r, v in enumerate(occ) if v > capacity}
-        added = 0
+                excess[kind] = [v - capacity for v in occ]
+        worst: dict[str, tuple[int, str, int]] = {}  # key -> (excess, resource, item index)
         for resource, lazy in self.lazy.items():
             for idx, it in enumerate(lazy.items):
                 if (resource, idx) in self.added:
@@ -370,13 +399,17 @@ class Encoder:
                 if it.cross is not None and group[it.cross[0]] == group[it.cross[1]]:
                     continue
                 key = f"regs/{group[it.holder]}" if lazy.per_group else resource
-                if (start[it.op] + it.offset) % ii in over.get(key, ()):
-                    formula = self.point(resource, it)
-                    self.add(formula)
-                    self.added[(resource, idx)] = formula
-                    self.scoped.append(formula)
-                    added += 1
-        return added
+                if key not in excess:
+                    continue
+                over = excess[key][(start[it.op] + it.offset) % ii]
+                if over > 0 and (key not in worst or over > worst[key][0]):
+                    worst[key] = (over, resource, idx)
+        for _, resource, idx in worst.values():
+            formula = self.point(resource, self.lazy[resource].items[idx])
+            self.add(formula)
+            self.added[(resource, idx)] = formula
+            self.scoped.append(formula)
+        return len(worst)
 
     def _hold(self, e: Edge) -> int:
         dst = self.p.op(e.dst)
@@ -406,12 +439,11 @@ class Encoder:
                 continue
             uses = [e for e in self.p.out_edges(op.name) if e.carrier == "register"]
             end, top = self._end(op.name, "regs", uses, self._hold, True)
-            items.append(Item(op.name, 0, op.regs, end=end, end_hi=top, group=self.g[op.name],
-                              holder=op.name))
+            items.append(Item(op.name, 0, op.regs, end=end, end_hi=top, holder=op.name))
             for e in uses:
                 if e.dst == op.name:
                     continue
-                items.append(Item(e.dst, 0, op.regs, length=max(1, self._hold(e)), group=self.g[e.dst],
+                items.append(Item(e.dst, 0, op.regs, length=max(1, self._hold(e)),
                                   cond=m.Not(self.same(op.name, e.dst)), holder=e.dst,
                                   cross=(op.name, e.dst)))
         if not items:
@@ -419,9 +451,7 @@ class Encoder:
         limit = min(res.max_regs, res.setmaxnreg_max)
 
         def cap(at: Item) -> Any:
-            budget = self.budget[self.pool - 1]
-            for w in reversed(range(self.pool - 1)):
-                budget = m.Ite(m.Equals(at.group, self.int_(w)), self.budget[w], budget)
+            budget = self.group_of(at.holder, dict(enumerate(self.budget)), self.int_(0))
             return m.Ite(m.LE(budget, self.int_(limit)), budget, self.int_(limit))
 
         self.lazy["regs"] = _Lazy(items, cap, res.group_overhead, True)

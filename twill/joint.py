@@ -2,9 +2,9 @@
 
 :class:`~twill.encoding.Encoder` states the problem; :func:`solve_joint` asks the SMT solver for a model,
 adding the liveness checks a model violates until one satisfies them all (lazy constraint generation),
-and then tightens lexicographically: shortest ``L``, then fewest warp groups, then fewest registers
-(threads x ``setmaxnreg`` budget). Each step bisects between a lower bound and the best model and is
-proven by an UNSAT answer unless the deadline stops it.
+and then tightens the :data:`GOALS` lexicographically: shortest ``L``, fewest warp groups, least
+hand-off latency between groups, fewest registers (threads x ``setmaxnreg`` budget). Each step bisects
+between a lower bound and the best model and is proven by an UNSAT answer unless the deadline stops it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,12 @@ from twill.encoding import Encoder
 from twill.problem import Problem
 from twill.smt import CheckResult, SmtSession
 
-__all__ = ["JointResult", "solve_joint"]
+__all__ = ["GOALS", "JointResult", "solve_joint"]
+
+GOALS = ("length", "groups", "handoffs", "registers")
+"""Secondary objectives at a fixed II, minimized in this order: the length ``L`` (shortest prologue and
+epilogue, as Algorithm 1), the number of warp groups, the total hand-off latency between groups (the
+communication the model prices only approximately), and the register file used (threads x budget)."""
 
 
 @dataclass(frozen=True)
@@ -94,7 +99,7 @@ def solve_joint(
     deadline : float, optional
         ``time.monotonic()`` value at which to stop.
     optimize : bool
-        Tighten length, groups and registers after the first model.
+        Tighten the secondary objectives (:data:`GOALS`, in order) after the first model.
 
     Raises
     ------
@@ -113,7 +118,7 @@ def solve_joint(
         best = _extract(enc, sess)
         proven: dict[str, bool] = {}
         if optimize:
-            for goal in ("length", "groups", "registers"):
+            for goal in GOALS:
                 best, proven[goal] = _tighten(enc, sess, goal, best, deadline)
                 if not proven[goal]:
                     break
@@ -136,7 +141,7 @@ def _check(enc: Encoder, sess: SmtSession, deadline: float | None) -> CheckResul
 
 def _extract(enc: Encoder, sess: SmtSession) -> dict[str, Any]:
     start = {v: sess.value(t) for v, t in enc.s.items()}
-    group = {v: sess.value(t) for v, t in enc.g.items()}
+    group = {v: next(w for w, b in enc.opw[v].items() if sess.value(b)) for v in enc.opw}
     used = sorted(set(group.values()))
     per = enc.p.resources.warps_per_group
     return {
@@ -147,21 +152,24 @@ def _extract(enc: Encoder, sess: SmtSession) -> dict[str, Any]:
         "warps": {w: per * sess.value(enc.quads[w]) for w in used},
         "n_groups": len(used),
         "reg_total": sess.value(enc.reg_total),
+        "handoffs": sum(e.cross for e in enc.p.edges if group[e.src] != group[e.dst]),
         "all_budgets": {w: sess.value(enc.budget[w]) for w in range(enc.pool)},
     }
 
 
-def _goal(enc: Encoder, goal: str) -> tuple[Any, int, int, int]:
+def _goal(enc: Encoder, goal: str) -> tuple[Any, int, int]:
     """The term to minimize for ``goal``, its granularity, and a lower bound on its value."""
     m, res = enc.m, enc.p.resources
     if goal == "length":
-        return enc.length, 1, max(enc.min_length, (enc.n - 1) * enc.ii + 1), 0
+        return enc.length, 1, max(enc.min_length, (enc.n - 1) * enc.ii + 1)
     if goal == "groups":
         count = m.Plus([m.Ite(u, enc.int_(1), enc.int_(0)) for u in enc.used])
-        return count, 1, (2 if enc.vl and len(enc.p.ops) > sum(op.variable_latency for op in enc.p.ops)
-                          else 1), 0
+        compute = any(not op.variable_latency for op in enc.p.ops)
+        return count, 1, (2 if enc.vl and compute else 1)
+    if goal == "handoffs":
+        return enc.handoff_total, 1, 0
     step = 32 * res.warps_per_group * res.setmaxnreg_step
-    return enc.reg_total, step, 32 * res.warps_per_group * res.setmaxnreg_min, 0
+    return enc.reg_total, step, 32 * res.warps_per_group * res.setmaxnreg_min
 
 
 def _tighten(enc: Encoder, sess: SmtSession, goal: str, best: dict[str, Any],
@@ -173,8 +181,8 @@ def _tighten(enc: Encoder, sess: SmtSession, goal: str, best: dict[str, Any],
     minimal (False if the deadline stopped a probe; the session is then spent).
     """
     m = enc.m
-    term, step, low, _ = _goal(enc, goal)
-    key = {"length": "length", "groups": "n_groups", "registers": "reg_total"}[goal]
+    term, step, low = _goal(enc, goal)
+    key = {"length": "length", "groups": "n_groups", "handoffs": "handoffs", "registers": "reg_total"}[goal]
     lo, hi = low // step, best[key] // step  # in units of step; the optimum lies in [lo, hi]
     while lo < hi:
         mid = (lo + hi) // 2

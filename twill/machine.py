@@ -258,6 +258,17 @@ def _collect(raw: Mapping[str, Any], where: str) -> dict[str, Constant]:
     return constants
 
 
+def _reject_unknown_keys(constants: Mapping[str, Constant], where: str) -> None:
+    """A key outside the fixed set of its section (a typo) would be ignored, or silently leave a base
+    machine's value in place; ``[chip]`` and ``[cost]`` are open (the cost model reads what it needs)."""
+    fixed = {**_REQUIRED, "tmem": _TMEM_KEYS}
+    for dotted in constants:
+        section, key = dotted.split(".", 1)
+        if section in fixed and key not in fixed[section]:
+            raise MachineError(f"unknown key {dotted}; [{section}] takes {', '.join(fixed[section])}",
+                               key=dotted, file=where)
+
+
 def _units(raw: Mapping[str, Any], where: str) -> dict[str, Unit]:
     table = raw.get("units")
     if not isinstance(table, Mapping) or not table:
@@ -301,6 +312,7 @@ def load_machine(machine: str | Path | Machine) -> Machine:
         raise MachineError(f"family = {raw['family']!r} must be 'hopper' or 'blackwell'", key="family",
                            file=where)
     constants = _collect(raw, where)
+    _reject_unknown_keys(constants, where)
     for section, keys in _REQUIRED.items():
         for key in keys:
             if f"{section}.{key}" not in constants:

@@ -41,8 +41,9 @@ class Options:
         Largest number of pipeline stages ``ceil(L / II)`` allowed (a hard budget, like Triton's
         ``num_stages``).
     stage_slack : int
-        Extra stage windows tried at each II beyond the one of the modulo schedule's length (0 is the
-        paper's Algorithm 1).
+        Extra stage windows tried at each II beyond the one of the modulo schedule's length. 0 is the
+        paper's Algorithm 1, which can miss an II that needs one more stage (a longer schedule keeps more
+        values alive but gives hand-offs between groups room); the default 1 tries one more window.
     prefetch : int
         Extra buffers per streaming load beyond its live copies (the pipeline depth the paper leaves to an
         autotuner, §5.3).
@@ -55,7 +56,7 @@ class Options:
     register_plan: tuple[int, ...] | None = None
     cross_group: bool = True
     max_stages: int | None = None
-    stage_slack: int = 0
+    stage_slack: int = 1
     prefetch: int = 1
     max_ii: int | None = None
 

@@ -86,7 +86,7 @@ def schedule(
     register_plan: tuple[int, ...] | list[int] | None = None,
     cross_group: bool = True,
     max_stages: int | None = None,
-    stage_slack: int = 0,
+    stage_slack: int = 1,
     prefetch: int = 1,
     max_ii: int | None = None,
     normalize_upper: int = 300,

@@ -8,6 +8,9 @@ A kernel file tells twill how to compile each kernel without running it, in a mo
                      "default": True},
     }
 
+An entry is named after its JIT function, or names it with ``"kernel": "fn"`` (several entries, e.g. one
+per target with different constexprs, can share one function).
+
 :func:`load_kernel` imports the file and picks the kernel; :func:`compile_to_ttgir` runs Triton 3.6's
 front end (AST -> TTIR -> TTGIR) with the pass list of ``make_ttgir`` in
 ``triton/backends/nvidia/compiler.py``, cut just before Triton's own software pipelining:
@@ -39,7 +42,7 @@ __all__ = ["KernelSpec", "TTGIRSnapshots", "compile_to_ttgir", "default_divisibl
            "target_for"]
 
 _INT_TYPES = ("i32", "i64", "u32", "u64")
-_SPEC_KEYS = {"signature", "constexprs", "num_warps", "num_stages", "default", "divisible"}
+_SPEC_KEYS = {"kernel", "signature", "constexprs", "num_warps", "num_stages", "default", "divisible"}
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,8 @@ class KernelSpec:
     fn : triton.runtime.JITFunction
         The kernel.
     name : str
-        Its name in the file.
+        Its ``TWILL_KERNELS`` entry (the JIT function's name unless the entry names another with
+        ``"kernel"``).
     source : str
         The file it was loaded from (``""`` if built in memory).
     signature : mapping of str to str
@@ -221,10 +225,12 @@ def load_kernel(spec: str | os.PathLike[str]) -> KernelSpec:
         raise FrontendError(f"{path} has no TWILL_KERNELS dict telling twill how to compile its kernels "
                             f"(JIT functions in the file: {jits})")
     name = _pick(path, entries, wanted or None)
-    if name not in functions:
+    entry = entries[name]
+    fn_name = entry.get("kernel", name) if isinstance(entry, Mapping) else name
+    if fn_name not in functions:
         raise FrontendError(f"{path}: TWILL_KERNELS entry {name!r} names no @triton.jit function "
-                            f"(JIT functions in the file: {jits})")
-    return _spec_from_entry(path, name, functions[name], entries[name])
+                            f"{fn_name!r} (JIT functions in the file: {jits})")
+    return _spec_from_entry(path, name, functions[fn_name], entry)
 
 
 def default_divisible(fn: Any, signature: Mapping[str, str]) -> tuple[str, ...]:

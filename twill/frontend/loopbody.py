@@ -221,3 +221,79 @@ class LoopBody:
         while value.owner is not None and value.owner.name in VIEW_OPS and value.owner.operands:
             value = value.owner.operands[0]
         return value
+
+    def defined_before_loop(self, value: Value) -> bool:
+        """True when ``value`` is an op result outside the loop (a buffer allocated before it)."""
+        owner = value.owner
+        return owner is not None and owner is not self.loop and self.loop not in owner.ancestors()
+
+    @staticmethod
+    def tmem_written(op: Op) -> Value | None:
+        """The tensor-memory buffer (view) ``op`` writes: an MMA's accumulator, a ``tmem_store``'s
+        destination; ``None`` for other ops."""
+        if op.name == "ttng.tmem_store":
+            candidates = op.operands
+        elif op.name == "ttng.tc_gen5_mma":
+            candidates = op.operands[2:3]
+        else:
+            return None
+        return next((v for v in candidates if v.type.kind == "memdesc" and v.type.space == "tmem"), None)
+
+    def _overwrites(self, op: Op, root: Value) -> bool:
+        """True when ``op`` replaces the whole content of buffer ``root`` without reading it."""
+        written = self.tmem_written(op)
+        if written is None or self.buffer_root(written).key != root.key:
+            return False
+        if written.type.elements != root.type.elements:
+            return False
+        if op.name == "ttng.tmem_store":
+            stored = next((v for v in op.operands if v.type.kind == "tensor"), None)
+            return stored is not None and stored.type.elements == root.type.elements
+        flags = [v for v in op.operands[3:] if v.type.kind == "scalar" and v.type.element == "i1"]
+        use_acc = flags[0].owner if flags else None
+        return use_acc is not None and use_acc.name == "arith.constant" and use_acc.attrs.get("value") is False
+
+    def per_iteration_tmem(self) -> dict[int, Value]:
+        """Tensor-memory buffers allocated before the loop whose value never crosses an iteration.
+
+        Triton hoists every TMEM allocation out of the loop, so the scores ``S`` of attention live in
+        a buffer allocated once; but each iteration's first access to it replaces its whole content (an
+        MMA with ``use_acc = false`` or a ``tmem_store``) and nothing reads it after the loop. Such a
+        buffer holds a value only from that write to its last read in the same iteration. Returns
+        buffer key -> buffer (the root memdesc).
+        """
+        first: dict[int, tuple[Value, Op]] = {}
+        for op in self.ops:
+            for inner in op.walk():
+                for value in inner.operands:
+                    if value.type.kind != "memdesc" or value.type.space != "tmem":
+                        continue
+                    root = self.buffer_root(value)
+                    if self.defined_before_loop(root) and root.key not in first:
+                        first[root.key] = (root, inner)
+        return {key: root for key, (root, op) in first.items()
+                if self._overwrites(op, root) and not self._read_after_loop(root)}
+
+    def _read_after_loop(self, root: Value) -> bool:
+        """True when an op after the loop (in the loop's block) uses ``root`` or a view of it."""
+        after: set[Op] = set()
+        holder = self.loop.parent
+        for region in holder.regions if holder is not None else []:
+            for block in region:
+                if self.loop in block.ops:
+                    after = set(block.ops[block.ops.index(self.loop) + 1:])
+        pending, seen = [root], set()
+        while pending:
+            value = pending.pop()
+            if value.key in seen:
+                continue
+            seen.add(value.key)
+            for user in value.users:
+                if user is self.loop or self.loop in user.ancestors():
+                    continue
+                top = next((a for a in (user, *user.ancestors()) if a in after), None)
+                if top is not None:
+                    return True
+                if user.name in VIEW_OPS:
+                    pending.extend(user.results)
+        return False

@@ -20,7 +20,7 @@ from typing import Any
 from twill.costmodel import CostModel, OpCost
 from twill.errors import FrontendError
 from twill.frontend.loopbody import LoopBody, Source
-from twill.frontend.naming import assign_names
+from twill.frontend.naming import assign_names, variable_name
 from twill.frontend.rules import GEMM_OPS, LoweringContext, elementwise_cost, op_cost
 from twill.frontend.ttgir import Op, TTGIRModule, Value, parse_ttgir
 from twill.graph import Dependence, Graph
@@ -45,6 +45,7 @@ class NodeSpec:
     smem: int = 0
     name: str = ""
     attrs: dict[str, str] = field(default_factory=dict)
+    hint: str = ""
 
 
 @dataclass
@@ -147,11 +148,40 @@ def _group_specs(body: LoopBody, group: list[Op], ctx: LoweringContext) -> list[
     return [spec, NodeSpec(primary, [], read, [staged], "local_load")]
 
 
-def _footprints(spec: NodeSpec, costs: CostModel) -> dict[str, int]:
+def _name_hints(body: LoopBody, specs: list[NodeSpec]) -> None:
+    """Set ``hint`` of each op without a variable name: the variable of the value it takes, found
+    through other unnamed producers of the same iteration (``dq`` for the atomic adding ``dq``)."""
+    by_primary: dict[Op, list[NodeSpec]] = {}
+    for spec in specs:
+        by_primary.setdefault(spec.primary, []).append(spec)
+
+    def hint(spec: NodeSpec, seen: frozenset[int]) -> str:
+        own = variable_name(spec)
+        if own or id(spec) in seen:
+            return own
+        for member in spec.members:
+            for _, value in body.inputs(member):
+                if value.type.kind == "token":
+                    continue
+                for src in sorted(body.sources(value), key=lambda s: body.index[s.op]):
+                    found = hint(_producer(src, by_primary), seen | {id(spec)}) if src.distance == 0 else ""
+                    if found:
+                        return found
+        return ""
+
+    for spec in specs:
+        if not variable_name(spec):
+            spec.hint = hint(spec, frozenset())
+
+
+def _footprints(spec: NodeSpec, costs: CostModel, per_iteration: dict[int, Value],
+                body: LoopBody) -> dict[str, int]:
     reg_bytes = sum(v.type.nbytes for v in spec.outputs if v.type.kind in ("tensor", "scalar"))
     smem = spec.smem + sum(v.type.nbytes for v in spec.outputs
                            if v.type.kind == "memdesc" and v.type.space == "smem")
     tmem = sum(v.type.tmem_columns() for v in spec.outputs)
+    written = {body.buffer_root(w).key for m in spec.members if (w := body.tmem_written(m)) is not None}
+    tmem += sum(per_iteration[key].type.tmem_columns() for key in written if key in per_iteration)
     result = sum(v.type.nbytes for v in spec.outputs if v.type.kind != "token")
     written = _WRITES_OPERAND.get(spec.primary.name)
     if not result and written is not None and spec.members:
@@ -276,9 +306,10 @@ def _buffer_edges(body: LoopBody, specs: list[NodeSpec], edges: _EdgeSet) -> Non
                 edges.add(reader.name, writer.name, 1 - first, blocking=False, carrier="smem", source=where)
 
 
-def _fixed_memory(body: LoopBody) -> tuple[int, int]:
-    """SMEM bytes and TMEM columns of buffers allocated before the loop and used inside it."""
-    seen: set[int] = set()
+def _fixed_memory(body: LoopBody, per_iteration: dict[int, Value]) -> tuple[int, int]:
+    """SMEM bytes and TMEM columns of buffers allocated before the loop and used inside it, except the
+    TMEM buffers whose value does not cross iterations (charged to the ops writing them)."""
+    seen: set[int] = set(per_iteration)
     smem = tmem = 0
     for op in body.loop.walk():
         for value in op.operands:
@@ -327,13 +358,15 @@ def lower_loop(ttgir: str | os.PathLike[str] | TTGIRModule, machine: str | Machi
     specs = [spec for group in body.groups() for spec in _group_specs(body, group, ctx)]
     if machine.tmem_columns == 0 and any(s.cost.kind.startswith("tmem") for s in specs):
         raise FrontendError(f"the loop uses tensor memory, which machine {machine.name!r} does not have")
+    _name_hints(body, specs)
     assign_names(specs)
-    fixed_smem, fixed_tmem = _fixed_memory(body)
+    per_iteration = body.per_iteration_tmem()
+    fixed_smem, fixed_tmem = _fixed_memory(body, per_iteration)
     graph = Graph(name or module.function_name(loop) or "loop", fixed_smem, fixed_tmem,
                   f"{module.source}:{loop.line}")
     for spec in specs:
         where = spec.members[0] if spec.members else spec.primary
-        graph.add_op(spec.name, spec.kind, **spec.cost.op_kwargs(), **_footprints(spec, ctx.costs),
+        graph.add_op(spec.name, spec.kind, **spec.cost.op_kwargs(), **_footprints(spec, ctx.costs, per_iteration, body),
                      source=str(where.loc) or f"TTGIR line {where.line}", attrs=_attrs(spec, body))
     edges = _EdgeSet()
     _data_edges(body, specs, edges)

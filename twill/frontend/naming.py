@@ -4,8 +4,9 @@ Triton attaches the name of the assigned variable to every op of a statement (``
 several graph ops can carry the same name. The rule: among ops sharing a variable name, the last one in
 loop-body order (the value finally bound to the variable) keeps the bare name; the others get the name
 plus their kind (``new_max_reduce``), and a number if that is still taken (``out_tmem_store_2``). Ops
-without a variable name are named after their kind. Characters other than letters, digits and ``_``
-become ``_``.
+without a variable name (those of a statement that assigns nothing, like ``tl.atomic_add(ptrs, dq)``)
+are named after the variable of the value they take, plus their kind (``dq_atomic``), else after their
+kind alone. Characters other than letters, digits and ``_`` become ``_``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class Nameable(Protocol):
     kind: str
     primary: Op
     members: list[Op]
+    hint: str
 
 
 def _clean(text: str) -> str:
@@ -38,10 +40,14 @@ def variable_name(spec: Nameable) -> str:
 
 
 def assign_names(specs: Sequence[Nameable]) -> None:
-    """Set ``spec.name`` on every spec, in place (see the module docstring for the rule)."""
+    """Set ``spec.name`` on every spec, in place (see the module docstring for the rule).
+
+    ``spec.hint`` is the variable name of the value an unnamed op takes (``""`` if none).
+    """
     groups: dict[str, list[Nameable]] = {}
     for spec in specs:
-        groups.setdefault(_clean(variable_name(spec) or spec.kind), []).append(spec)
+        base = variable_name(spec) or (f"{spec.hint}_{spec.kind}" if spec.hint else spec.kind)
+        groups.setdefault(_clean(base), []).append(spec)
     taken = set(groups)
     for base, members in groups.items():
         members[-1].name = base

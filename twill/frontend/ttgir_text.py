@@ -269,6 +269,19 @@ def _absorb(op: TextOp, segment: str, line: int) -> int:
     return opener
 
 
+def _constant_value(op: TextOp, segment: str) -> None:
+    """Keep the literal of a scalar ``arith.constant`` (``false``, ``128 : i32``) as ``attrs["value"]``.
+
+    MLIR prints the value of ``arith.constant`` bare, not as an attribute; dense tensor constants are left
+    out.
+    """
+    body = re.sub(r"\s*loc\(.*$", "", segment.strip())
+    literal = split_top_level(body, ":")[0] if body else ""
+    value = parse_attr_value(literal) if literal else ""
+    if isinstance(value, bool | int | float):
+        op.attrs.setdefault("value", value)
+
+
 def _close_region(line: str, number: int, stack: list[TextOp]) -> None:
     """Handle a line starting with ``}``: close one region and read the owner's trailing text."""
     if not stack:
@@ -334,6 +347,8 @@ def scan_op_lines(text: str) -> tuple[list[TextOp], dict[str, str]]:
         last_at_depth[len(stack)] = op
         if _absorb(op, raw[match.end():], number) >= 0:
             stack.append(op)
+        if op.name == "arith.constant":
+            _constant_value(op, raw[match.end():])
         ops.append(op)
     if stack:
         raise FrontendError(f"region of {stack[-1].name} is never closed", line=stack[-1].line)
