@@ -251,7 +251,8 @@ class LoopBody:
             return stored is not None and stored.type.elements == root.type.elements
         flags = [v for v in op.operands[3:] if v.type.kind == "scalar" and v.type.element == "i1"]
         use_acc = flags[0].owner if flags else None
-        return use_acc is not None and use_acc.name == "arith.constant" and use_acc.attrs.get("value") is False
+        return (use_acc is not None and use_acc.name == "arith.constant"
+                and use_acc.attrs.get("value") is False)
 
     def per_iteration_tmem(self) -> dict[int, Value]:
         """Tensor-memory buffers allocated before the loop whose value never crosses an iteration.

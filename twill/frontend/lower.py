@@ -366,7 +366,8 @@ def lower_loop(ttgir: str | os.PathLike[str] | TTGIRModule, machine: str | Machi
                   f"{module.source}:{loop.line}")
     for spec in specs:
         where = spec.members[0] if spec.members else spec.primary
-        graph.add_op(spec.name, spec.kind, **spec.cost.op_kwargs(), **_footprints(spec, ctx.costs, per_iteration, body),
+        graph.add_op(spec.name, spec.kind, **spec.cost.op_kwargs(),
+                     **_footprints(spec, ctx.costs, per_iteration, body),
                      source=str(where.loc) or f"TTGIR line {where.line}", attrs=_attrs(spec, body))
     edges = _EdgeSet()
     _data_edges(body, specs, edges)
