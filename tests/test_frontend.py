@@ -336,6 +336,35 @@ def test_loads_read_in_registers_stores_and_atomics(tmp_path):
     assert (smem_part.unit, tma_part.unit) == ("smem", "tma") and tma_part.start == smem_part.end
     assert by_kind["atomic"].variable_latency and by_kind["store"].units == {"lsu"}
     assert by_kind["convert_layout"].units == {"smem"}  # row sums change layout for the pointer store
+    # statements without an assigned variable: named after the value they take
+    assert {by_kind[k].name for k in ("store", "atomic", "convert_layout")} == {
+        "s_store", "s_atomic", "s_convert_layout"}
+
+
+def test_entries_can_share_a_jit_function(tmp_path):
+    path = tmp_path / "shared.py"
+    path.write_text(STREAM_KERNEL + textwrap.dedent('''
+        TWILL_KERNELS["stream_wide"] = dict(TWILL_KERNELS["stream"], kernel="stream",
+                                            constexprs={"BLOCK": 128})
+        TWILL_KERNELS["broken"] = dict(TWILL_KERNELS["stream"], kernel="missing")
+    '''))
+    wide = load_kernel(f"{path}::stream_wide")
+    assert wide.name == "stream_wide" and wide.fn.__name__ == "stream"
+    assert wide.constexprs == {"BLOCK": 128}
+    snaps = compile_to_ttgir(f"{path}::stream_wide", target="sm_90",
+                             signature={**wide.signature, "x_desc": "tensordesc<fp16[128, 128]>",
+                                        "y_desc": "tensordesc<fp16[128, 128]>"})
+    assert snaps.kernel == "stream_wide" and "tensor<128x128xf16" in snaps.pre_swp
+    with pytest.raises(FrontendError, match=r"'broken' names no @triton.jit function 'missing'"):
+        load_kernel(f"{path}::broken")
+
+
+def test_scalar_constants_keep_their_value(fa_sm100):
+    module = parse_ttgir(fa_sm100.pre_swp)
+    values = {op.results[0].name: op.attrs.get("value") for op in module.find("arith.constant")}
+    assert values["%false"] is False and values["%true"] is True
+    assert values["%c0_i32"] == 0
+    assert all(v is None for name, v in values.items() if name.startswith("%cst") and "dense" in name)
 
 
 def test_shared_buffer_round_trip_is_ordered():
