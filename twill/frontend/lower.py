@@ -180,8 +180,8 @@ def _footprints(spec: NodeSpec, costs: CostModel, per_iteration: dict[int, Value
     smem = spec.smem + sum(v.type.nbytes for v in spec.outputs
                            if v.type.kind == "memdesc" and v.type.space == "smem")
     tmem = sum(v.type.tmem_columns() for v in spec.outputs)
-    written = {body.buffer_root(w).key for m in spec.members if (w := body.tmem_written(m)) is not None}
-    tmem += sum(per_iteration[key].type.tmem_columns() for key in written if key in per_iteration)
+    buffers = {body.buffer_root(w).key for m in spec.members if (w := body.tmem_written(m)) is not None}
+    tmem += sum(per_iteration[key].type.tmem_columns() for key in buffers if key in per_iteration)
     result = sum(v.type.nbytes for v in spec.outputs if v.type.kind != "token")
     written = _WRITES_OPERAND.get(spec.primary.name)
     if not result and written is not None and spec.members:
