@@ -337,6 +337,9 @@ class Encoder:
                 self.add(m.Implies(used, m.And(m.GE(r, self.int_(res.setmaxnreg_min)),
                                                m.LE(r, self.int_(res.setmaxnreg_max)))))
                 self.add(m.Implies(m.Not(used), m.Equals(r, self.int_(0))))
+            # A used group holds its overhead at every moment, even with no register value of its own
+            # (the lazy register checks only look at moments where some value starts).
+            self.add(m.Implies(used, m.GE(r, self.int_(res.group_overhead))))
             cost = self.times(per_thread * shapes[-1], r)
             for qv in reversed(shapes[:-1]):
                 cost = m.Ite(m.Equals(q, self.int_(qv)), self.times(per_thread * qv, r), cost)
