@@ -285,6 +285,8 @@ class Schedule:
             ii = int(data["ii"])
             slots = {o["name"]: OpSlot(o["name"], int(o["start"]), int(o["stage"]), int(o["warp_group"]))
                      for o in data["ops"]}
+            if len(slots) != len(data["ops"]):
+                raise ValueError("an op is listed more than once under \"ops\"")
             groups = tuple(WarpGroup(int(g["index"]), tuple(g["ops"]), int(g["warps"]), int(g["registers"]),
                                      int(g["registers_needed"]), str(g["role"])) for g in data["warp_groups"])
             c = data["certificate"]
@@ -295,7 +297,7 @@ class Schedule:
             return cls(problem, ii, int(data["length"]), slots, groups, cert, stats,
                        str(data.get("strategy", "joint")), dict(data.get("normalization", {})),
                        dict(data.get("bounds_cycles", {})))
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise TwillError(f"schedule JSON is malformed: {exc!r}") from exc
 
     @classmethod
