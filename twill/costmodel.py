@@ -19,7 +19,7 @@ Every method returns an :class:`OpCost`; :meth:`OpCost.op_kwargs` gives the keyw
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from math import ceil
 
@@ -112,6 +112,31 @@ class CostModel:
         if nbytes <= 0:
             return 0
         return ceil(nbytes / (4 * 32 * warps))
+
+    def register_cap(self, threads: int) -> int:
+        """Registers per thread ptxas may use at kernel entry for a CTA of ``threads`` threads.
+
+        ``min(max_per_thread, register_file / threads)``, rounded down to the allocation step (8
+        registers per thread, the ``setmaxnreg`` step): 255 up to 256 threads, 168 at 384, 128 at 512,
+        64 at 1024. One CTA must fit in the register file; ``setmaxnreg`` can then move registers between
+        warp groups. Checked against ptxas for 64 to 1024 threads in ``tests/test_regs.py``.
+        """
+        if threads <= 0:
+            raise ValueError(f"threads must be positive, got {threads}")
+        step = self.machine.setmaxnreg_step
+        fit = self.machine.register_file // threads // step * step
+        return min(self.machine.max_regs_per_thread, fit)
+
+    def thread_registers(self, tile_bytes: Iterable[int], warps: int, *, overhead: int | None = None) -> int:
+        """Registers per thread a warp group of ``warps`` warps needs to hold ``tile_bytes`` at once.
+
+        The register-footprint model of the scheduler: each tile value takes :meth:`regs_for` registers
+        per thread, plus ``overhead`` (default the machine's ``registers.group_overhead``: addresses, loop
+        counters, barrier phases, row statistics). Not capped: compare with :meth:`register_cap` to see
+        whether ptxas will ration (and spill).
+        """
+        base = self.machine.group_overhead_regs if overhead is None else overhead
+        return base + sum(self.regs_for(b, warps) for b in tile_bytes)
 
     def sync(self, kind: str, work: Mapping[str, float], *, warps: int) -> OpCost:
         """A synchronous op doing ``work`` (unit -> busy cycles, already divided by the unit's rate).
@@ -249,3 +274,96 @@ class CostModel:
         busy = _cycles(self._rate("tmem_base") + nbytes / 1024 * self._rate("tmem_per_kb"))
         return OpCost("tmem_store", (Reservation("tmem", 0, busy),), latency=busy, issue_cycles=busy,
                       warps=warps)
+
+    # ------------------------------------------------------------------------------------ control flow
+    def divergent(self, paths: Sequence[OpCost], *, kind: str = "divergent") -> OpCost:
+        """An op whose lanes take ``k = len(paths)`` different paths in one warp (a lane-dependent branch).
+
+        The warp runs the paths one after another with the other lanes masked off, so path ``i``'s
+        reservation table starts where path ``i - 1`` ends plus ``cost.divergence_reconverge`` cycles:
+        ``T(k) = sum(paths) + (k - 1) r``, about ``s k`` for ``k`` paths of ``s`` cycles, and the warp's
+        efficiency falls to ``32 / k`` (shared/seeds/003_8ff7bc8ce6113243.txt: linear on Pascal to
+        Blackwell, no super-linear reconvergence penalty; measured on the H200, ``r`` = 38 cycles and
+        ``T(32) / T(1)`` = 32.1, benchmarks/calibrate/results/microbench.json). One path costs itself.
+
+        The result is usable when the last path's result is (its latency past its start); the warps are
+        busy until the last path has issued. Warps: the most any path uses.
+
+        Raises
+        ------
+        ValueError
+            ``paths`` is empty.
+        """
+        if not paths:
+            raise ValueError("a divergent op needs at least one path")
+        if len(paths) == 1:
+            return replace(paths[0], kind=kind)
+        gap = int(self._rate("divergence_reconverge"))
+        rrt: list[Reservation] = []
+        offset = latency = issue = 0
+        for path in paths:
+            rrt.extend(replace(r, start=r.start + offset) for r in path.rrt)
+            latency = max(latency, offset + path.latency)
+            issue = offset + path.issue_cycles
+            offset += path.cycles + gap
+        return OpCost(kind, tuple(rrt), latency=latency, issue_cycles=issue,
+                      variable_latency=any(p.variable_latency for p in paths),
+                      warps=max(p.warps for p in paths),
+                      blocking_result=any(p.blocking_result for p in paths))
+
+    def uniform_branch(self, paths: Sequence[OpCost], *, kind: str = "branch") -> OpCost:
+        """A branch whose condition is the same for all lanes of a warp: each warp runs one path.
+
+        Every ``scf.if`` of a Triton kernel is of this kind (its condition is a scalar). Nothing
+        serializes; a static schedule must hold whichever path an iteration takes, so the cost covers
+        every path: on each unit the union of the paths' reservations, the longest latency and issue
+        time, the most warps.
+
+        Raises
+        ------
+        ValueError
+            ``paths`` is empty.
+        """
+        if not paths:
+            raise ValueError("a branch needs at least one path")
+        by_unit: dict[tuple[str, int], list[tuple[int, int]]] = {}
+        for path in paths:
+            for r in path.rrt:
+                by_unit.setdefault((r.unit, r.count), []).append((r.start, r.end))
+        rrt: list[Reservation] = []
+        for (unit, count), spans in by_unit.items():
+            spans.sort()
+            start, end = spans[0]
+            for s, e in spans[1:]:
+                if s <= end:
+                    end = max(end, e)
+                else:
+                    rrt.append(Reservation(unit, start, end - start, count))
+                    start, end = s, e
+            rrt.append(Reservation(unit, start, end - start, count))
+        return OpCost(kind, tuple(rrt), latency=max(p.latency for p in paths),
+                      issue_cycles=max(p.issue_cycles for p in paths),
+                      variable_latency=any(p.variable_latency for p in paths),
+                      warps=max(p.warps for p in paths),
+                      blocking_result=any(p.blocking_result for p in paths))
+
+    def predicated(self, op: OpCost, mask_elements: int, *, ops_per_element: float = 1.0) -> OpCost:
+        """A masked tile op (``tl.load(..., mask=)``, ``tl.where``, a partial last tile): predication.
+
+        Every lane issues the op under its predicate, so it costs the whole op whatever the fraction of
+        lanes the mask keeps (a masked final tile costs a full tile) and nothing serializes
+        (shared/seeds/003_8ff7bc8ce6113243.txt: predication removes the divergence cost; measured on the
+        H200: one path plus a predicated select over 32 lanes takes the time of one path). Computing
+        the predicate adds ``ops_per_element`` ALU operations per mask element (a compare; 2 with a
+        select of the ``other`` value) on the ALU pipes, before the op issues.
+        """
+        extra = mask_elements * ops_per_element / self._rate("alu_per_cycle")
+        if extra <= 0:
+            return op
+        mask = _cycles(extra)
+        synchronous = not op.blocking_result and not op.variable_latency and op.latency == op.cycles
+        if synchronous:
+            merged = self.merge(op.kind, [op, self.sync("mask", {"alu": extra}, warps=op.warps)])
+            return replace(merged, warps=op.warps)
+        rrt = (Reservation("alu", 0, mask), *(replace(r, start=r.start + mask) for r in op.rrt))
+        return replace(op, rrt=rrt, latency=op.latency + mask, issue_cycles=op.issue_cycles + mask)
