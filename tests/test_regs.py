@@ -281,13 +281,17 @@ def test_cli_error_exit_code(capsys):
 
 # ------------------------------------------------------------------------------------------------ slow
 @pytest.mark.slow
-def test_full_fit_reproduces(fit):
+def test_fit_reproduces(fit):
+    # Every fifth configuration of fit_registers.py recompiled (the whole fit takes about a minute:
+    # python benchmarks/calibrate/fit_registers.py).
     sys.path.insert(0, str(ROOT / "benchmarks" / "calibrate"))
     try:
         import fit_registers
     finally:
         sys.path.pop(0)
-    for case, row in zip(fit_registers.cases(), fit["rows"], strict=True):
+    cases = fit_registers.cases()
+    assert len(cases) == len(fit["rows"])
+    for case, row in list(zip(cases, fit["rows"], strict=True))[::5]:
         assert fit_registers.measure(case)["registers"] == row["registers"], row
 
 
