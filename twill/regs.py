@@ -18,7 +18,7 @@ where registers fall are flagged, the steepest fall is marked as the cliff, and 
 
     >>> reports = sweep("examples/decode_attention.py", num_warps=(2, 4))   # doctest: +SKIP
     >>> [(r.num_warps, r.registers, r.spills) for r in reports]              # doctest: +SKIP
-    [(2, 128, False), (4, 80, False)]
+    [(2, 168, False), (4, 96, False)]
 
 The register-footprint model that the scheduler uses (:meth:`twill.costmodel.CostModel.regs_for`, the
 ``registers.group_overhead`` of a machine and :meth:`twill.costmodel.CostModel.register_cap`) is fitted to
@@ -178,7 +178,7 @@ class Cliff:
 # ------------------------------------------------------------------------------------------------ tools
 def triton_tool(name: str) -> Path:
     """Path of a CUDA tool shipped in the Triton wheel (``ptxas``, ``ptxas-blackwell``, ``cuobjdump``,
-    ``nvdisasm``); :class:`FrontendError` if it is missing."""
+    ``nvdisasm``); :class:`FrontendError` if it is missing. twill regs uses ptxas and cuobjdump."""
     import triton
 
     path = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name
@@ -546,8 +546,8 @@ def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "regs", help="registers, spills and SMEM per num_warps from ptxas (CPU only)",
         description="Compile a Triton kernel on the CPU for each num_warps and print registers per thread, "
-                    "spills, STL/LDL, shared memory and setmaxnreg budgets from the ptxas, cuobjdump and "
-                    "nvdisasm shipped in the Triton wheel; flags the register cliff and spills.")
+                    "spills, STL/LDL, shared memory and setmaxnreg budgets from the ptxas and cuobjdump "
+                    "shipped in the Triton wheel; flags the register cliff and spills.")
     p.add_argument("file", help="FILE.py[::KERNEL] with a TWILL_KERNELS entry")
     p.add_argument("--target", default="sm_90", help="sm_90 (default) or sm_100")
     p.add_argument("--num-warps", type=_warps, default=[2, 4, 8, 16], metavar="W,W,...",
