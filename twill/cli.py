@@ -135,7 +135,7 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
     started = time.monotonic()
     with console.status("solving...") as status:
         sched = schedule(
-            graph, args.machine, solver=args.solver, ilp=args.ilp, strategy=args.strategy,
+            graph, args.machine, solver=args.solver, ilp=args.ilp, modulo=args.modulo, strategy=args.strategy,
             time_limit=args.time_limit, max_groups=args.max_groups, register_limit=args.register_limit,
             cross_group=not args.no_cross_group, max_stages=args.max_stages, stage_slack=args.stage_slack,
             prefetch=args.prefetch, normalize_upper=args.normalize_upper, progress=_progress(status))
@@ -206,6 +206,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="OUT", help="write the schedule as JSON")
     p.add_argument("--solver", default="yices", choices=("yices", "z3"), help="SMT backend")
     p.add_argument("--ilp", default="cbc", choices=("cbc", "highs"), help="MILP backend")
+    p.add_argument("--modulo", default="smt", choices=("smt", "ilp"),
+                   help="how the optimal modulo schedule is found (both exact)")
     p.add_argument("--strategy", default="joint", choices=("joint", "swp"),
                    help="joint (Algorithm 1) or swp (modulo schedule + fixed split)")
     p.add_argument("--time-limit", type=float, metavar="S", help="seconds for the whole search")
@@ -215,7 +217,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="forbid register values crossing warp groups")
     p.add_argument("--max-stages", type=int, help="largest number of pipeline stages")
     p.add_argument("--stage-slack", type=int, default=1,
-                   help="stage windows tried per II beyond the modulo schedule's (0: the paper's Algorithm 1)")
+                   help="stage windows tried per II beyond the modulo schedule's (0: paper's Algorithm 1)")
     p.add_argument("--prefetch", type=int, default=1, help="extra buffers per streaming load")
     p.add_argument("--normalize-upper", type=int, default=300, help="U of the cost normalization")
     p.set_defaults(func=_cmd_schedule)

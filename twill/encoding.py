@@ -18,12 +18,12 @@ always at some interval's start, so checking at item starts is exact.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from pysmt.typing import INT
 
 from twill.liveness import fold, memory_intervals, register_intervals
+from twill.modular import Item, ModularModel, _Lazy
 from twill.problem import Edge, Problem
 from twill.smt import SmtSession
 
@@ -46,36 +46,7 @@ def pool_size(problem: Problem) -> int:
     return max(1, min(per_cta, 6, compute + (1 if problem.has_vl else 0)))
 
 
-@dataclass
-class Item:
-    """``weight`` units of a resource held from ``start[op] + offset`` until ``end``.
-
-    ``end`` is an INT term with bounds ``end_lo``/``end_hi`` (a value whose life depends on its uses) or
-    ``None`` with a constant ``length``. ``cond`` is a Bool term when the item exists only sometimes
-    (cross-group hand-offs); ``holder`` the op whose warp group holds it (per-group resources);
-    ``cross`` the edge whose crossing creates it.
-    """
-
-    op: str
-    offset: int
-    weight: int
-    length: int = 0
-    end: Any = None
-    end_hi: int = 0
-    cond: Any = None
-    holder: str | None = None
-    cross: tuple[str, str] | None = None
-
-
-@dataclass
-class _Lazy:
-    items: list[Item]
-    cap: Callable[[Item], Any] | int
-    base: Any
-    per_group: bool
-
-
-class Encoder:
+class Encoder(ModularModel):
     """Builds the formula of one ``(problem, II, n)`` into an :class:`SmtSession`.
 
     Parameters
@@ -93,49 +64,27 @@ class Encoder:
     """
 
     def __init__(self, problem: Problem, ii: int, stages: int, session: SmtSession, min_length: int) -> None:
-        self.p, self.ii, self.n, self.sess = problem, ii, stages, session
-        self.m = session.mgr
-        self.lmax = stages * ii
+        super().__init__(problem, ii, stages * ii, session)
+        self.n = stages
         self.min_length = min_length
-        self.count = 0
         self.pool = pool_size(problem)
         self.vl = problem.has_vl
         m = self.m
-        self.s = {op.name: m.Symbol(f"start[{op.name}]", INT) for op in problem.ops}
         first = 1 if self.vl else 0
         self.groups_of = {op.name: ([0] if op.variable_latency else list(range(first, self.pool)))
                           for op in problem.ops}
         self.opw = {op.name: {w: m.Symbol(f"wg[{op.name}]={w}") for w in self.groups_of[op.name]}
                     for op in problem.ops}
-        self.hi = {op.name: self.lmax - op.cycles for op in problem.ops}
-        self.length = m.Symbol("L", INT)
         self.budget = [m.Symbol(f"regs[{w}]", INT) for w in range(self.pool)]
         self.quads = [m.Symbol(f"warpgroups[{w}]", INT) for w in range(self.pool)]
         self.used = [m.Symbol(f"used[{w}]") for w in range(self.pool)]
         self._same: dict[tuple[str, str], Any] = {}
-        self.lazy: dict[str, _Lazy] = {}
         self.added: dict[tuple[str, int], Any] = {}
         self.scoped: list[Any] = []
         self.reg_total: Any = None
         self.handoff_total: Any = None
-        self.feasible = True
 
     # ------------------------------------------------------------------------ term helpers
-    def add(self, formula: Any) -> None:
-        """Assert ``formula``."""
-        self.sess.add(formula)
-        self.count += 1
-
-    def int_(self, value: int) -> Any:
-        return self.m.Int(int(value))
-
-    def at(self, op: str, const: int = 0) -> Any:
-        """``start[op] + const``."""
-        return self.s[op] if const == 0 else self.m.Plus(self.s[op], self.int_(const))
-
-    def times(self, k: int, term: Any) -> Any:
-        return self.m.Times(self.int_(k), term)
-
     def same(self, u: str, v: str) -> Any:
         """A Bool that holds iff ``u`` and ``v`` sit on the same warp group (defined once per pair)."""
         m = self.m
@@ -161,104 +110,23 @@ class Encoder:
             term = self.m.Ite(self.opw[op][w], values[w], term) if w in values else term
         return term
 
-    def before(self, u: str, cu: int, v: str, cv: int, strict: bool = False) -> Any:
-        """``start[u] + cu <= start[v] + cv`` (``<`` when strict), folded to a constant when ``u == v``."""
-        m = self.m
-        if u == v:
-            return m.Bool(cu < cv if strict else cu <= cv)
-        left, right = self.at(u, cu), self.at(v, cv)
-        return m.LT(left, right) if strict else m.LE(left, right)
-
-    def shifts(self, lo: int, hi: int) -> range:
-        """The ``k`` with ``lo <= k*II <= hi`` (``lo``, ``hi`` bound a difference of times)."""
-        return range(-((-lo) // self.ii), hi // self.ii + 1)
-
-    # ------------------------------------------------------------------------ modulo tests
-    def no_overlap(self, u: str, cu: int, lu: int, v: str, cv: int, lv: int) -> list[Any]:
-        """Copies of ``[s_u+cu, +lu)`` and ``[s_v+cv, +lv)`` never overlap: one disjunction per shift."""
-        out = []
-        # overlap under shift k: s_v+cv+kII < s_u+cu+lu  and  s_u+cu < s_v+cv+kII+lv
-        lo = 0 + cu - (self.hi[v] + cv) - lv + 1
-        hi = self.hi[u] + cu + lu - 1 - (0 + cv)
-        for k in self.shifts(lo, hi):
-            apart = self.m.Or(self.before(u, cu + lu, v, cv + k * self.ii),
-                              self.before(v, cv + k * self.ii + lv, u, cu))
-            out.append(apart)
-        return out
-
-    def copies_at(self, item: Item, p_op: str, p_const: int) -> Any:
-        """Copies of ``item`` live at time ``start[p_op] + p_const``: ``Σ_k [S <= P + kII < E]``."""
-        m = self.m
-        s_lo, s_hi = item.offset, self.hi[item.op] + item.offset
-        e_hi = item.end_hi if item.end is not None else s_hi + item.length
-        p_lo, p_hi = p_const, self.hi[p_op] + p_const
-        terms = []
-        for k in self.shifts(s_lo - p_hi, e_hi - 1 - p_lo):
-            shift = p_const + k * self.ii
-            starts = self.before(item.op, item.offset, p_op, shift)
-            if item.end is None:
-                ends = self.before(p_op, shift, item.op, item.offset + item.length, strict=True)
-            else:
-                ends = m.LT(self.at(p_op, shift), item.end)
-            parts = [f for f in (starts, ends) if not f.is_true()]
-            if any(f.is_false() for f in parts):
-                continue
-            if not parts:
-                terms.append(self.int_(1))
-                continue
-            terms.append(m.Ite(parts[0] if len(parts) == 1 else m.And(parts), self.int_(1), self.int_(0)))
-        if not terms:
-            return self.int_(0)
-        return terms[0] if len(terms) == 1 else m.Plus(terms)
-
     # ------------------------------------------------------------------------ families
     def timing(self) -> None:
         """Completion: ``start + cycles <= L``; the window ``(n-1) II < L <= n II``; ``L >= min_length``."""
-        m = self.m
-        low = max(self.min_length, (self.n - 1) * self.ii + 1)
-        self.add(m.And(m.LE(self.length, self.int_(self.lmax)), m.GE(self.length, self.int_(low))))
-        for op in self.p.ops:
-            s = self.s[op.name]
-            self.add(m.And(m.GE(s, self.int_(0)), m.LE(self.at(op.name, op.cycles), self.length)))
+        self.completion(max(self.min_length, (self.n - 1) * self.ii + 1))
 
     def dependence(self) -> None:
         """``start[v] + δ II >= start[u] + d``, plus the hand-off cost when the groups differ."""
+        super().dependence()
         m, ii = self.m, self.ii
         for e in self.p.edges:
             if e.src == e.dst:
-                if e.distance * ii < e.latency:
-                    self.add(m.FALSE())
                 continue
-            self.add(self.before(e.src, e.latency, e.dst, e.distance * ii))
             if e.cross:
                 self.add(m.Implies(m.Not(self.same(e.src, e.dst)),
                                    self.before(e.src, e.latency + e.cross, e.dst, e.distance * ii)))
             if e.carrier == "register" and not self.p.options.cross_group:
                 self.add(self.same(e.src, e.dst))
-
-    def capacity(self) -> None:
-        """Unit capacity modulo II: pairwise for capacity-1 units, at every reservation start otherwise."""
-        for unit, cap in self.p.resources.units.items():
-            res = [(op.name, r) for op in self.p.ops for r in op.rrt if r.unit == unit]
-            if not res:
-                continue
-            if cap == 1 and all(r.count == 1 for _, r in res):
-                self._capacity_pairwise(res)
-            else:
-                items = [Item(op, r.start, r.count, length=r.cycles) for op, r in res]
-                key = f"unit/{unit}"
-                self.lazy[key] = _Lazy(items, cap, 0, False)
-                for it in items:
-                    self.add(self.point(key, it))
-
-    def _capacity_pairwise(self, res: list) -> None:
-        for i, (u, a) in enumerate(res):
-            if a.cycles > self.ii:
-                self.feasible = False
-            for v, b in res[i + 1:]:
-                for f in self.no_overlap(u, a.start, a.cycles, v, b.start, b.cycles):
-                    self.add(f)
-            # a reservation against its own later copies (a.cycles <= II), checked above
 
     def blocking(self) -> None:
         """When an op that must wait starts, no other op of its group is issuing (copies included)."""
@@ -353,21 +221,6 @@ class Encoder:
         self.add(m.LE(m.Plus(warps) if len(warps) > 1 else warps[0], self.int_(res.max_warps)))
 
     # ------------------------------------------------------------------------ liveness (lazy)
-    def point(self, resource: str, at: Item) -> Any:
-        """The capacity check of ``resource`` at the start of ``at``: the items present there fit."""
-        m = self.m
-        lazy = self.lazy[resource]
-        terms = [lazy.base] if not isinstance(lazy.base, int) else [self.int_(lazy.base)]
-        for b in lazy.items:
-            present = [b.cond] if b.cond is not None else []
-            if lazy.per_group and b is not at:
-                present.append(self.same(b.holder, at.holder))
-            weight = self.times(b.weight, self.copies_at(b, at.op, at.offset))
-            terms.append(m.Ite(m.And(present), weight, self.int_(0)) if present else weight)
-        limit = lazy.cap(at) if callable(lazy.cap) else self.int_(lazy.cap)
-        body = m.LE(m.Plus(terms), limit)
-        return m.Implies(at.cond, body) if at.cond is not None else body
-
     def refine(self, start: Mapping[str, int], group: Mapping[str, int], budgets: Mapping[int, int]) -> int:
         """Assert the liveness checks that the model (``start``, ``group``, ``budgets``) violates.
 

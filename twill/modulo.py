@@ -36,9 +36,12 @@ import pulp
 
 from twill.bounds import critical_path
 from twill.ilp import SolveStatus, solve_ilp
+from twill.ims import iterative_modulo_schedule
+from twill.modular import ModularModel
 from twill.problem import Problem
+from twill.smt import CheckResult, SmtSession
 
-__all__ = ["ModuloResult", "modulo_schedule", "stage_horizon"]
+__all__ = ["METHODS", "ModuloResult", "modulo_schedule", "stage_horizon"]
 
 
 @dataclass(frozen=True)
@@ -85,9 +88,12 @@ def stage_horizon(problem: Problem, ii: int) -> int:
     return 1 + sum(max(0, -(-(e.latency + ii - 1) // ii)) for e in problem.edges)
 
 
+METHODS = ("smt", "ilp")
+
+
 def modulo_schedule(
-    problem: Problem, ii: int, *, backend: str = "cbc", time_limit: float | None = None,
-    tie_break: bool = True,
+    problem: Problem, ii: int, *, method: str = "smt", backend: str = "cbc", smt: str = "yices",
+    time_limit: float | None = None, tie_break: bool = True,
 ) -> ModuloResult:
     """Find a minimum-length modulo schedule of ``problem`` at initiation interval ``ii``.
 
@@ -97,12 +103,18 @@ def modulo_schedule(
         The loop (time units of the problem).
     ii : int
         Initiation interval (>= 1).
+    method : str
+        ``"smt"`` (default): the same constraints over integer start times, decided by the SMT solver
+        (difference logic), length minimized by bisection; exact and much faster than the ILP on fine
+        time grids (benchmarks/results.md). ``"ilp"``: the time-indexed ILP through PuLP.
     backend : str
-        MILP backend, ``"cbc"`` or ``"highs"``.
+        MILP backend of the ILP method, ``"cbc"`` or ``"highs"``.
+    smt : str
+        SMT backend of the SMT method, ``"yices"`` or ``"z3"``.
     time_limit : float, optional
         Seconds for the whole call.
     tie_break : bool
-        Run stage 2 (fewest live registers at the minimal length).
+        ILP method: run stage 2 (fewest live registers at the minimal length).
 
     Returns
     -------
@@ -118,52 +130,134 @@ def modulo_schedule(
     """
     if ii < 1:
         raise ValueError(f"II must be >= 1, got {ii}")
+    if method not in METHODS:
+        raise ValueError(f"method {method!r} is not one of {', '.join(METHODS)}")
     deadline = None if time_limit is None else time.monotonic() + time_limit
     low = max(critical_path(problem), max(op.cycles for op in problem.ops))
-    high = ii * (stage_horizon(problem, ii) + 1) + max(op.cycles for op in problem.ops)
+    if method == "smt":
+        return _smt_schedule(problem, ii, low, smt, deadline)
     probes = _Probes(problem, ii, backend, deadline)
-    found = None
-    for length in range(low, min(high, low + ii) + 1):
-        status = probes.run(length)
-        if status is None:
-            return probes.result(SolveStatus.TIMEOUT, found)
-        if status:
-            found = length
-            break
-    if found is None and low + ii < high:
-        status = probes.run(high)
-        if status is None:
-            return probes.result(SolveStatus.TIMEOUT, None)
-        if not status:
-            return probes.result(SolveStatus.INFEASIBLE, None)
-        lo, found = low + ii + 1, high
-        while lo < found:
-            mid = (lo + found) // 2
-            status = probes.run(mid)
-            if status is None:
-                return probes.result(SolveStatus.FEASIBLE, found)
-            if status:
-                found = mid
-            else:
-                lo = mid + 1
-    if found is None:
-        return probes.result(SolveStatus.INFEASIBLE, None)
+    seed = iterative_modulo_schedule(problem, ii)
+    if seed is not None:
+        found = probes.descend(seed, low)
+        if found is None:
+            return probes.result(SolveStatus.FEASIBLE, probes.best)
+    else:
+        found = probes.scan(low)
+        if isinstance(found, SolveStatus):
+            return probes.result(found, probes.best)
     if tie_break:
         probes.run(found, tie_break=True)
     return probes.result(SolveStatus.OPTIMAL, found)
 
 
+def _smt_schedule(problem: Problem, ii: int, low: int, backend: str, deadline: float | None) -> ModuloResult:
+    """Least-length modulo schedule by SMT: a short horizon first, the full stage horizon if needed."""
+    started = time.monotonic()
+    full = ii * (stage_horizon(problem, ii) + 1) + max(op.cycles for op in problem.ops)
+    horizons = sorted({min(full, max(2 * low, low + 2 * ii)), full})
+    size = (0, 0)
+    for lmax in horizons:
+        with SmtSession(backend) as sess:
+            model = ModularModel(problem, ii, lmax, sess)
+            model.completion(low)
+            model.dependence()
+            model.capacity()
+            if not model.feasible:
+                model.add(model.m.FALSE())
+            size = (len(problem.ops) + 1, model.count)
+            status = sess.check(deadline)
+            if status == CheckResult.UNSAT:
+                continue
+            if status != CheckResult.SAT:
+                return ModuloResult(ii, SolveStatus.TIMEOUT, {}, 0, time.monotonic() - started, *size)
+            best = _smt_best(model, sess)
+            lo, proven = low, True
+            while lo < best[1]:
+                mid = (lo + best[1]) // 2
+                sess.push()
+                sess.add(model.m.LE(model.length, model.int_(mid)))
+                status = sess.check(deadline)
+                if status == CheckResult.SAT:
+                    best = _smt_best(model, sess)
+                elif status == CheckResult.UNSAT:
+                    lo = mid + 1
+                else:
+                    proven = False
+                    break
+                sess.pop()
+            status = SolveStatus.OPTIMAL if proven else SolveStatus.FEASIBLE
+            return ModuloResult(ii, status, best[0], best[1], time.monotonic() - started, *size)
+    return ModuloResult(ii, SolveStatus.INFEASIBLE, {}, 0, time.monotonic() - started, *size)
+
+
+def _smt_best(model: ModularModel, sess: SmtSession) -> tuple[dict[str, int], int]:
+    start = {n: sess.value(v) for n, v in model.s.items()}
+    return start, max(start[op.name] + op.cycles for op in model.p.ops)
+
+
 class _Probes:
-    """Feasibility probes at fixed lengths; remembers the last schedule and the time spent."""
+    """Feasibility probes at fixed lengths; remembers the schedules found and the time spent."""
 
     def __init__(self, problem: Problem, ii: int, backend: str, deadline: float | None) -> None:
         self.p, self.ii, self.backend, self.deadline = problem, ii, backend, deadline
         self.wall = 0.0
         self.size = (0, 0)
         self.schedules: dict[int, dict[str, int]] = {}
+        self.best: int | None = None
+
+    def keep(self, start: dict[str, int]) -> int:
+        """Record a schedule; return its length."""
+        length = max(start[op.name] + op.cycles for op in self.p.ops)
+        self.schedules[length] = start
+        self.best = length if self.best is None else min(self.best, length)
+        return length
+
+    def descend(self, seed: dict[str, int], low: int) -> int | None:
+        """From a heuristic schedule, ask for a shorter one until the ILP proves none exists.
+
+        Returns the least length, or None if a probe ran out of time (``best`` is then the shortest
+        schedule found, not proven minimal).
+        """
+        length = self.keep(seed)
+        while length > low:
+            status = self.run(length - 1)
+            if status is None:
+                return None
+            if not status:
+                break
+            length = self.best
+        return length
+
+    def scan(self, low: int) -> int | SolveStatus:
+        """Without a heuristic schedule: scan ``L`` up from ``low`` for one II, then bisect up to the stage
+        horizon. Returns the least length or the status that stopped the search."""
+        high = self.ii * (stage_horizon(self.p, self.ii) + 1) + max(op.cycles for op in self.p.ops)
+        for length in range(low, min(high, low + self.ii) + 1):
+            status = self.run(length)
+            if status is None:
+                return SolveStatus.TIMEOUT
+            if status:
+                return self.best
+        if low + self.ii >= high:
+            return SolveStatus.INFEASIBLE
+        status = self.run(high)
+        if status is None:
+            return SolveStatus.TIMEOUT
+        if not status:
+            return SolveStatus.INFEASIBLE
+        lo = low + self.ii + 1
+        while lo < self.best:
+            mid = (lo + self.best) // 2
+            status = self.run(mid)
+            if status is None:
+                return SolveStatus.TIMEOUT
+            if not status:
+                lo = mid + 1
+        return self.best
 
     def run(self, length: int, *, tie_break: bool = False) -> bool | None:
-        """True if a schedule of length ``length`` exists, False if not, None on timeout."""
+        """True if a schedule of length at most ``length`` exists, False if not, None on timeout."""
         left = None if self.deadline is None else self.deadline - time.monotonic()
         if left is not None and left <= 0:
             return None
@@ -174,7 +268,11 @@ class _Probes:
         self.wall += out.wall_s
         self.size = (model.numVariables(), model.numConstraints())
         if out.status in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE):
-            self.schedules[length] = {n: round(e.value()) for n, e in t.items()}
+            start = {n: round(e.value()) for n, e in t.items()}
+            if tie_break:
+                self.schedules[length] = start
+            else:
+                self.keep(start)
             return True
         if out.status == SolveStatus.INFEASIBLE:
             return False
@@ -182,9 +280,10 @@ class _Probes:
 
     def result(self, status: SolveStatus, length: int | None) -> ModuloResult:
         start = self.schedules.get(length, {}) if length is not None else {}
-        if length is not None and not start:
-            status = SolveStatus.TIMEOUT
-        return ModuloResult(self.ii, status, start, length if start else 0, self.wall, *self.size)
+        if not start:
+            status = SolveStatus.TIMEOUT if status != SolveStatus.INFEASIBLE else status
+            return ModuloResult(self.ii, status, {}, 0, self.wall, *self.size)
+        return ModuloResult(self.ii, status, start, length, self.wall, *self.size)
 
 
 def _build(problem: Problem, ii: int, length: int):

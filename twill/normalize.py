@@ -1,20 +1,20 @@
 """Cost normalization (paper §5.2): small integer costs with the same ratios.
 
 Optimal modulo scheduling and the joint problem grow with the magnitude of the costs, and multiplying
-every cost by a positive integer gives an isomorphic problem. Given the list ``C`` of every positive
-duration of a problem (one entry per op reservation, latency and issue time, and per edge latency and
-hand-off cost), an ILP over the distinct values finds integers ``C'`` and ``F`` with::
+every cost by a positive integer gives an isomorphic problem. Over the distinct positive durations of a
+problem (op reservations, latencies and issue times, edge latencies and hand-off costs) an ILP finds
+integers ``C'`` and ``F`` with::
 
-    -F <= C[i]*C'[j] - C[j]*C'[i] <= F   for all distinct values i < j
-    1 <= sum over the list of C' <= U     (U = 300 by default, paper §5.2)
+    -F <= C[i]*C'[j] - C[j]*C'[i] <= F   for all distinct durations i < j
+    1 <= Σ C' over the counted list <= U  (U = 300 by default, paper §5.2)
 
-minimizing ``F``, then (a second, lexicographic stage) maximizing the sum at the optimal ``F``, so the
-answer is the richest among the most faithful ones. Counting every entry of the list makes the time unit
-coarser for bigger loops, which is what keeps the solve tractable (``multiset=False`` counts each
-distinct value once instead). Two more rules keep the answer meaningful (a known failure of the
+where the counted list is, by default, the cycle count of every op (one entry per op, as the paper's
+list of op costs; see :func:`normalize_problem` for the alternatives). It minimizes ``F``, then (a
+second, lexicographic stage) maximizes the counted sum at the optimal ``F``, so the answer is the richest
+among the most faithful ones. Two more rules keep the answer meaningful (a known failure of the
 single-stage form is that most costs collapse to 0): ``C'`` keeps the order of ``C``, and with
 ``keep_positive`` (default) no positive cost becomes 0. ``C`` is divided by its gcd first, so scaling every
-cost gives the same ``C'``; when the reduced list already sums to at most ``U`` it is returned as is
+cost gives the same ``C'``; when the reduced costs already fit under ``U`` they are returned as is
 (``F = 0``) without an ILP, since normalization never makes costs larger.
 
     >>> n = normalize_costs([1024, 1024, 128])
@@ -35,7 +35,7 @@ from twill.graph import Op
 from twill.ilp import SolveStatus, solve_ilp
 from twill.problem import Edge, Problem
 
-__all__ = ["Normalization", "normalize_costs", "normalize_problem", "problem_costs"]
+__all__ = ["COUNTS", "Normalization", "normalize_costs", "normalize_problem", "problem_costs"]
 
 
 @dataclass(frozen=True)
@@ -120,26 +120,29 @@ class Normalization:
 def normalize_costs(
     costs: Iterable[int],
     *,
+    counted: Iterable[int] | None = None,
     upper: int = 300,
     keep_positive: bool = True,
     multiset: bool = True,
     backend: str = "cbc",
     time_limit: float | None = None,
 ) -> Normalization:
-    """Normalize a list of integer costs (cycles); zeros are ignored.
+    """Normalize integer costs (cycles); zeros are ignored.
 
     Parameters
     ----------
     costs : iterable of int
-        Cycle counts (non-negative integers).
+        Every duration to map (cycles, non-negative integers); duplicates do not matter.
+    counted : iterable of int, optional
+        The list ``C`` whose normalized sum must lie in ``[1, U]``, with repetitions (default: ``costs``).
+        Each entry must be one of ``costs``.
     upper : int
-        ``U``, the largest allowed ``sum(C')``.
+        ``U``.
     keep_positive : bool
         Forbid a positive cost from becoming 0.
     multiset : bool
-        Count every occurrence of a cost in ``sum(C') <= U`` (the list ``C`` of the paper, one entry per
-        op and edge duration), so bigger loops get a coarser time unit; ``False`` counts each distinct
-        value once (finer, slower to solve).
+        Count repeated entries of the counted list as often as they occur (default); ``False`` counts
+        each distinct value once.
     backend : str
         MILP backend (``"cbc"`` or ``"highs"``).
     time_limit : float, optional
@@ -148,28 +151,39 @@ def normalize_costs(
     Raises
     ------
     ValueError
-        A cost is negative or not an integer, or ``upper`` cannot hold one unit per cost with
-        ``keep_positive``.
+        A cost is negative or not an integer, a counted cost is not among ``costs``, or ``upper`` cannot
+        hold one unit per counted cost with ``keep_positive``.
     SolverError
         The ILP failed to find any answer in the time limit.
     """
-    values = []
-    for c in costs:
-        if isinstance(c, bool) or not isinstance(c, int) or c < 0:
-            raise ValueError(f"cost {c!r} must be a non-negative integer (cycles)")
-        values.append(c)
+    values = _check_costs(costs)
+    listed = values if counted is None else _check_costs(counted)
     raw = tuple(sorted({c for c in values if c > 0}))
     if not raw:
         return Normalization((), (), 0, upper, True, "exact", 0.0)
-    mult = [values.count(c) for c in raw] if multiset else [1] * len(raw)
+    extra = {c for c in listed if c > 0} - set(raw)
+    if extra:
+        raise ValueError(f"counted costs {sorted(extra)} are not among the costs to normalize")
+    mult = [listed.count(c) if multiset else int(c in listed) for c in raw]
+    if not any(mult):
+        raise ValueError("no positive cost is counted in the sum bound")
     g = math.gcd(*raw)
     reduced = [c // g for c in raw]
     if sum(k * c for k, c in zip(mult, reduced, strict=True)) <= upper:
         return Normalization(raw, tuple(reduced), 0, upper, True, "exact", 0.0, tuple(mult))
     if keep_positive and sum(mult) > upper:
-        raise ValueError(f"{sum(mult)} positive costs cannot each keep a positive value with U = {upper}; "
+        raise ValueError(f"{sum(mult)} counted costs cannot each keep a positive value with U = {upper}; "
                          f"raise U")
     return _solve(raw, reduced, mult, upper, keep_positive, backend, time_limit)
+
+
+def _check_costs(costs: Iterable[int]) -> list[int]:
+    out = []
+    for c in costs:
+        if isinstance(c, bool) or not isinstance(c, int) or c < 0:
+            raise ValueError(f"cost {c!r} must be a non-negative integer (cycles)")
+        out.append(c)
+    return out
 
 
 def _model(reduced: list[int], mult: list[int], upper: int,
@@ -234,20 +248,34 @@ def _map_op(op: Op, n: Normalization) -> Op:
                    spill_cost=None)
 
 
+COUNTS = ("ops", "all", "distinct")
+
+
 def normalize_problem(
     problem: Problem,
     *,
     upper: int = 300,
+    count: str = "ops",
     keep_positive: bool = True,
-    multiset: bool = True,
     backend: str = "cbc",
     time_limit: float | None = None,
 ) -> tuple[Problem, Normalization]:
-    """``problem`` in normalized time units, and the mapping used (see :func:`normalize_costs`)."""
+    """``problem`` in normalized time units, and the mapping used (see :func:`normalize_costs`).
+
+    ``count`` chooses the list ``C`` bounded by ``U``: ``"ops"`` (default) one entry per op, its cycle
+    count (the paper's list of op cycle counts; edge latencies and hand-off costs are mapped with the same
+    ratios but not counted); ``"all"`` every duration of ops and edges, with repetitions (coarser);
+    ``"distinct"`` each distinct duration once (finer).
+    """
     if problem.cycles_per_unit != 1.0:
         raise SolverError(f"problem {problem.name!r} is already normalized")
-    norm = normalize_costs(problem_costs(problem), upper=upper, keep_positive=keep_positive,
-                           multiset=multiset, backend=backend, time_limit=time_limit)
+    if count not in COUNTS:
+        raise ValueError(f"count={count!r} is not one of {', '.join(COUNTS)}")
+    costs = problem_costs(problem)
+    counted = {"ops": [op.cycles for op in problem.ops], "all": costs,
+               "distinct": sorted({c for c in costs if c > 0})}[count]
+    norm = normalize_costs(costs, counted=counted, upper=upper, keep_positive=keep_positive,
+                           backend=backend, time_limit=time_limit)
     ops = [_map_op(op, norm) for op in problem.ops]
     edges = [Edge(e.index, e.src, e.dst, norm.map(e.latency), e.distance, e.blocking, e.carrier,
                   norm.map(e.cross), e.inplace) for e in problem.edges]

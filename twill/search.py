@@ -79,6 +79,7 @@ def schedule(
     *,
     solver: str = "yices",
     ilp: str = "cbc",
+    modulo: str = "smt",
     strategy: str = "joint",
     time_limit: float | None = None,
     max_groups: int | None = None,
@@ -103,7 +104,10 @@ def schedule(
     solver : str
         SMT backend: ``"yices"`` (default) or ``"z3"``.
     ilp : str
-        MILP backend for normalization and modulo scheduling: ``"cbc"`` or ``"highs"``.
+        MILP backend for normalization (and the ILP modulo method): ``"cbc"`` or ``"highs"``.
+    modulo : str
+        How OPTIMAL-MODULO-SCHEDULE is solved: ``"smt"`` (default, exact, fast on fine time grids) or
+        ``"ilp"`` (the paper's time-indexed ZLP through PuLP); both return the least length.
     strategy : str
         ``"joint"`` (the paper's Algorithm 1) or ``"swp"`` (Twill-SWP: modulo schedule plus a fixed split).
     time_limit : float, optional
@@ -153,7 +157,7 @@ def schedule(
     run.emit("bounds", res_mii=bound.res_mii, rec_mii=bound.rec_mii, mii=bound.mii)
     limit_ii = options.max_ii or _sequential_ii(problem)
     try:
-        found = _search(run, limit_ii, solver, ilp, strategy)
+        found = _search(run, limit_ii, solver, ilp, modulo, strategy)
     except KeyboardInterrupt as exc:
         raise InterruptedSolveError("interrupted before any schedule was found") from exc
     if found is None:
@@ -182,14 +186,14 @@ def _summary(cert: Certificate) -> str:
     return f"II {lo}..{hi} ruled out ({len(ruled)} values); last: {ruled[hi]}"
 
 
-def _search(run: _Run, limit_ii: int, solver: str, ilp: str, strategy: str) -> tuple | None:
+def _search(run: _Run, limit_ii: int, solver: str, ilp: str, method: str, strategy: str) -> tuple | None:
     opts = run.problem.options
     for ii in range(run.bound.mii, limit_ii + 1):
         if run.deadline is not None and time.monotonic() >= run.deadline:
             run.timed_out = True
             return None
         run.emit("ii", ii=ii)
-        mod = _modulo(run, ii, ilp)
+        mod = _modulo(run, ii, method, ilp, solver)
         if mod is None:
             continue
         first = math.ceil(mod.length / ii)
@@ -209,13 +213,13 @@ def _search(run: _Run, limit_ii: int, solver: str, ilp: str, strategy: str) -> t
     return None
 
 
-def _modulo(run: _Run, ii: int, ilp: str) -> ModuloResult | None:
+def _modulo(run: _Run, ii: int, method: str, ilp: str, solver: str) -> ModuloResult | None:
     run.emit("phase", phase="modulo", ii=ii)
-    mod = modulo_schedule(run.problem, ii, backend=ilp, time_limit=run.left())
+    mod = modulo_schedule(run.problem, ii, method=method, backend=ilp, smt=solver, time_limit=run.left())
     run.spend("modulo", mod.wall_s)
     if mod.status == SolveStatus.INFEASIBLE:
         run.note(Attempt(ii, None, "modulo", "infeasible", mod.wall_s,
-                         "no modulo schedule meets the unit capacities and dependences"))
+                         f"no modulo schedule meets the unit capacities and dependences ({method})"))
         return None
     if not mod.found:
         run.timed_out = True

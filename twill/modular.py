@@ -1,0 +1,207 @@
+"""Modulo-scheduling constraints over integer start times, shared by the modulo and the joint solvers.
+
+A :class:`ModularModel` holds one integer ``start[v]`` per op of iteration 0 (iteration ``i`` starts
+``i*II`` later) and the length ``L``. Every "modulo II" question is asked of explicit copies: two
+intervals overlap modulo II iff some shift ``k*II`` (``k`` from a small, precomputed range) makes them
+overlap, and each such test is a pair of *difference constraints* ``x - y <= c``, which SMT solvers decide
+very efficiently; no division or remainder variables are needed. It states completion, dependence and
+unit capacity; :class:`twill.encoding.Encoder` adds warp groups, hand-offs, blocking waits and liveness.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pysmt.typing import INT
+
+from twill.problem import Problem
+from twill.smt import SmtSession
+
+__all__ = ["Item", "ModularModel"]
+
+
+@dataclass
+class Item:
+    """``weight`` units of a resource held from ``start[op] + offset`` until ``end``.
+
+    ``end`` is an INT term with bounds ``end_lo``/``end_hi`` (a value whose life depends on its uses) or
+    ``None`` with a constant ``length``. ``cond`` is a Bool term when the item exists only sometimes
+    (cross-group hand-offs); ``holder`` the op whose warp group holds it (per-group resources);
+    ``cross`` the edge whose crossing creates it.
+    """
+
+    op: str
+    offset: int
+    weight: int
+    length: int = 0
+    end: Any = None
+    end_hi: int = 0
+    cond: Any = None
+    holder: str | None = None
+    cross: tuple[str, str] | None = None
+
+
+@dataclass
+class _Lazy:
+    items: list[Item]
+    cap: Callable[[Item], Any] | int
+    base: Any
+    per_group: bool
+
+
+class ModularModel:
+    """Start times, length, dependences and unit capacity of one ``(problem, II)`` in an SMT session.
+
+    Parameters
+    ----------
+    problem : Problem
+        The loop in (normalized) time units.
+    ii : int
+        Initiation interval.
+    lmax : int
+        Largest length ``L`` allowed (every op ends by it).
+    session : SmtSession
+        Receives the assertions.
+    """
+
+    def __init__(self, problem: Problem, ii: int, lmax: int, session: SmtSession) -> None:
+        self.p, self.ii, self.lmax, self.sess = problem, ii, lmax, session
+        self.m = session.mgr
+        self.count = 0
+        m = self.m
+        self.s = {op.name: m.Symbol(f"start[{op.name}]", INT) for op in problem.ops}
+        self.hi = {op.name: lmax - op.cycles for op in problem.ops}
+        self.length = m.Symbol("L", INT)
+        self.lazy: dict[str, _Lazy] = {}
+        self.feasible = True
+
+    # ------------------------------------------------------------------------ term helpers
+    def add(self, formula: Any) -> None:
+        """Assert ``formula``."""
+        self.sess.add(formula)
+        self.count += 1
+
+    def int_(self, value: int) -> Any:
+        return self.m.Int(int(value))
+
+    def at(self, op: str, const: int = 0) -> Any:
+        """``start[op] + const``."""
+        return self.s[op] if const == 0 else self.m.Plus(self.s[op], self.int_(const))
+
+    def times(self, k: int, term: Any) -> Any:
+        return self.m.Times(self.int_(k), term)
+
+    def same(self, u: str, v: str) -> Any:
+        """Whether ``u`` and ``v`` share a warp group; without groups every op shares the one group."""
+        return self.m.TRUE()
+
+    def before(self, u: str, cu: int, v: str, cv: int, strict: bool = False) -> Any:
+        """``start[u] + cu <= start[v] + cv`` (``<`` when strict), folded to a constant when ``u == v``."""
+        m = self.m
+        if u == v:
+            return m.Bool(cu < cv if strict else cu <= cv)
+        left, right = self.at(u, cu), self.at(v, cv)
+        return m.LT(left, right) if strict else m.LE(left, right)
+
+    def shifts(self, lo: int, hi: int) -> range:
+        """The ``k`` with ``lo <= k*II <= hi`` (``lo``, ``hi`` bound a difference of times)."""
+        return range(-((-lo) // self.ii), hi // self.ii + 1)
+
+    # ------------------------------------------------------------------------ modulo tests
+    def no_overlap(self, u: str, cu: int, lu: int, v: str, cv: int, lv: int) -> list[Any]:
+        """Copies of ``[s_u+cu, +lu)`` and ``[s_v+cv, +lv)`` never overlap: one disjunction per shift."""
+        out = []
+        # overlap under shift k: s_v+cv+kII < s_u+cu+lu  and  s_u+cu < s_v+cv+kII+lv
+        lo = 0 + cu - (self.hi[v] + cv) - lv + 1
+        hi = self.hi[u] + cu + lu - 1 - (0 + cv)
+        for k in self.shifts(lo, hi):
+            apart = self.m.Or(self.before(u, cu + lu, v, cv + k * self.ii),
+                              self.before(v, cv + k * self.ii + lv, u, cu))
+            out.append(apart)
+        return out
+
+    def copies_at(self, item: Item, p_op: str, p_const: int) -> Any:
+        """Copies of ``item`` live at time ``start[p_op] + p_const``: ``Σ_k [S <= P + kII < E]``."""
+        m = self.m
+        s_lo, s_hi = item.offset, self.hi[item.op] + item.offset
+        e_hi = item.end_hi if item.end is not None else s_hi + item.length
+        p_lo, p_hi = p_const, self.hi[p_op] + p_const
+        terms = []
+        for k in self.shifts(s_lo - p_hi, e_hi - 1 - p_lo):
+            shift = p_const + k * self.ii
+            starts = self.before(item.op, item.offset, p_op, shift)
+            if item.end is None:
+                ends = self.before(p_op, shift, item.op, item.offset + item.length, strict=True)
+            else:
+                ends = m.LT(self.at(p_op, shift), item.end)
+            parts = [f for f in (starts, ends) if not f.is_true()]
+            if any(f.is_false() for f in parts):
+                continue
+            if not parts:
+                terms.append(self.int_(1))
+                continue
+            terms.append(m.Ite(parts[0] if len(parts) == 1 else m.And(parts), self.int_(1), self.int_(0)))
+        if not terms:
+            return self.int_(0)
+        return terms[0] if len(terms) == 1 else m.Plus(terms)
+
+    # ------------------------------------------------------------------------ families
+    def completion(self, low: int = 1) -> None:
+        """``0 <= start[v]``, ``start[v] + cycles(v) <= L``, ``low <= L <= lmax``."""
+        m = self.m
+        self.add(m.And(m.LE(self.length, self.int_(self.lmax)), m.GE(self.length, self.int_(low))))
+        for op in self.p.ops:
+            s = self.s[op.name]
+            self.add(m.And(m.GE(s, self.int_(0)), m.LE(self.at(op.name, op.cycles), self.length)))
+
+    def dependence(self) -> None:
+        """``start[v] + δ II >= start[u] + d`` for every edge."""
+        ii = self.ii
+        for e in self.p.edges:
+            if e.src == e.dst:
+                if e.distance * ii < e.latency:
+                    self.feasible = False
+                continue
+            self.add(self.before(e.src, e.latency, e.dst, e.distance * ii))
+
+    def capacity(self) -> None:
+        """Unit capacity modulo II: pairwise for capacity-1 units, at every reservation start otherwise."""
+        for unit, cap in self.p.resources.units.items():
+            res = [(op.name, r) for op in self.p.ops for r in op.rrt if r.unit == unit]
+            if not res:
+                continue
+            if cap == 1 and all(r.count == 1 for _, r in res):
+                self._capacity_pairwise(res)
+            else:
+                items = [Item(op, r.start, r.count, length=r.cycles) for op, r in res]
+                key = f"unit/{unit}"
+                self.lazy[key] = _Lazy(items, cap, 0, False)
+                for it in items:
+                    self.add(self.point(key, it))
+
+    def _capacity_pairwise(self, res: list) -> None:
+        for i, (u, a) in enumerate(res):
+            if a.cycles > self.ii:
+                self.feasible = False
+            for v, b in res[i + 1:]:
+                for f in self.no_overlap(u, a.start, a.cycles, v, b.start, b.cycles):
+                    self.add(f)
+            # a reservation against its own later copies (a.cycles <= II), checked above
+
+    def point(self, resource: str, at: Item) -> Any:
+        """The capacity check of ``resource`` at the start of ``at``: the items present there fit."""
+        m = self.m
+        lazy = self.lazy[resource]
+        terms = [lazy.base] if not isinstance(lazy.base, int) else [self.int_(lazy.base)]
+        for b in lazy.items:
+            present = [b.cond] if b.cond is not None else []
+            if lazy.per_group and b is not at:
+                present.append(self.same(b.holder, at.holder))
+            weight = self.times(b.weight, self.copies_at(b, at.op, at.offset))
+            terms.append(m.Ite(m.And(present), weight, self.int_(0)) if present else weight)
+        limit = lazy.cap(at) if callable(lazy.cap) else self.int_(lazy.cap)
+        body = m.LE(m.Plus(terms), limit)
+        return m.Implies(at.cond, body) if at.cond is not None else body
+
