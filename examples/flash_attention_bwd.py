@@ -19,24 +19,36 @@ preprocessing step; ``lse`` is in base 2, ``lse = log2(sum_j exp2(s_j * scale * 
 of fp32, a variable-latency op in the graph). Q and dO are read with tensor descriptors (TMA), ``lse``
 and ``delta`` with pointer loads; ``delta = rowsum(dO * O)`` is computed by the caller.
 
-Two kernels, each with an entry per target in ``TWILL_KERNELS``:
+Three kernels; ``TWILL_KERNELS`` has one plain and one sub-tiled entry per target. Sub-tiling splits
+the dimension whose GEMMs exceed the target's Tensor Core instruction M, so twill can schedule and assign
+the sub-tiles separately:
 
-``attn_bwd`` (plain)
-    ``M = BLOCK_M`` query rows per step: 64 on sm_90 (a 64 x 128 tile, the power-of-two neighbour of
-    FA3's 80 x 128 that the paper's §6.3 mentions), 128 on sm_100 (FA4's 1-CTA 128 x 128 tile).
-``attn_bwd_subtiled``
-    Two query sub-tiles of ``SUB_M`` rows per step (64 on sm_90: wgmma M per warpgroup; 128 on sm_100:
-    tcgen05 M), i.e. 128 and 256 query rows per step. Each sub-tile has its own S, P, dP, dS, its own
-    dQ GEMM and atomic, and its own dV and dK GEMMs, which accumulate into the shared ``dk``/``dv`` in
-    turn (sub-tile 0 then sub-tile 1); the K/V tiles are shared. Five GEMMs, one exponential and one
-    atomic per sub-tile, all separate ops that twill can schedule and assign apart.
+``attn_bwd`` (plain; entries ``attn_bwd_sm90``, ``attn_bwd_sm100``)
+    ``BLOCK_N = 128`` keys per program, ``BLOCK_M`` query rows per step: 64 on sm_90 (a 64 x 128 tile, the
+    power-of-two neighbour of FA3's 80 x 128 that the paper's §6.3 mentions), 128 on sm_100 (FA4's 1-CTA
+    128 x 128 tile).
+``attn_bwd_subtiled_kv`` (entry ``attn_bwd_subtiled_sm90``)
+    On Hopper the plain kernel's S, dP and dQ GEMMs already have wgmma's M = 64 (query rows), but dV and
+    dK have M = 128 (keys). This kernel splits the 128 keys into two sub-tiles of ``SUB_N = 64``, the way
+    FA3 splits the key block between its two MMA warpgroups: each sub-tile has its own S, P, dP, dS and
+    its own loop-carried dV and dK, and contributes a dQ GEMM; the second dQ GEMM accumulates onto the
+    first and one atomic adds the sum. Q, dO, lse and delta are shared. Every GEMM is 64 rows.
+``attn_bwd_subtiled_q`` (entry ``attn_bwd_subtiled_sm100``; also ``attn_bwd_subtiled_q_sm90``)
+    On Blackwell every GEMM of the plain kernel already has tcgen05's M = 128, and splitting the keys
+    would need four 128-column dK/dV accumulators, all 512 TMEM columns. This kernel instead takes two
+    query sub-tiles of ``SUB_M = 128`` rows per step (as FA4's forward takes two Q tiles): each has its
+    own S, P, dP, dS, dQ GEMM and atomic, and its own dV and dK GEMMs, which accumulate in turn into the
+    shared dK/dV. The ``_q_sm90`` entry compiles the same kernel for Hopper (SUB_M = 64) so that its code
+    can be checked on an H200.
+
+Five GEMMs and one exponential per sub-tile in both sub-tiled kernels, all separate ops.
 
 ``BLOCK_N = HEAD_DIM = 128``, fp16 inputs, fp32 accumulators and dQ, 8 warps. Every entry compiles to
 TTGIR for its target on the CPU with Triton 3.6 (on sm_100 the GEMMs are ``tcgen05`` MMAs with TMEM
 accumulators), so every graph of this file comes from the frontend and none is built by hand. The sm_100
 binaries Triton builds cannot launch on a B200: its TMEM allocator gives S, dP, dQ, dK, dV and the fp16
 dS their own columns (704 > 512 plain, 1,344 sub-tiled; FA4 aliases them) and the shared memory comes
-to 345,184 B and 526,496 B (> 232,448); the paper (§6.4) too reports that Triton cannot compile the
+to 345,184 B and 526,496 B (> 232,448 B); the paper (§6.4) too reports that Triton cannot compile the
 Blackwell backward. Twill's graph charges the per-iteration S, dP and dQ buffers only while they hold a
 value (docs/frontend.md §6). In the sub-tiled sm_100 entry, Triton 3.6 keeps each of dK and dV, which
 two MMAs update per iteration, in two TMEM buffers and copies between them through registers
@@ -113,7 +125,78 @@ def attn_bwd(
 
 
 @triton.jit
-def attn_bwd_subtiled(
+def attn_bwd_subtiled_kv(
+    q_desc,
+    k_desc,
+    v_desc,
+    do_desc,
+    dk_desc,
+    dv_desc,
+    dq_ptr,
+    lse_ptr,
+    delta_ptr,
+    sm_scale,
+    seq_len,
+    BLOCK_M: tl.constexpr,
+    SUB_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+):
+    """As :func:`attn_bwd` for ``2 * SUB_N`` keys held as two sub-tiles of ``SUB_N`` keys (FA3's split of
+    the key block between its two MMA warpgroups): each has its own S, P, dP, dS, dV, dK; the dQ
+    contributions of the two are summed by the second dQ GEMM, then added atomically."""
+    tile_n = tl.program_id(0)
+    head = tl.program_id(1)
+    base = head * seq_len
+    kv_row0 = base + tile_n * (2 * SUB_N)
+    kv_row1 = kv_row0 + SUB_N
+    k0 = k_desc.load([kv_row0, 0])
+    k1 = k_desc.load([kv_row1, 0])
+    v0 = v_desc.load([kv_row0, 0])
+    v1 = v_desc.load([kv_row1, 0])
+    kt0 = tl.trans(k0)
+    kt1 = tl.trans(k1)
+    vt0 = tl.trans(v0)
+    vt1 = tl.trans(v1)
+    scale2 = sm_scale * 1.4426950408889634
+    rows = tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, HEAD_DIM)
+    dk0 = tl.zeros([SUB_N, HEAD_DIM], dtype=tl.float32)
+    dk1 = tl.zeros([SUB_N, HEAD_DIM], dtype=tl.float32)
+    dv0 = tl.zeros([SUB_N, HEAD_DIM], dtype=tl.float32)
+    dv1 = tl.zeros([SUB_N, HEAD_DIM], dtype=tl.float32)
+    for q_start in range(0, seq_len, BLOCK_M):
+        q_row = base + q_start
+        q = q_desc.load([q_row, 0])
+        do = do_desc.load([q_row, 0])
+        lse = tl.load(lse_ptr + q_row + rows)
+        delta = tl.load(delta_ptr + q_row + rows)
+        # sub-tile 0: keys [kv_row0, kv_row0 + SUB_N)
+        s0 = tl.dot(q, kt0)
+        p0 = tl.math.exp2(s0 * scale2 - lse[:, None])
+        dp0 = tl.dot(do, vt0)
+        ds0 = (p0 * (dp0 - delta[:, None]) * sm_scale).to(tl.float16)
+        p16_0 = p0.to(tl.float16)
+        dv0 = tl.dot(tl.trans(p16_0), do, dv0)
+        dk0 = tl.dot(tl.trans(ds0), q, dk0)
+        dq0 = tl.dot(ds0, k0)
+        # sub-tile 1: keys [kv_row1, kv_row1 + SUB_N)
+        s1 = tl.dot(q, kt1)
+        p1 = tl.math.exp2(s1 * scale2 - lse[:, None])
+        dp1 = tl.dot(do, vt1)
+        ds1 = (p1 * (dp1 - delta[:, None]) * sm_scale).to(tl.float16)
+        p16_1 = p1.to(tl.float16)
+        dv1 = tl.dot(tl.trans(p16_1), do, dv1)
+        dk1 = tl.dot(tl.trans(ds1), q, dk1)
+        dq = tl.dot(ds1, k1, dq0)
+        tl.atomic_add(dq_ptr + (q_row + rows)[:, None] * HEAD_DIM + cols[None, :], dq, sem="relaxed")
+    dk_desc.store([kv_row0, 0], dk0.to(tl.float16))
+    dk_desc.store([kv_row1, 0], dk1.to(tl.float16))
+    dv_desc.store([kv_row0, 0], dv0.to(tl.float16))
+    dv_desc.store([kv_row1, 0], dv1.to(tl.float16))
+
+
+@triton.jit
+def attn_bwd_subtiled_q(
     q_desc,
     k_desc,
     v_desc,
@@ -129,7 +212,8 @@ def attn_bwd_subtiled(
     BLOCK_N: tl.constexpr,
     HEAD_DIM: tl.constexpr,
 ):
-    """As :func:`attn_bwd`, with ``2 * SUB_M`` query rows per step handled as two separate sub-tiles."""
+    """As :func:`attn_bwd`, with ``2 * SUB_M`` query rows per step handled as two separate sub-tiles that
+    share K, V and the dK/dV accumulators (sub-tile 1 adds to them after sub-tile 0)."""
     tile_n = tl.program_id(0)
     head = tl.program_id(1)
     base = head * seq_len
@@ -146,7 +230,7 @@ def attn_bwd_subtiled(
     for q_start in range(0, seq_len, 2 * SUB_M):
         row0 = base + q_start
         row1 = row0 + SUB_M
-        # sub-tile 0
+        # sub-tile 0: query rows [row0, row0 + SUB_M)
         q0 = q_desc.load([row0, 0])
         do0 = do_desc.load([row0, 0])
         lse0 = tl.load(lse_ptr + row0 + rows)
@@ -160,7 +244,7 @@ def attn_bwd_subtiled(
         dk0 = tl.dot(tl.trans(ds0), q0, dk)
         dq0 = tl.dot(ds0, k)
         tl.atomic_add(dq_ptr + (row0 + rows)[:, None] * HEAD_DIM + cols[None, :], dq0, sem="relaxed")
-        # sub-tile 1
+        # sub-tile 1: query rows [row1, row1 + SUB_M)
         q1 = q_desc.load([row1, 0])
         do1 = do_desc.load([row1, 0])
         lse1 = tl.load(lse_ptr + row1 + rows)
@@ -180,29 +264,39 @@ def attn_bwd_subtiled(
     dv_desc.store([kv_row, 0], dv.to(tl.float16))
 
 
-def _entry(kernel: str, target: str) -> dict[str, Any]:
+_KERNELS = {"attn_bwd": attn_bwd, "attn_bwd_subtiled_kv": attn_bwd_subtiled_kv,
+            "attn_bwd_subtiled_q": attn_bwd_subtiled_q}
+
+
+def _entry(kernel: str, target: str, *, default: bool = False) -> dict[str, Any]:
     rows = TC_M[target]
-    q_desc = f"tensordesc<fp16[{rows}, {HEAD_DIM}]>"
-    kv_desc = f"tensordesc<fp16[{HEAD_DIM}, {HEAD_DIM}]>"
-    height = "SUB_M" if kernel == "attn_bwd_subtiled" else "BLOCK_M"
+    sub = {"attn_bwd": {"BLOCK_M": rows, "BLOCK_N": HEAD_DIM},
+           "attn_bwd_subtiled_kv": {"BLOCK_M": rows, "SUB_N": HEAD_DIM // 2},
+           "attn_bwd_subtiled_q": {"SUB_M": rows, "BLOCK_N": HEAD_DIM}}[kernel]
+    q_rows = sub.get("BLOCK_M", sub.get("SUB_M"))
+    kv_rows = sub.get("SUB_N", sub.get("BLOCK_N"))
+    q_desc = f"tensordesc<fp16[{q_rows}, {HEAD_DIM}]>"
+    kv_desc = f"tensordesc<fp16[{kv_rows}, {HEAD_DIM}]>"
     return {
         "kernel": kernel,
         "signature": {"q_desc": q_desc, "k_desc": kv_desc, "v_desc": kv_desc, "do_desc": q_desc,
                       "dk_desc": kv_desc, "dv_desc": kv_desc, "dq_ptr": "*fp32", "lse_ptr": "*fp32",
                       "delta_ptr": "*fp32", "sm_scale": "fp32", "seq_len": "i32"},
-        "constexprs": {height: rows, "BLOCK_N": HEAD_DIM, "HEAD_DIM": HEAD_DIM},
+        "constexprs": {**sub, "HEAD_DIM": HEAD_DIM},
         "num_warps": 8,
         "num_stages": 2,
-        "default": kernel == "attn_bwd" and target == "sm_90",
+        "default": default,
     }
 
 
 TWILL_KERNELS = {
-    f"{kernel}_{target.replace('_', '')}": _entry(kernel, target)
-    for kernel in ("attn_bwd", "attn_bwd_subtiled")
-    for target in ("sm_90", "sm_100")
+    "attn_bwd_sm90": _entry("attn_bwd", "sm_90", default=True),
+    "attn_bwd_sm100": _entry("attn_bwd", "sm_100"),
+    "attn_bwd_subtiled_sm90": _entry("attn_bwd_subtiled_kv", "sm_90"),
+    "attn_bwd_subtiled_sm100": _entry("attn_bwd_subtiled_q", "sm_100"),
+    "attn_bwd_subtiled_q_sm90": _entry("attn_bwd_subtiled_q", "sm_90"),
 }
-"""Entries ``attn_bwd_sm90``, ``attn_bwd_sm100``, ``attn_bwd_subtiled_sm90``, ``attn_bwd_subtiled_sm100``."""
+"""How twill compiles each variant (argument types in Triton signature form); see the module docstring."""
 
 
 def run_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse2: Any, sm_scale: float,
@@ -230,9 +324,11 @@ def run_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse2: Any, sm_scale: f
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     spec = TWILL_KERNELS[entry]
-    kernel = attn_bwd_subtiled if spec["kernel"] == "attn_bwd_subtiled" else attn_bwd
-    rows = spec["constexprs"].get("SUB_M", spec["constexprs"].get("BLOCK_M"))
-    step = rows * (2 if kernel is attn_bwd_subtiled else 1)
+    kernel = _KERNELS[spec["kernel"]]
+    c = spec["constexprs"]
+    rows = c.get("BLOCK_M", c.get("SUB_M"))
+    kv_rows = c.get("SUB_N", c.get("BLOCK_N"))
+    step = 2 * rows if "SUB_M" in c else rows
     batch, heads, seq, dim = q.shape
     if dim != HEAD_DIM or seq % step or seq % HEAD_DIM:
         raise ValueError(f"head dim must be {HEAD_DIM} and seq a multiple of {max(step, HEAD_DIM)}, "
@@ -245,14 +341,14 @@ def run_backward(q: Any, k: Any, v: Any, o: Any, do: Any, lse2: Any, sm_scale: f
         return TensorDescriptor.from_tensor(t.reshape(batch * heads * seq, dim), [block_rows, HEAD_DIM])
 
     grid = (seq // HEAD_DIM, batch * heads)
-    kernel[grid](desc(q, rows), desc(k, HEAD_DIM), desc(v, HEAD_DIM), desc(do, rows), desc(dk, HEAD_DIM),
-                 desc(dv, HEAD_DIM), dq, lse2.contiguous(), delta, sm_scale, seq, **spec["constexprs"],
+    kernel[grid](desc(q, rows), desc(k, kv_rows), desc(v, kv_rows), desc(do, rows), desc(dk, kv_rows),
+                 desc(dv, kv_rows), dq, lse2.contiguous(), delta, sm_scale, seq, **c,
                  num_warps=spec["num_warps"], num_stages=spec["num_stages"])
     return dq, dk, dv
 
 
 def main() -> int:  # pragma: no cover - needs a GPU
-    """Compare both sm_90 entries with PyTorch autograd on a random problem; returns a process exit code."""
+    """Compare the sm_90 entries with PyTorch autograd on a random problem; returns a process exit code."""
     try:
         import torch
     except ImportError:
@@ -272,7 +368,7 @@ def main() -> int:  # pragma: no cover - needs a GPU
     lse2 = (torch.logsumexp(scores, dim=-1) * LOG2E).detach()
     o = of.detach().to(torch.float16)
     worst = 0.0
-    for entry in ("attn_bwd_sm90", "attn_bwd_subtiled_sm90"):
+    for entry in ("attn_bwd_sm90", "attn_bwd_subtiled_sm90", "attn_bwd_subtiled_q_sm90"):
         got = run_backward(q, k, v, o, do, lse2, scale, entry)
         for name, value, want in zip(("dq", "dk", "dv"), got, (qf.grad, kf.grad, vf.grad), strict=True):
             err = ((value.float() - want).abs().max() / want.abs().max()).item()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import re
 from collections import Counter
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -133,72 +134,121 @@ def test_forward_subtiled_graph(entry: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------ backward
-def _bwd_shape(entry: str) -> tuple[str, int, int, int, int]:
-    """Machine, sub-tiles, query rows per (sub-)tile, keys per program, head dim."""
+@dataclass(frozen=True)
+class Bwd:
+    """What one backward entry computes per iteration, from its kernel and constexprs."""
+
+    machine: str
+    split: str  # "none", "kv" (two key sub-tiles), "q" (two query sub-tiles)
+    m: int  # query rows of one (sub-)tile
+    n: int  # keys of one (sub-)tile
+    d: int  # head dim
+
+    @property
+    def suffixes(self) -> list[str]:
+        return [""] if self.split == "none" else ["0", "1"]
+
+    @property
+    def dq_gemms(self) -> list[str]:
+        """Variables of the dQ GEMMs: with a key split the second accumulates onto the first."""
+        return {"none": ["dq"], "kv": ["dq0", "dq"], "q": ["dq0", "dq1"]}[self.split]
+
+
+def _bwd(entry: str) -> Bwd:
     c = _constexprs(BWD, entry)
-    tiles = 2 if "subtiled" in entry else 1
-    rows = c["SUB_M"] if tiles == 2 else c["BLOCK_M"]
-    return MACHINE[entry.rsplit("_", 1)[1]], tiles, rows, c["BLOCK_N"], c["HEAD_DIM"]
+    kernel = _module(BWD).TWILL_KERNELS[entry]["kernel"]
+    machine = MACHINE[entry.rsplit("_", 1)[1]]
+    if kernel == "attn_bwd_subtiled_kv":
+        return Bwd(machine, "kv", c["BLOCK_M"], c["SUB_N"], c["HEAD_DIM"])
+    if kernel == "attn_bwd_subtiled_q":
+        return Bwd(machine, "q", c["SUB_M"], c["BLOCK_N"], c["HEAD_DIM"])
+    return Bwd(machine, "none", c["BLOCK_M"], c["BLOCK_N"], c["HEAD_DIM"])
 
 
 def _subtile(name: str) -> str:
-    """Sub-tile suffix of an op of the sub-tiled backward (``s0``, ``p16_1``, ``dq0_atomic``), or ``""``."""
+    """Sub-tile suffix of an op of a sub-tiled backward (``s0``, ``p16_1``, ``dq0_atomic``), or ``""``."""
     match = re.match(r"^[a-z]+(?:16_)?([01])(?:_|$)", name)
     return match.group(1) if match else ""
 
 
 @pytest.mark.parametrize("entry", _entries(BWD))
 def test_backward_graph(entry: str) -> None:
-    machine, tiles, m, n, d = _bwd_shape(entry)
+    b = _bwd(entry)
     g = _graph(BWD, entry)
-    g.check(load_machine(machine).unit_names)
-    assert m == {"h100": 64, "b200": 128}[machine]
-    suffixes = ["0", "1"] if tiles == 2 else [""]
+    g.check(load_machine(b.machine).unit_names)
+    tiles = len(b.suffixes)
+    tc_m = {"h100": 64, "b200": 128}[b.machine]  # the Tensor Core instruction's M
+    if entry.endswith("_q_sm90"):
+        assert b.split == "q"  # the Blackwell sub-tiling, compiled for Hopper to check it on an H200
+    else:  # sub-tiles split the dimension that exceeded the instruction's M: keys on Hopper
+        expected = "none" if "subtiled" not in entry else {"h100": "kv", "b200": "q"}[b.machine]
+        assert b.split == expected
+        assert (b.n if b.split == "kv" else b.m) == tc_m
 
     gemms = [op for op in g.ops if op.kind == "gemm"]
     assert len(gemms) == 5 * tiles
-    assert all(dict(op.attrs)["mma"] == MMA[machine] for op in gemms)
-    shapes = {"s": (m, n, d), "dp": (m, n, d), "dv": (n, d, m), "dk": (n, d, m), "dq": (m, d, n)}
+    assert all(dict(op.attrs)["mma"] == MMA[b.machine] for op in gemms)
+    shapes = {"s": (b.m, b.n, b.d), "dp": (b.m, b.n, b.d), "dv": (b.n, b.d, b.m), "dk": (b.n, b.d, b.m)}
     for var, (rows, cols, inner) in shapes.items():
-        for i in suffixes:
+        for i in b.suffixes:
             op = g.op(_gemm_named(g, f"{var}{i}"))
-            assert op.total_usage("tc") == _gemm_cycles(machine, rows, cols, inner), f"{var}{i}"
+            assert op.total_usage("tc") == _gemm_cycles(b.machine, rows, cols, inner), f"{var}{i}"
+    for var in b.dq_gemms:
+        assert g.op(_gemm_named(g, var)).total_usage("tc") == _gemm_cycles(b.machine, b.m, b.d, b.n)
 
-    assert len(_tile_exps(g, machine, m, n)) == tiles
+    assert len(_tile_exps(g, b.machine, b.m, b.n)) == tiles
     assert len([op for op in g.ops if op.kind == "exp"]) == tiles  # the only exponential
 
     atomics = [op for op in g.ops if op.kind == "atomic"]
-    assert len(atomics) == tiles
+    assert len(atomics) == (2 if b.split == "q" else 1)
     assert all(op.variable_latency and not g.is_streaming(op.name) for op in atomics)
-    for i in suffixes:  # dQ reaches its atomic through the data edges of the iteration
-        atomic = next(op.name for op in atomics if op.name.startswith(f"dq{i}_"))
-        assert nx.has_path(g.nx, _gemm_named(g, f"dq{i}"), atomic)
+    for atomic in atomics:  # dQ reaches the atomic through the data edges of the iteration
+        assert any(nx.has_path(g.nx, _gemm_named(g, var), atomic.name) for var in b.dq_gemms)
+    if b.split == "kv":  # one atomic adds the dQ of both sub-tiles
+        assert all(nx.has_path(g.nx, _gemm_named(g, var), atomics[0].name) for var in b.dq_gemms)
 
     tma = [op for op in g.ops if op.kind == "tma_load"]
     pointer = [op for op in g.ops if op.kind == "load"]
-    assert len(tma) == 2 * tiles and len(pointer) == 2 * tiles  # Q, dO by TMA; lse, delta by pointer
+    loaded = 2 if b.split == "q" else 1  # query blocks loaded per iteration
+    assert len(tma) == 2 * loaded and len(pointer) == 2 * loaded  # Q, dO by TMA; lse, delta by pointer
     assert all(g.is_streaming(op.name) for op in tma + pointer)
-    assert all(op.smem == m * d * 2 for op in tma)
-    assert g.fixed_smem == 2 * n * d * 2  # K and V, loaded before the loop
+    assert all(op.smem == b.m * b.d * 2 for op in tma)
+    keys = b.n * (2 if b.split == "kv" else 1)
+    assert g.fixed_smem == 2 * keys * b.d * 2  # K and V of the program, loaded before the loop
 
     # dK and dV accumulate across iterations: each of their GEMMs is on a dependence cycle of distance 1
-    accumulators = [_gemm_named(g, f"{var}{i}") for var in ("dv", "dk") for i in suffixes]
+    accumulators = [_gemm_named(g, f"{var}{i}") for var in ("dv", "dk") for i in b.suffixes]
     assert all(_carried_cycle_distance(g, name) == 1 for name in accumulators)
-    fresh = [_gemm_named(g, f"{var}{i}") for var in ("s", "dp", "dq") for i in suffixes]
+    fresh = [_gemm_named(g, f"{var}{i}") for var in ("s", "dp") for i in b.suffixes]
+    fresh += [_gemm_named(g, var) for var in b.dq_gemms]
     register_carried = [e for e in g.edges if e.distance and e.carrier == "register"]
     assert all(e.src in accumulators and e.dst in accumulators for e in register_carried)
-    if machine == "b200":
+    if b.machine == "b200":
         # S, dP and dQ are overwritten by their MMAs each iteration; only dK and dV hold TMEM throughout
-        assert g.fixed_tmem == 2 * d
-        assert [g.op(name).tmem for name in fresh] == [n] * (2 * tiles) + [d] * tiles
+        assert g.fixed_tmem == 2 * b.d * (2 if b.split == "kv" else 1)
+        assert [g.op(name).tmem for name in fresh] == [b.n] * (2 * tiles) + [b.d] * len(b.dq_gemms)
         assert len([op for op in g.ops if op.kind == "tmem_load"]) >= 3 * tiles  # S, dP, dQ
     else:
         assert g.fixed_tmem == 0
         assert all(_carried_cycle_distance(g, name) is None for name in fresh)  # nothing carried
 
 
-def test_backward_subtiles_share_only_the_accumulators() -> None:
+def test_backward_key_subtiles_share_only_the_inputs_and_dq() -> None:
     g = _graph(BWD, "attn_bwd_subtiled_sm90")
+    shared = {"q", "do", "lse", "delta", "dq", "dq_convert_layout", "dq_atomic"}
+    assert all(_subtile(op.name) for op in g.ops if op.name not in shared)
+    crossing = {(e.src, e.dst) for e in g.edges
+                if e.src not in shared and e.dst not in shared and _subtile(e.src) != _subtile(e.dst)}
+    assert not crossing
+    # sub-tile 1's dQ GEMM takes its dS and, as accumulator, sub-tile 0's dQ (after a layout change
+    # Triton inserts between the two GEMMs' accumulator layouts)
+    into_dq = {e.src: e for e in g.edges if e.dst == "dq"}
+    assert set(into_dq) == {"ds1", "dq0"} and into_dq["dq0"].inplace
+    assert g.op("dq0").kind == "convert_layout" and g.op("dq0_gemm").kind == "gemm"
+
+
+def test_backward_query_subtiles_share_only_the_accumulators() -> None:
+    g = _graph(BWD, "attn_bwd_subtiled_q_sm90")
     assert all(_subtile(op.name) for op in g.ops)
     crossing = {(e.src, e.dst, e.distance) for e in g.edges if _subtile(e.src) != _subtile(e.dst)}
     # sub-tile 1 adds to dK/dV after sub-tile 0 in the iteration; sub-tile 0 continues from sub-tile 1
