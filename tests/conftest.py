@@ -1,0 +1,46 @@
+"""Shared fixtures of the solver-layer tests: machines and small problem builders."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from twill.graph import Graph
+from twill.machine import Constant, Machine, load_machine
+from twill.problem import Options, Problem, build_problem
+
+
+@pytest.fixture(scope="session")
+def h100() -> Machine:
+    return load_machine("h100")
+
+
+@pytest.fixture(scope="session")
+def quick_h100(h100: Machine) -> Machine:
+    """The H100 with one-cycle barrier hand-offs.
+
+    With the real 92-cycle mbarrier, every edge out of a variable-latency op (which must sit on its own
+    warp group) costs far more than the toy ops of these tests, and the searches get long. The solver
+    layers take any machine, so the tests shrink the hand-off instead of the ops.
+    """
+    constants = dict(h100.constants)
+    constants["handoff.mbarrier"] = Constant(1, "test machine: one-cycle mbarrier hand-off")
+    constants["handoff.named_barrier"] = Constant(1, "test machine: one-cycle named barrier")
+    return replace(h100, name="h100-quick-handoff", constants=constants)
+
+
+def problem_on(graph: Graph, machine: Machine, caps: dict[str, int] | None = None,
+               **options: object) -> Problem:
+    """``build_problem`` with the unit capacities in ``caps`` replacing the machine's."""
+    problem = build_problem(graph, machine, Options(**options))
+    if caps:
+        units = {**problem.resources.units, **caps}
+        problem = replace(problem, resources=replace(problem.resources, units=units))
+    return problem
+
+
+@pytest.fixture(scope="session")
+def make_problem():
+    """The :func:`problem_on` helper, as a fixture."""
+    return problem_on

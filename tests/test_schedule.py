@@ -1,0 +1,220 @@
+"""``twill.schedule`` end to end, the Schedule's derived views, its certificate and its JSON form."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+import twill
+from twill.costmodel import CostModel
+from twill.errors import TwillError
+from twill.graph import Graph
+from twill.machine import load_machine
+from twill.paper import figure1_graph
+from twill.schedule import Schedule, slots_from
+from twill.verify import violations
+
+# ---------------------------------------------------------------------------------------------- graphs
+
+
+def fa_like_graph(machine_name: str = "h100") -> Graph:
+    """A FlashAttention-forward-like loop body, costed by the cost model: TMA loads of K and V (variable
+    latency, SMEM), S = Q K^T and O += P V on the Tensor Cores, P = exp2(S) on MUFU with ALU work, and the
+    O accumulator carried to the next iteration (updated in place). Tile 64 x 128, head dim 64, fp16."""
+    cm = CostModel(load_machine(machine_name))
+    bm, bn, d = 64, 128, 64
+    g = Graph("fa_like")
+
+    def add(name, cost, **kwargs):
+        g.add_op(name, cost.kind, **cost.op_kwargs(), **kwargs)
+
+    tile = bn * d * 2  # a K or V tile: 128 x 64 fp16 = 16 KB
+    add("K", cm.tma_load(tile), smem=tile)
+    add("V", cm.tma_load(tile), smem=tile)
+    s_cost = cm.gemm(bm, bn, d)
+    add("S", s_cost, regs=cm.regs_for(bm * bn * 4, s_cost.warps), result_bytes=bm * bn * 4)
+    add("P", cm.exp2(bm * bn, alu_ops_per_element=2), regs=cm.regs_for(bm * bn * 2, 4),
+        result_bytes=bm * bn * 2)
+    o_cost = cm.gemm(bm, d, bn)
+    add("O", o_cost, regs=cm.regs_for(bm * d * 4, o_cost.warps), result_bytes=bm * d * 4)
+    g.add_edge("K", "S", blocking=True, carrier="smem")
+    g.add_edge("S", "P", blocking=True)
+    g.add_edge("P", "O")
+    g.add_edge("V", "O", blocking=True, carrier="smem")
+    g.add_edge("O", "O", distance=1, inplace=True)
+    return g
+
+
+@pytest.fixture(scope="module")
+def fig1() -> Schedule:
+    return twill.schedule(figure1_graph(), "h100")
+
+
+@pytest.fixture(scope="module")
+def fa_h100() -> Schedule:
+    return twill.schedule(fa_like_graph(), "h100")
+
+
+# ---------------------------------------------------------------------------------------------- Figure 1
+
+
+def test_figure1_end_to_end(fig1):
+    # Normalization keeps the paper's unit: every op is 1 time unit long.
+    assert [fig1.problem.op(n).cycles for n in "SPO"] == [1, 1, 1]
+    # ResMII: TC holds S and O, one cycle each, capacity 1 -> 2. RecMII: O->O, d = 1, δ = 1 -> 1.
+    # So II >= 2, and II = 2 works (below). L >= 3 (S -> P -> O); L = 3 forces S0 P1 O2, where S and O
+    # collide on TC residue 0 mod 2. L = 4: starts in [0, 3], O >= S + 2, S and O of different parity,
+    # so S = 0 and O = 3, and P in {1, 2} (both optimal). T = (ceil(4/2) - 1) * 2 + 4 = 6.
+    assert (fig1.ii, fig1.length, fig1.stages, fig1.total_length) == (2, 4, 2, 6)
+    assert (fig1.start["S"], fig1.start["O"]) == (0, 3)
+    assert fig1.start["P"] in (1, 2)
+    assert violations(fig1) == []
+    cert = fig1.certificate
+    assert (cert.lower_bound, cert.res_mii, cert.rec_mii) == (2, 1 + 1, 1)
+    assert cert.proven_optimal
+
+
+def test_figure1_op_order_does_not_matter():
+    g = Graph("figure1_reversed")
+    for name, unit in (("O", "tc"), ("P", "mufu"), ("S", "tc")):
+        g.add_op(name, "op", busy={unit: 1}, latency=1)
+    g.add_edge("O", "O", latency=1, distance=1, inplace=True)
+    g.add_edge("P", "O", latency=1)
+    g.add_edge("S", "P", latency=1)
+    s = twill.schedule(g, "h100")
+    assert (s.ii, s.length, s.total_length) == (2, 4, 6)
+    assert (s.start["S"], s.start["O"]) == (0, 3)
+
+
+def test_figure1_listing_with_the_paper_schedule(fig1):
+    paper = replace(fig1, slots=slots_from({"S": 0, "P": 2, "O": 3}, fig1.group, 2, fig1.problem.names))
+    assert violations(paper) == []
+    rows = paper.listing()
+    # Two copies, iteration i shifted by 2i: S 0, P 2, O 3 and S 2, P 4, O 5. Prologue [0, 2): S of
+    # iteration 0; steady state [2, 4): P of iteration 0 and S of iteration 1 at 2, O of iteration 0 at 3;
+    # epilogue: P of iteration 1 at 4, O at 5 (paper Fig. 1e/f).
+    assert [(t, op, i) for t, op, i, _ in rows["prologue"]] == [(0, "S", 0)]
+    assert [(t, op, i) for t, op, i, _ in rows["steady_state"]] == [(2, "P", 0), (2, "S", 1), (3, "O", 0)]
+    assert [(t, op, i) for t, op, i, _ in rows["epilogue"]] == [(4, "P", 1), (5, "O", 1)]
+
+
+def test_certificate_rules_out_every_smaller_ii(quick_h100):
+    # A loop whose answer lies above its lower bound: a 1-cycle TC op that an exp must wait for, with an
+    # ALU op issuing for 2 cycles on the same (only) warp group. ResMII = 2 (each unit busy 2 cycles), but
+    # at II = 2 the ALU op's 2 issue cycles cover every residue, so the waiting exp can never start.
+    g = Graph("blocking")
+    g.add_op("G", "gemm", busy={"tc": 2}, latency=3, issue_cycles=1, warps=4)
+    g.add_op("E", "exp", busy={"mufu": 2}, warps=4)
+    g.add_op("X", "alu", busy={"alu": 2}, warps=4)
+    g.add_edge("G", "E", blocking=True)
+    s = twill.schedule(g, quick_h100, max_groups=1)
+    cert = s.certificate
+    assert cert.lower_bound == 2 and s.ii == 3
+    assert set(range(cert.lower_bound, s.ii)) <= set(cert.ruled_out())
+    assert cert.proven_optimal
+    assert violations(s) == []
+
+
+# ---------------------------------------------------------------------------------------------- FA-like
+
+
+def test_fa_like_schedules_verifies_and_is_proven(fa_h100):
+    s = fa_h100
+    assert violations(s) == []
+    cert = s.certificate
+    assert cert.proven_optimal
+    assert cert.lower_bound <= s.ii
+    assert set(range(cert.lower_bound, s.ii)) <= set(cert.ruled_out())
+    # The loads are variable-latency: they sit together on a producer group of their own.
+    producer = {g.index for g in s.warp_groups if g.role == "producer"}
+    assert {s.group["K"], s.group["V"]} == producer
+    assert not producer & {s.group[n] for n in ("S", "P", "O")}
+    # The Tensor Cores alone bound the II from below: S and O each busy 2*64*128*64 / 4096 = 256 cycles.
+    assert s.bounds_cycles["res_mii"] >= 512
+    # O's accumulator is carried to the next iteration: O of iteration i+1 starts no earlier than O of
+    # iteration i finishes its latency, so II >= O's normalized latency.
+    assert s.ii >= s.problem.op("O").latency
+    # The stages and T follow from L and II.
+    assert s.stages == -(-s.length // s.ii)
+    assert s.total_length == (s.stages - 1) * s.ii + s.length
+
+
+def test_overhead_above_the_smallest_budget_is_respected(quick_h100):
+    # A warp group always holds the machine's per-group overhead. With an overhead of 30 registers per
+    # thread, no group may get the smallest setmaxnreg budget (24): not even the producer group, which
+    # holds no register value of its own.
+    machine = replace(quick_h100, group_overhead_regs=30)
+    g = Graph("producer")
+    g.add_op("L", "tma_load", busy={"tma": 2}, latency=4, issue_cycles=1, variable_latency=True, smem=16384)
+    g.add_op("G", "gemm", busy={"tc": 2}, latency=3, issue_cycles=1, warps=4, regs=64)
+    g.add_edge("L", "G", blocking=True, carrier="smem")
+    s = twill.schedule(g, machine)
+    assert violations(s) == []
+    assert len(s.warp_groups) == 2
+    assert all(grp.registers >= 32 and grp.registers_needed >= 32 for grp in s.warp_groups)
+
+
+# ---------------------------------------------------------------------------------------------- JSON
+
+
+@pytest.mark.parametrize("which", ["fig1", "fa_h100"])
+def test_json_round_trip(request, which):
+    s = request.getfixturevalue(which)
+    text = s.to_json()
+    back = Schedule.from_json(text)
+    assert back.to_json() == text
+    assert back.slots == s.slots and back.warp_groups == s.warp_groups
+    assert back.certificate == s.certificate
+    assert back.problem == s.problem
+    assert violations(back) == []
+
+
+def test_json_fields(fig1):
+    data = json.loads(fig1.to_json())
+    assert data["kind"] == "twill.schedule" and isinstance(data["schema_version"], int)
+    assert (data["ii"], data["length"], data["total_length"]) == (2, 4, 6)
+    assert {o["name"]: (o["start"], o["stage"], o["warp_group"]) for o in data["ops"]} == {
+        n: (sl.start, sl.start // 2, sl.warp_group) for n, sl in fig1.slots.items()}
+    assert sorted(data["ops"][0]) == ["name", "stage", "start", "warp_group"]
+    for group in data["warp_groups"]:
+        assert {"ops", "warps", "registers"} <= set(group)
+    assert sorted(n for group in data["warp_groups"] for n in group["ops"]) == ["O", "P", "S"]
+    assert data["certificate"]["lower_bound"] == 2
+    assert data["certificate"]["proven_optimal"] is True
+
+
+def _corrupt(text: str, edit) -> str:
+    data = json.loads(text)
+    edit(data)
+    return json.dumps(data)
+
+
+CORRUPTIONS = {
+    "kind": lambda d: d.update(kind="something.else"),
+    "no kind": lambda d: d.pop("kind"),
+    "schema": lambda d: d.update(schema_version=999),
+    "no ops": lambda d: d.pop("ops"),
+    "start not a number": lambda d: d["ops"][0].update(start="zero"),
+    "ops not a list": lambda d: d.update(ops="S,P,O"),
+    "no certificate": lambda d: d.pop("certificate"),
+    "attempt field": lambda d: d["certificate"]["attempts"].append({"ii": 1, "bogus": True}),
+    "problem missing": lambda d: d.update(problem=None),
+    "edge field": lambda d: d["problem"]["edges"][0].update(weight=3),
+    "options not a table": lambda d: d["problem"].update(options=[]),
+    "resources not a table": lambda d: d["problem"].update(resources=[1, 2]),
+    "op listed twice": lambda d: d["ops"].append(dict(d["ops"][0], start=1)),
+}
+
+
+@pytest.mark.parametrize("name", list(CORRUPTIONS))
+def test_from_json_rejects_corrupted_json(fig1, name):
+    with pytest.raises(TwillError):
+        Schedule.from_json(_corrupt(fig1.to_json(), CORRUPTIONS[name]))
+
+
+@pytest.mark.parametrize("text", ["", "not json", "[1, 2, 3]", "42", '{"ii": 2, "length": 4}', "null"])
+def test_from_json_rejects_foreign_json(text):
+    with pytest.raises(TwillError):
+        Schedule.from_json(text)
