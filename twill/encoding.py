@@ -34,11 +34,15 @@ def pool_size(problem: Problem) -> int:
     """Warp groups offered to the solver: the register plan's length, ``max_groups``, or as many as fit.
 
     The default is limited by the warps per CTA (each group takes at least one warpgroup), by the number
-    of ops, and capped at 6 (a variable-latency group plus five compute groups, FA4's structure).
+    of ops, and capped at 6 (a variable-latency group plus five compute groups, FA4's structure). With
+    ``"groups"`` relaxed (and no register plan) the pool is one group per op, up to 8.
     """
     opts, res = problem.options, problem.resources
     if opts.register_plan:
         return len(opts.register_plan)
+    if "groups" in opts.relax:
+        compute = sum(1 for op in problem.ops if not op.variable_latency)
+        return max(1, min(8, compute + (1 if problem.has_vl else 0)))
     if opts.max_groups is not None:
         return opts.max_groups
     per_cta = res.max_warps // res.warps_per_group
@@ -122,7 +126,7 @@ class Encoder(ModularModel):
         for e in self.p.edges:
             if e.src == e.dst:
                 continue
-            if e.cross:
+            if e.cross and "handoff" not in self.p.options.relax:
                 self.add(m.Implies(m.Not(self.same(e.src, e.dst)),
                                    self.before(e.src, e.latency + e.cross, e.dst, e.distance * ii)))
             if e.carrier == "register" and not self.p.options.cross_group:
@@ -131,6 +135,8 @@ class Encoder(ModularModel):
     def blocking(self) -> None:
         """When an op that must wait starts, no other op of its group is issuing (copies included)."""
         m = self.m
+        if "blocking" in self.p.options.relax:
+            return
         for v in self.p.ops:
             waits = [m.TRUE() if e.blocking else m.Not(self.same(e.src, v.name))
                      for e in self.p.in_edges(v.name) if e.src != v.name]
@@ -217,8 +223,10 @@ class Encoder(ModularModel):
         cross = [m.Ite(m.Not(self.same(e.src, e.dst)), self.int_(e.cross), self.int_(0))
                  for e in self.p.edges if e.cross and e.src != e.dst]
         self.handoff_total = m.Plus(cross) if cross else self.int_(0)
-        self.add(m.LE(self.reg_total, self.int_(res.register_file)))
-        self.add(m.LE(m.Plus(warps) if len(warps) > 1 else warps[0], self.int_(res.max_warps)))
+        if "register_file" not in opts.relax:
+            self.add(m.LE(self.reg_total, self.int_(res.register_file)))
+        if "groups" not in opts.relax:
+            self.add(m.LE(m.Plus(warps) if len(warps) > 1 else warps[0], self.int_(res.max_warps)))
 
     # ------------------------------------------------------------------------ liveness (lazy)
     def refine(self, start: Mapping[str, int], group: Mapping[str, int], budgets: Mapping[int, int]) -> int:
@@ -289,6 +297,8 @@ class Encoder(ModularModel):
     def registers(self) -> None:
         """Register limit per group and moment: result values and copies received from other groups."""
         m, res = self.m, self.p.resources
+        if "registers" in self.p.options.relax:
+            return
         items = []
         for op in self.p.ops:
             if not op.regs:
@@ -319,7 +329,7 @@ class Encoder(ModularModel):
         pre_len = p.options.prefetch * self.ii
         for op in p.ops:
             for kind, need, out in (("smem", op.smem, smem), ("tmem", op.tmem, tmem)):
-                if not need:
+                if not need or kind in p.options.relax:
                     continue
                 uses = [e for e in p.out_edges(op.name) if e.carrier == kind]
                 end, top = self._end(op.name, kind, uses, lambda e: p.op(e.dst).cycles, False)
@@ -330,7 +340,7 @@ class Encoder(ModularModel):
                 out.append(Item(op.name, -pre, need, end=end, end_hi=top))
         for e in p.edges:
             src = p.op(e.src)
-            if e.carrier != "register" or e.src == e.dst or not src.result_bytes:
+            if e.carrier != "register" or e.src == e.dst or not src.result_bytes or "smem" in p.options.relax:
                 continue
             end = m.Symbol(f"staged[{e.index}]", INT)
             begin = src.cycles

@@ -17,7 +17,20 @@ from twill.errors import ResourceError
 from twill.graph import Dependence, Graph, Op
 from twill.machine import Machine
 
-__all__ = ["Edge", "Options", "Problem", "Resources", "build_problem", "check_resources"]
+__all__ = ["RELAXABLE", "Edge", "Options", "Problem", "Resources", "build_problem", "check_resources"]
+
+RELAXABLE: dict[str, str] = {
+    "registers": "live registers per warp group and moment (no per-thread limit, budgets need not hold them)",
+    "register_file": "the register file shared by the setmaxnreg budgets (their sum is unbounded)",
+    "smem": "shared-memory capacity",
+    "tmem": "tensor-memory capacity",
+    "handoff": "hand-off latency between warp groups (cross-warp spills and barriers cost 0 cycles)",
+    "blocking": "blocking-wait concurrency (an op that waits may start while its group is issuing)",
+    "groups": "the warp-group count (max_groups ignored, up to 8 groups, no warps-per-CTA limit)",
+}
+"""Constraint families that :attr:`Options.relax` can switch off, with what each relaxation drops. Used by
+:mod:`twill.explain` to find which families bind a schedule; a relaxed schedule is a what-if, not a
+schedule the machine can run."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +62,9 @@ class Options:
         autotuner, §5.3).
     max_ii : int or None
         Largest II (normalized units) searched; ``None``: the length of a schedule with no overlap.
+    relax : frozenset of str
+        Constraint families to leave out (names in :data:`RELAXABLE`); the solver, the verifier and the
+        resource checks all skip them. Empty for a real schedule.
     """
 
     max_groups: int | None = None
@@ -59,18 +75,27 @@ class Options:
     stage_slack: int = 1
     prefetch: int = 1
     max_ii: int | None = None
+    relax: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.relax) - set(RELAXABLE))
+        if unknown:
+            raise ValueError(f"relax: {', '.join(unknown)} not among {', '.join(RELAXABLE)}")
+        object.__setattr__(self, "relax", frozenset(self.relax))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form."""
         out = dict(self.__dict__)
         out["register_plan"] = list(self.register_plan) if self.register_plan else None
+        out["relax"] = sorted(self.relax)
         return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Options:
         """Inverse of :meth:`to_dict`."""
         plan = data.get("register_plan")
-        return cls(**{**dict(data), "register_plan": tuple(plan) if plan else None})
+        return cls(**{**dict(data), "register_plan": tuple(plan) if plan else None,
+                      "relax": frozenset(data.get("relax", ()))})
 
 
 @dataclass(frozen=True)
@@ -321,22 +346,23 @@ def check_resources(problem: Problem) -> None:
     """
     res, opts = problem.resources, problem.options
     if opts.register_plan is not None:
-        _check_plan(res, opts.register_plan)
+        _check_plan(res, opts.register_plan, check_sum="register_file" not in opts.relax)
     cap = res.max_regs
     if opts.register_plan:
         cap = min(cap, max(opts.register_plan))
     for op in problem.ops:
         need = op.regs + res.group_overhead
-        if need > cap:
+        if need > cap and "registers" not in opts.relax:
             raise ResourceError(
                 f"op {op.name!r} needs {op.regs} registers per thread for its result + {res.group_overhead} "
                 f"group overhead = {need} > limit {cap} (source {op.source or '?'})", resource="registers")
-    _check_memory(problem, "smem", res.smem, problem.fixed_smem, "bytes")
-    if res.tmem or any(op.tmem for op in problem.ops):
+    if "smem" not in opts.relax:
+        _check_memory(problem, "smem", res.smem, problem.fixed_smem, "bytes")
+    if (res.tmem or any(op.tmem for op in problem.ops)) and "tmem" not in opts.relax:
         _check_memory(problem, "tmem", res.tmem, problem.fixed_tmem, "columns")
 
 
-def _check_plan(res: Resources, plan: Sequence[int]) -> None:
+def _check_plan(res: Resources, plan: Sequence[int], check_sum: bool = True) -> None:
     bad = [r for r in plan if not res.budget_ok(r)]
     if bad:
         raise ResourceError(
@@ -344,7 +370,7 @@ def _check_plan(res: Resources, plan: Sequence[int]) -> None:
             f"[{res.setmaxnreg_min}, {res.setmaxnreg_max}] (setmaxnreg)", resource="register_file")
     threads = 32 * res.warps_per_group
     total = sum(threads * r for r in plan)
-    if total > res.register_file:
+    if check_sum and total > res.register_file:
         terms = " + ".join(f"{threads}x{r}" for r in plan)
         raise ResourceError(
             f"register plan {list(plan)} needs {terms} = {total} registers > register file "

@@ -90,6 +90,7 @@ def schedule(
     stage_slack: int = 1,
     prefetch: int = 1,
     max_ii: int | None = None,
+    relax: frozenset[str] | set[str] | tuple[str, ...] = frozenset(),
     normalize_upper: int = 300,
     progress: Progress | None = None,
 ) -> Schedule:
@@ -115,6 +116,9 @@ def schedule(
         proven optimal; with none found, :class:`InfeasibleError` says which IIs were decided.
     max_groups, register_limit, register_plan, cross_group, max_stages, stage_slack, prefetch, max_ii :
         See :class:`twill.problem.Options`.
+    relax : set of str
+        Constraint families to leave out (:data:`twill.problem.RELAXABLE`), for what-if questions
+        (:mod:`twill.explain`); the answer is then not a schedule the machine can run.
     normalize_upper : int
         ``U`` of the cost normalization (paper §5.2: 300).
     progress : callable, optional
@@ -143,7 +147,8 @@ def schedule(
     mach = load_machine(machine)
     options = Options(max_groups=max_groups, register_limit=register_limit,
                       register_plan=tuple(register_plan) if register_plan else None, cross_group=cross_group,
-                      max_stages=max_stages, stage_slack=stage_slack, prefetch=prefetch, max_ii=max_ii)
+                      max_stages=max_stages, stage_slack=stage_slack, prefetch=prefetch, max_ii=max_ii,
+                      relax=frozenset(relax))
     raw = build_problem(graph, mach, options)
     check_resources(raw)
     deadline = None if time_limit is None else started + time_limit

@@ -6,7 +6,10 @@ residues modulo II, lifetimes come from :mod:`twill.liveness`. :func:`violations
 
 Families: ``uniqueness``, ``consistency``, ``completion``, ``stages``, ``dependence``, ``cross_warp``,
 ``capacity``, ``memory`` (SMEM and TMEM), ``registers``, ``register_file``, ``variable_latency``,
-``group_shape``, ``blocking``.
+``group_shape``, ``blocking``. Families the problem's ``options.relax`` leaves out (a what-if schedule of
+:mod:`twill.explain`) are not checked: ``registers``, ``register_file``, ``smem``/``tmem`` (of
+``memory``), ``blocking``, ``handoff`` (the hand-off term of ``dependence``) and ``groups`` (the
+warps-per-CTA limit).
 """
 
 from __future__ import annotations
@@ -90,12 +93,14 @@ def _completion(s: Schedule) -> Iterator[ScheduleError]:
 
 def _dependence(s: Schedule) -> Iterator[ScheduleError]:
     start, group = s.start, s.group
+    handoff = "handoff" not in s.problem.options.relax
     for e in s.problem.edges:
         crossing = group[e.src] != group[e.dst]
-        need = start[e.src] + e.latency + (e.cross if crossing else 0)
+        need = start[e.src] + e.latency + (e.cross if crossing and handoff else 0)
         have = start[e.dst] + e.distance * s.ii
         if have < need:
-            extra = f" + hand-off {e.cross} (groups {group[e.src]} -> {group[e.dst]})" if crossing else ""
+            extra = (f" + hand-off {e.cross} (groups {group[e.src]} -> {group[e.dst]})"
+                     if crossing and handoff else "")
             yield ScheduleError(
                 f"{e.label}: {e.dst} of iteration i+{e.distance} starts at {start[e.dst]} + {e.distance}*II"
                 f"({s.ii}) = {have}, before {e.src} at {start[e.src]} + d {e.latency}{extra} = {need}",
@@ -131,6 +136,8 @@ def _memory(s: Schedule) -> Iterator[ScheduleError]:
     p, res = s.problem, s.problem.resources
     for kind, capacity, fixed, unit in (("smem", res.smem, p.fixed_smem, "bytes"),
                                         ("tmem", res.tmem, p.fixed_tmem, "columns")):
+        if kind in p.options.relax:
+            continue
         intervals = memory_intervals(p, s.ii, s.start, s.group, kind)
         if not intervals and not fixed:
             continue
@@ -173,16 +180,18 @@ def _groups(s: Schedule) -> Iterator[ScheduleError]:
                                 family="register_file")
         total_regs += res.group_threads(g.warps) * g.registers
         total_warps += res.group_threads(g.warps) // 32
-    if total_regs > res.register_file:
+    if total_regs > res.register_file and "register_file" not in p.options.relax:
         terms = " + ".join(f"{res.group_threads(g.warps)}x{g.registers}" for g in s.warp_groups)
         yield ScheduleError(f"budgets need {terms} = {total_regs} registers > register file "
                             f"{res.register_file}", family="register_file")
-    if total_warps > res.max_warps:
+    if total_warps > res.max_warps and "groups" not in p.options.relax:
         yield ScheduleError(f"{total_warps} warps > {res.max_warps} per CTA", family="group_shape")
 
 
 def _registers(s: Schedule) -> Iterator[ScheduleError]:
     p, res = s.problem, s.problem.resources
+    if "registers" in p.options.relax:
+        return
     intervals = register_intervals(p, s.ii, s.start, s.group)
     for g in s.warp_groups:
         mine = [iv for iv in intervals if iv.group == g.index]
@@ -199,6 +208,8 @@ def _registers(s: Schedule) -> Iterator[ScheduleError]:
 
 def _blocking(s: Schedule) -> Iterator[ScheduleError]:
     p, start, group = s.problem, s.start, s.group
+    if "blocking" in p.options.relax:
+        return
     for v in p.ops:
         waits = [e for e in p.in_edges(v.name)
                  if e.src != v.name and (e.blocking or group[e.src] != group[v.name])]
