@@ -8,6 +8,7 @@ The public surface::
     s = twill.schedule(g, machine="h100")  # -> twill.Schedule, verified
     twill.verify(s)                         # independent re-check; raises ScheduleError
     print(s.to_json())
+    r = twill.simulate(s, iterations=100)   # one SM, cycles per iteration, stalls, deadlocks
 
 See ``docs/`` for the model, the constraint families and the errors.
 """
@@ -24,6 +25,7 @@ from twill.errors import (
     MachineError,
     ResourceError,
     ScheduleError,
+    SimulationError,
     SolverError,
     SolverUnavailableError,
     TwillError,
@@ -33,6 +35,7 @@ from twill.graph import Dependence, Graph, Op, Reservation
 from twill.machine import Machine, known_machines, load_machine
 from twill.schedule import Certificate, Schedule, WarpGroup
 from twill.search import schedule
+from twill.simulate import SimResult, simulate
 from twill.verify import verify, violations
 
 __version__ = "0.1.0"
@@ -52,6 +55,8 @@ __all__ = [
     "ResourceError",
     "Schedule",
     "ScheduleError",
+    "SimResult",
+    "SimulationError",
     "SolverError",
     "SolverUnavailableError",
     "TwillError",
@@ -62,6 +67,7 @@ __all__ = [
     "known_machines",
     "load_machine",
     "schedule",
+    "simulate",
     "verify",
     "violations",
 ]

@@ -15,7 +15,8 @@ Hierarchy::
     ├── SolverError           a solver failed or returned garbage
     │   └── SolverUnavailableError   a backend cannot be loaded
     ├── InterruptedSolveError a solve stopped by the user (carries the best schedule so far)
-    └── ScheduleError         a schedule violates a constraint family (raised by ``verify``)
+    ├── ScheduleError         a schedule violates a constraint family (raised by ``verify``)
+    └── SimulationError       a simulated schedule deadlocks (raised by ``twill.simulate``)
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ __all__ = [
     "MachineError",
     "ResourceError",
     "ScheduleError",
+    "SimulationError",
     "SolverError",
     "SolverUnavailableError",
     "TwillError",
@@ -198,3 +200,34 @@ class ScheduleError(TwillError, AssertionError):
         super().__init__(f"{family}: {message}")
         self.family = family
         self.op = op
+
+
+class SimulationError(TwillError, RuntimeError):
+    """A simulated loop cannot finish: every unfinished warp group waits for something that never comes.
+
+    Attributes
+    ----------
+    op : str or None
+        The op the first blocked warp group waits to issue.
+    iteration : int or None
+        Its iteration.
+    barrier : str or None
+        The barrier it waits on, e.g. ``"the empty barrier of 'k' slot 0 phase 1 (depth 1)"``.
+    group : int or None
+        Its warp group.
+    waits : tuple of str
+        One line per blocked warp group: what it waits for and who would provide it.
+    cycle : float
+        Simulated time of the deadlock, cycles.
+    """
+
+    def __init__(self, message: str, *, op: str | None = None, iteration: int | None = None,
+                 barrier: str | None = None, group: int | None = None, waits: tuple[str, ...] = (),
+                 cycle: float = 0.0) -> None:
+        super().__init__(message)
+        self.op = op
+        self.iteration = iteration
+        self.barrier = barrier
+        self.group = group
+        self.waits = waits
+        self.cycle = cycle

@@ -1,0 +1,230 @@
+"""The discrete-event simulator: steady state against II, trip counts, barriers, deadlocks, latencies.
+
+Expected numbers are derived by hand in each test from the machine model of :mod:`twill.simulate`
+(in-order issue per warp group, blocking waits, units, buffers). Tolerance: the steady state is exact
+(to 1e-9 cycles) in these integer examples, where one normalized unit is one cycle.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+
+import twill
+from twill.cli import main
+from twill.errors import SimulationError, TwillError
+from twill.graph import Graph
+from twill.machine import load_machine
+from twill.paper import figure1_graph
+from twill.problem import build_problem
+from twill.schedule import Certificate, OpSlot, Schedule, WarpGroup
+from twill.simulate import REASONS, simulate
+
+EXACT = 1e-9
+
+
+def hand_schedule(graph: Graph, ii: int, length: int, start: dict[str, int], group: dict[str, int],
+                  registers: int = 240) -> Schedule:
+    """A schedule built from the public dataclasses (raw cycles, no solver), checked by ``verify``."""
+    problem = build_problem(graph, load_machine("h100"))
+    slots = {n: OpSlot(n, start[n], start[n] // ii, group[n]) for n in problem.names}
+    groups = []
+    for g in sorted(set(group.values())):
+        ops = tuple(sorted((n for n in group if group[n] == g), key=start.get))
+        role = "producer" if all(problem.op(n).variable_latency for n in ops) else "compute"
+        groups.append(WarpGroup(g, ops, 4, registers, registers, role))
+    sched = Schedule(problem, ii, length, slots, tuple(groups), Certificate(ii, ii, 0, False, ()))
+    twill.verify(sched)
+    return sched
+
+
+def two_op_graph() -> Graph:
+    """``A`` (Tensor Core, 2 cycles busy, result after 6, issues in 1) feeds ``B`` (ALU, 3 cycles)
+    through a blocking wait."""
+    g = Graph("two_op")
+    g.add_op("A", "gemm", busy={"tc": 2}, latency=6, issue_cycles=1, regs=32)
+    g.add_op("B", "alu", busy={"alu": 3})
+    g.add_edge("A", "B", blocking=True)
+    return g
+
+
+@pytest.fixture(scope="module")
+def two_op() -> Schedule:
+    """II = 3 (the ALU is busy 3 of every 3 cycles), A at 0, B at 7 (after A's 6-cycle latency, and off
+    A's issue cycle modulo 3 for the blocking rule), L = 10, 4 stages."""
+    return hand_schedule(two_op_graph(), 3, 10, {"A": 0, "B": 7}, {"A": 0, "B": 0})
+
+
+@pytest.fixture(scope="module")
+def fig1() -> Schedule:
+    return twill.schedule(figure1_graph(), "h100")
+
+
+# ------------------------------------------------------------------------------- steady state = II
+def test_figure1_steady_state_is_ii(fig1):
+    # Both GEMMs use the Tensor Cores for 1 cycle each: ResMII = 2 cycles; the recurrence O->O is 1.
+    assert fig1.ii_cycles == 2
+    r = simulate(fig1, 40)
+    assert abs(r.cycles_per_iteration - 2.0) <= EXACT
+    assert r.steady_utilization["tc"] == pytest.approx(1.0)
+    assert r.steady_utilization["mufu"] == pytest.approx(0.5)
+    assert r.balanced
+
+
+def test_two_op_loop_steady_state_is_ii(two_op):
+    r = simulate(two_op, 40)
+    assert two_op.stages == 4
+    assert abs(r.cycles_per_iteration - 3.0) <= EXACT
+    assert r.buffer_depths == {"A": 3}  # A's value lives 7 cycles (until B issues): ceil(7 / 3) copies
+    assert r.steady_utilization["alu"] == pytest.approx(1.0)
+    # A waits for buffer copies, B for A's result: no unit contention, every wait has a reason
+    assert set(r.stalls) == set(REASONS)
+
+
+def test_raw_timing_with_the_graph_matches_model_timing_when_units_are_cycles(two_op):
+    model = simulate(two_op, 20)
+    raw = simulate(two_op, 20, graph=two_op_graph())
+    assert raw.timing == "raw" and model.timing == "model"
+    assert raw.total_cycles == model.total_cycles
+    other = two_op_graph()
+    other.add_op("C", "alu", busy={"alu": 1})
+    with pytest.raises(TwillError, match="ops"):
+        simulate(two_op, 4, graph=other)
+
+
+# ------------------------------------------------------------------------------- trip counts
+@pytest.mark.parametrize(("n", "total"), [(0, 0), (1, 9), (2, 12), (3, 15)])
+def test_short_loops_run_and_balance_their_barriers(two_op, n, total):
+    # A0 at 0; B0 waits for A0 + 6 -> [6, 9). A1 at 2 (Tensor Cores free), B1 waits for B0's issue to end
+    # -> [9, 12); A2 at 4, B2 -> [12, 15). Four stages: n = 1, 2, 3 are all shorter than the stages.
+    r = simulate(two_op, n)
+    assert r.total_cycles == total
+    assert r.iterations == n
+    assert sorted((x.name, x.iteration) for x in r.trace) == sorted(
+        (v, i) for v in ("A", "B") for i in range(n))
+    assert r.cycles_per_iteration is None
+    assert r.balanced
+    (barrier,) = r.barriers
+    assert (barrier.acquires, barrier.full_arrivals, barrier.releases, barrier.drained) == (n, n, n, 0)
+    assert barrier.waits == n
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3])
+def test_figure1_short_loops(fig1, n):
+    r = simulate(fig1, n)
+    assert len(r.trace) == 3 * n
+    assert r.balanced
+    assert (r.total_cycles == 0) == (n == 0)
+
+
+def test_carried_values_are_drained_at_loop_exit():
+    # X carries its value to itself (δ = 1): the last iteration's copy is read after the loop.
+    g = Graph("carried")
+    g.add_op("X", "alu", busy={"alu": 1}, regs=8)
+    g.add_edge("X", "X", distance=1)
+    s = hand_schedule(g, 1, 1, {"X": 0}, {"X": 0})
+    for n in (1, 2, 5):
+        (b,) = simulate(s, n).barriers
+        assert (b.acquires, b.releases, b.drained, b.initial_reads) == (n, n - 1, 1, 1)
+        assert b.balanced
+
+
+# ------------------------------------------------------------------------------- deadlock
+def deadlock_schedule() -> Schedule:
+    """One warp group: X (ALU) at 0 and its reader Y (MUFU) at 3 with II = 2, so X of iteration i+1
+    (at 2i+2) comes before Y of iteration i (at 2i+3) in the group's program: X needs two copies."""
+    g = Graph("stages")
+    g.add_op("X", "alu", busy={"alu": 1}, regs=8)
+    g.add_op("Y", "exp", busy={"mufu": 1})
+    g.add_edge("X", "Y")
+    return hand_schedule(g, 2, 4, {"X": 0, "Y": 3}, {"X": 0, "Y": 0})
+
+
+def test_buffer_below_the_stages_deadlocks_naming_op_and_barrier():
+    s = deadlock_schedule()
+    assert simulate(s, 8).buffer_depths == {"X": 2}
+    with pytest.raises(SimulationError) as info:
+        simulate(s, 8, buffers={"X": 1})
+    err = info.value
+    assert (err.op, err.iteration, err.group) == ("X", 1, 0)
+    assert "empty barrier of 'X' slot 0" in err.barrier
+    assert "'Y' (iteration 0, later in the same group's program" in str(err)
+
+
+def test_two_op_loop_deadlocks_below_its_stages(two_op):
+    # A of iteration i + 2 (at 3i + 6) precedes B of iteration i (at 3i + 7) in the group's program, so
+    # two copies of A's value are not enough for this in-order warp group.
+    with pytest.raises(SimulationError, match="empty barrier of 'A'"):
+        simulate(two_op, 30, buffers={"A": 2})
+
+
+def test_a_shallow_buffer_between_groups_is_only_slower(streaming):
+    # Across warp groups the producer simply waits for the consumer to release the copy.
+    deep = simulate(streaming, 30, latencies=200)
+    shallow = simulate(streaming, 30, latencies=200, buffers={"L": 1})
+    assert deep.buffer_depths["L"] >= 2
+    assert shallow.cycles_per_iteration > deep.cycles_per_iteration
+    assert shallow.stalls["buffer"] > deep.stalls["buffer"]
+    assert shallow.balanced
+
+
+def test_bad_arguments(two_op):
+    with pytest.raises(TwillError):
+        simulate(two_op, -1)
+    with pytest.raises(TwillError, match="not an op"):
+        simulate(two_op, 4, buffers={"Z": 2})
+    with pytest.raises(TwillError, match=">= 1"):
+        simulate(two_op, 4, buffers={"A": 0})
+    with pytest.raises(TwillError, match="latency"):
+        simulate(two_op, 4, latencies={"A": "slow"})
+
+
+# ------------------------------------------------------------------------------- latencies
+@pytest.fixture(scope="module")
+def streaming() -> Schedule:
+    """A streaming TMA load feeding an ALU consumer on another warp group (solved by twill). The model
+    takes the load's latency (200 cycles) as hidden by prefetching, which holds while II (the consumer's
+    400 ALU cycles) exceeds it."""
+    g = Graph("stream")
+    g.add_op("L", "tma_load", busy={"tma": 8}, latency=200, issue_cycles=1, smem=4096, variable_latency=True)
+    g.add_op("C", "alu", busy={"alu": 400})
+    g.add_edge("L", "C", blocking=True, carrier="smem")
+    return twill.schedule(g, "h100")
+
+
+def test_latency_scaling_is_monotone(streaming):
+    base = 200.0
+    cpis = [simulate(streaming, 48, latencies=base * k).cycles_per_iteration for k in (1, 2, 4, 8, 16)]
+    assert all(a <= b + EXACT for a, b in itertools.pairwise(cpis))
+    assert cpis[-1] > cpis[0]
+    assert cpis[0] == pytest.approx(streaming.ii_cycles, rel=0.02)
+
+
+def test_latency_draws_are_seeded_and_overridable(streaming):
+    a = simulate(streaming, 20, seed=3)
+    b = simulate(streaming, 20, seed=3)
+    assert a.trace == b.trace
+    lo, mean, hi = a.latencies["L"]
+    assert lo < mean < hi
+    fixed = simulate(streaming, 20, latencies={"tma_load": 350})
+    assert fixed.latencies["L"] == (350.0, 350.0, 350.0)
+    by_name = simulate(streaming, 20, latencies={"L": lambda rng, op, i: 100.0 + i})
+    assert by_name.latencies["L"] == (100.0, 109.5, 119.0)
+
+
+def test_default_latency_median_is_the_machines_tma_latency(streaming):
+    r = simulate(streaming, 400, seed=1)
+    _, mean, _ = r.latencies["L"]
+    assert mean == pytest.approx(load_machine("h100").const("cost.tma_latency"), rel=0.03)
+
+
+# ------------------------------------------------------------------------------- CLI
+def test_cli_simulate(tmp_path, fig1, capsys):
+    path = tmp_path / "fig1.json"
+    path.write_text(fig1.to_json())
+    assert main(["simulate", str(path), "--iterations", "20"]) == 0
+    out = capsys.readouterr().out
+    assert "steady state: 2.0 cycles per iteration" in out
+    assert json.loads(path.read_text())["ii"] == 2
