@@ -15,12 +15,15 @@ with one group there is no hand-off or blocking wait. ``L = 5`` (X at 0, Y at 4)
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
 
 import twill
-from twill.errors import ResourceError
+from twill.cli import main
+from twill.errors import ResourceError, TwillError
+from twill.explain import explain
 from twill.graph import Graph
 from twill.problem import RELAXABLE, Options
 from twill.verify import violations
@@ -80,3 +83,69 @@ def test_resource_checks_honor_relax():
 def test_relaxable_names_are_documented():
     assert set(RELAXABLE) == {"registers", "register_file", "smem", "tmem", "handoff", "blocking", "groups"}
     assert all(RELAXABLE.values())
+
+
+# ------------------------------------------------------------------------------------------ explain
+@pytest.fixture(scope="module")
+def regs_explained():
+    return explain(regs_bind(), "h100", register_limit=128, cross_group=False)
+
+
+def test_explain_finds_the_register_families_that_bind(regs_explained):
+    ex = regs_explained
+    assert (ex.baseline.ii, ex.baseline.length) == (4, 5)
+    binding = {o.families[0]: o.schedule.ii for o in ex.binding()}
+    assert binding == {"registers": 1, "register_limit": 2}  # as derived in the module docstring
+    tried = {o.families[0] for o in ex.outcomes}
+    # no SMEM, no TMEM on the H100: nothing to relax there; cross_group was forbidden by the caller
+    assert tried == {"register_limit", "registers", "register_file", "handoff", "blocking", "groups",
+                     "cross_group"}
+    # With register values allowed across groups, II = 1 would need X and Y on two groups and
+    # L >= 4 + 153 (the H100's register hand-off) = 158 cycles, far outside the searched stage windows.
+    unchanged = [o for o in ex.outcomes if o.families[0] not in binding]
+    assert all((o.schedule.ii, o.schedule.length) == (4, 5) for o in unchanged)
+
+
+def test_explanation_in_words(regs_explained):
+    text = "\n".join(regs_explained.lines())
+    assert "II = 4 cycles" in text
+    assert "binds: II 4 -> 2 cycles (L 5 -> 5) if registers per thread were 255 (not 128)" in text
+    assert "binds: II 4 -> 1 cycles" in text and "if live registers per warp group were not limited" in text
+    assert "does not bind: II and L unchanged if hand-offs between warp groups cost 0 cycles" in text
+
+
+def test_explain_names_the_smallest_responsible_set_when_there_is_no_schedule():
+    # Each of two values is too big for its resource: 300 registers per thread, 300,000 bytes of SMEM.
+    # Relaxing either family alone still fails the other check; relaxing both gives a schedule.
+    g = Graph("two_problems")
+    g.add_op("A", "alu", busy={"alu": 1}, regs=300)
+    g.add_op("B", "exp", busy={"mufu": 1}, smem=300_000)
+    ex = explain(g, "h100", families=["registers", "smem", "blocking"])
+    assert ex.baseline is None and "registers" in ex.baseline_error
+    assert ex.responsible == (("registers", "smem"),)
+    singles = [o for o in ex.outcomes if len(o.families) == 1]
+    assert all(o.schedule is None for o in singles)
+    text = "\n".join(ex.lines())
+    assert "responsible (smallest sets found): registers and smem" in text
+
+
+def test_explain_single_family_responsible():
+    g = Graph("too_big")
+    g.add_op("A", "alu", busy={"alu": 1}, regs=300)
+    ex = explain(g, "h100", families=["registers", "smem"])
+    assert ex.responsible == (("registers",),)
+
+
+def test_explain_rejects_unknown_what_if():
+    with pytest.raises(TwillError, match="unknown what-if"):
+        explain(regs_bind(), "h100", families=["luck"])
+
+
+def test_cli_explain(tmp_path, capsys):
+    path = tmp_path / "regs_bind.json"
+    path.write_text(json.dumps(regs_bind().to_dict()))
+    code = main(["explain", str(path), "--machine", "h100", "--register-limit", "128", "--no-cross-group",
+                 "--families", "register_limit,handoff"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "binds: II 4 -> 2 cycles" in out and "does not bind" in out

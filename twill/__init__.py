@@ -9,6 +9,7 @@ The public surface::
     twill.verify(s)                         # independent re-check; raises ScheduleError
     print(s.to_json())
     r = twill.simulate(s, iterations=100)   # one SM, cycles per iteration, stalls, deadlocks
+    print(twill.explain(g, "h100").lines())  # which constraint families bind II and L
 
 See ``docs/`` for the model, the constraint families and the errors.
 """
@@ -31,6 +32,7 @@ from twill.errors import (
     TwillError,
     UnsupportedOpError,
 )
+from twill.explain import Explanation, explain
 from twill.graph import Dependence, Graph, Op, Reservation
 from twill.machine import Machine, known_machines, load_machine
 from twill.schedule import Certificate, Schedule, WarpGroup
@@ -43,6 +45,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Certificate",
     "Dependence",
+    "Explanation",
     "FrontendError",
     "Graph",
     "GraphError",
@@ -62,6 +65,7 @@ __all__ = [
     "TwillError",
     "UnsupportedOpError",
     "WarpGroup",
+    "explain",
     "graph_from_kernel",
     "graph_from_ttgir",
     "known_machines",
