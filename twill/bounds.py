@@ -93,7 +93,7 @@ def _digraph(problem: Problem) -> nx.MultiDiGraph:
     g = nx.MultiDiGraph()
     g.add_nodes_from(problem.names)
     for e in problem.edges:
-        g.add_edge(e.src, e.dst, d=e.latency, delta=e.distance)
+        g.add_edge(e.src, e.dst, d=problem.least_latency(e), delta=e.distance)
     return g
 
 
@@ -127,7 +127,7 @@ def rec_mii(problem: Problem) -> int:
                          f"distance 0", edge=cycle[0][:2])
     if not any(e.distance for e in problem.edges) or not _has_positive_cycle(g, 0):
         return 0
-    lo, hi = 0, max(1, sum(e.latency for e in problem.edges))
+    lo, hi = 0, max(1, sum(problem.least_latency(e) for e in problem.edges))
     while lo + 1 < hi:
         mid = (lo + hi) // 2
         if _has_positive_cycle(g, mid):
@@ -163,7 +163,8 @@ def critical_path(problem: Problem) -> int:
     dag.add_nodes_from(problem.names)
     for e in problem.edges:
         if e.distance == 0:
-            w = max(e.latency, dag[e.src][e.dst]["d"]) if dag.has_edge(e.src, e.dst) else e.latency
+            d = problem.least_latency(e)
+            w = max(d, dag[e.src][e.dst]["d"]) if dag.has_edge(e.src, e.dst) else d
             dag.add_edge(e.src, e.dst, d=w)
     start: dict[str, int] = {}
     for name in nx.topological_sort(dag):

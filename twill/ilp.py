@@ -6,7 +6,12 @@ Backends: ``"cbc"`` (COIN-OR CBC, bundled with PuLP, run as a subprocess) and ``
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import time
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
 
@@ -39,13 +44,32 @@ class IlpResult:
 def _solver(backend: str, time_limit: float | None) -> pulp.LpSolver:
     limit = None if time_limit is None else max(0.05, time_limit)
     if backend == "cbc":
-        return pulp.PULP_CBC_CMD(msg=False, timeLimit=limit, gapRel=0.0, threads=1)
+        with warnings.catch_warnings():  # PuLP 3.x announces that PULP_CBC_CMD moves in PuLP 4 (pinned < 4)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return pulp.PULP_CBC_CMD(msg=False, timeLimit=limit, gapRel=0.0, threads=1)
     if backend == "highs":
         if not pulp.HiGHS().available():
             raise SolverUnavailableError("MILP backend 'highs' needs the highspy package "
                                          "(pip install highspy); available: cbc")
         return pulp.HiGHS(msg=False, timeLimit=limit, gapRel=0.0, threads=1)
     raise SolverUnavailableError(f"unknown MILP backend {backend!r}; available: {', '.join(BACKENDS)}")
+
+
+@contextlib.contextmanager
+def _quiet_stdout(active: bool) -> Iterator[None]:
+    """Silence file descriptor 1 (HiGHS prints a banner from C++ even with output turned off)."""
+    if not active:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def solve_ilp(model: pulp.LpProblem, *, backend: str = "cbc", time_limit: float | None = None) -> IlpResult:
@@ -70,7 +94,8 @@ def solve_ilp(model: pulp.LpProblem, *, backend: str = "cbc", time_limit: float 
     solver = _solver(backend, time_limit)
     start = time.perf_counter()
     try:
-        model.solve(solver)
+        with _quiet_stdout(backend == "highs"):
+            model.solve(solver)
     except pulp.PulpSolverError as exc:
         raise SolverError(f"MILP backend {backend!r} failed on model {model.name!r}: {exc}") from exc
     wall = time.perf_counter() - start

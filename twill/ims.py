@@ -26,7 +26,7 @@ def _heights(problem: Problem, ii: int) -> dict[str, int]:
     for _ in range(len(problem.ops) + 1):
         changed = False
         for e in problem.edges:
-            cand = height[e.dst] + e.latency - e.distance * ii
+            cand = height[e.dst] + problem.least_latency(e) - e.distance * ii
             if cand > height[e.src]:
                 height[e.src] = cand
                 changed = True
@@ -84,7 +84,7 @@ def iterative_modulo_schedule(problem: Problem, ii: int, *, budget_factor: int =
     while len(start) < len(order) and budget > 0:
         budget -= 1
         name = next(n for n in order if n not in start)
-        early = max([start[e.src] + e.latency - e.distance * ii for e in problem.in_edges(name)
+        early = max([start[e.src] + problem.least_latency(e) - e.distance * ii for e in problem.in_edges(name)
                      if e.src in start] + [0])
         t = next((x for x in range(early, early + ii) if table.fits(name, x)), None)
         if t is None:
@@ -93,7 +93,8 @@ def iterative_modulo_schedule(problem: Problem, ii: int, *, budget_factor: int =
         table.place(name, t)
         start[name] = last[name] = t
         for e in problem.out_edges(name):
-            if e.dst in start and e.dst != name and start[e.dst] + e.distance * ii < t + e.latency:
+            late = start.get(e.dst, t) + e.distance * ii < t + problem.least_latency(e)
+            if e.dst in start and e.dst != name and late:
                 table.place(e.dst, start.pop(e.dst), -1)
     if len(start) < len(order):
         return None
@@ -118,7 +119,7 @@ def is_modulo_schedule(problem: Problem, ii: int, start: Mapping[str, int]) -> b
     if any(s < 0 for s in start.values()):
         return False
     for e in problem.edges:
-        if start[e.dst] + e.distance * ii < start[e.src] + e.latency:
+        if start[e.dst] + e.distance * ii < start[e.src] + problem.least_latency(e):
             return False
     table = _Table(problem, ii)
     for name, t in start.items():

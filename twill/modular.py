@@ -157,14 +157,15 @@ class ModularModel:
             self.add(m.And(m.GE(s, self.int_(0)), m.LE(self.at(op.name, op.cycles), self.length)))
 
     def dependence(self) -> None:
-        """``start[v] + δ II >= start[u] + d`` for every edge."""
+        """``start[v] + δ II >= start[u] + d`` for every edge (``d`` plus the hand-off when the edge always
+        crosses warp groups, see :meth:`Problem.least_latency`)."""
         ii = self.ii
         for e in self.p.edges:
             if e.src == e.dst:
                 if e.distance * ii < e.latency:
                     self.feasible = False
                 continue
-            self.add(self.before(e.src, e.latency, e.dst, e.distance * ii))
+            self.add(self.before(e.src, self.p.least_latency(e), e.dst, e.distance * ii))
 
     def capacity(self) -> None:
         """Unit capacity modulo II: pairwise for capacity-1 units, at every reservation start otherwise."""

@@ -85,7 +85,7 @@ def stage_horizon(problem: Problem, ii: int) -> int:
     ``ceil((d + II - 1) / II)`` per edge; the least solution is a longest path, so it never exceeds the sum
     of those weights over all edges.
     """
-    return 1 + sum(max(0, -(-(e.latency + ii - 1) // ii)) for e in problem.edges)
+    return 1 + sum(max(0, -(-(problem.least_latency(e) + ii - 1) // ii)) for e in problem.edges)
 
 
 METHODS = ("smt", "ilp")
@@ -300,7 +300,7 @@ def _build(problem: Problem, ii: int, length: int):
             if e.distance * ii < e.latency:
                 model += pulp.lpSum([]) >= 1, f"dep_{e.index}"
             continue
-        model += t[e.dst] - t[e.src] >= e.latency - e.distance * ii, f"dep_{e.index}"
+        model += t[e.dst] - t[e.src] >= problem.least_latency(e) - e.distance * ii, f"dep_{e.index}"
     model.setObjective(pulp.lpSum([]))
     return model, t, _lifetime(model, problem, ii, t, length)
 

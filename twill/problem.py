@@ -268,6 +268,15 @@ class Problem:
         """True if some op has variable latency."""
         return any(op.variable_latency for op in self.ops)
 
+    def forced_cross(self, e: Edge) -> bool:
+        """True if ``e`` joins a variable-latency op and a fixed-latency one: they never share a warp group
+        (the variable-latency group holds only variable-latency ops), so the hand-off is always paid."""
+        return self._index[e.src].variable_latency != self._index[e.dst].variable_latency
+
+    def least_latency(self, e: Edge) -> int:
+        """The smallest delay any schedule keeps on ``e``: ``d``, plus the hand-off when it is forced."""
+        return e.latency + (e.cross if self.forced_cross(e) else 0)
+
     def replace_times(self, ops: Sequence[Op], edges: Sequence[Edge], cycles_per_unit: float) -> Problem:
         """The same problem with new op and edge timings."""
         return replace(self, ops=tuple(ops), edges=tuple(edges), cycles_per_unit=cycles_per_unit)

@@ -309,6 +309,10 @@ def _finish(run: _Run, found: tuple, norm: Normalization | None, raw_bounds: Any
         notes += [f"normalization: {c}" for c in norm.collapses()]
     if strategy == "swp":
         notes.append("Twill-SWP: modulo schedule with a fixed split, not a joint optimum")
+    else:
+        notes.append(f"scope: every II below {ii} was refuted for schedules of up to n_min(II) + "
+                     f"{p.options.stage_slack} stages, where n_min(II) = ceil(LEN(M) / II) and LEN(M), the "
+                     f"least modulo-schedule length, bounds every joint schedule from below")
     for goal, ok in res.proven.items():
         if not ok:
             notes.append(f"{goal} not proven minimal (time limit)")
