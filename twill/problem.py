@@ -274,8 +274,10 @@ class Problem:
         return self._index[e.src].variable_latency != self._index[e.dst].variable_latency
 
     def least_latency(self, e: Edge) -> int:
-        """The smallest delay any schedule keeps on ``e``: ``d``, plus the hand-off when it is forced."""
-        return e.latency + (e.cross if self.forced_cross(e) else 0)
+        """The smallest delay any schedule keeps on ``e``: ``d``, plus the hand-off when it is forced (and
+        hand-offs are not relaxed, :attr:`Options.relax`)."""
+        forced = self.forced_cross(e) and "handoff" not in self.options.relax
+        return e.latency + (e.cross if forced else 0)
 
     def replace_times(self, ops: Sequence[Op], edges: Sequence[Edge], cycles_per_unit: float) -> Problem:
         """The same problem with new op and edge timings."""
