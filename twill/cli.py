@@ -235,7 +235,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _optional_commands(sub: Any) -> None:
     """Subcommands that live in their own modules (each exposes ``add_parser`` and ``run``)."""
-    for module_name in ("twill.regs", "twill.simulate", "twill.plot", "twill.explain"):
+    for module_name in ("twill.regs", "twill.simulate", "twill.plot", "twill.explain", "twill.apply"):
         try:
             module = __import__(module_name, fromlist=["add_parser"])
         except ImportError:

@@ -1,0 +1,162 @@
+"""Apply a schedule back into Triton (sm_90 and sm_100), compile to a cubin, and check the emitted TTGIR.
+
+Everything runs on the CPU in well under a minute: the two FlashAttention-forward schedules in
+``tests/data`` (solved by ``twill schedule`` for h100 and b200) are applied without solving.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from twill.apply import ApplyError, apply
+from twill.apply_compile import partition_regions
+from twill.apply_kernel import AppliedKernel
+from twill.apply_map import plan_placement
+from twill.apply_rewrite import _set_attr, read_slots
+from twill.cli import main
+from twill.frontend.compile import compile_to_ttgir
+from twill.frontend.lower import lower_loop
+from twill.schedule import Schedule
+
+DATA = Path(__file__).parent / "data"
+KERNEL = str(Path(__file__).parents[1] / "examples" / "flash_attention_fwd.py")
+
+
+def _schedule(machine: str) -> Schedule:
+    return Schedule.from_json((DATA / f"apply_attn_fwd.{machine}.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def sm90(tmp_path_factory: pytest.TempPathFactory):
+    out = tmp_path_factory.mktemp("apply90")
+    return _schedule("h100"), apply(_schedule("h100"), KERNEL, output_dir=out, baseline=False), out
+
+
+@pytest.fixture(scope="module")
+def sm100(tmp_path_factory: pytest.TempPathFactory):
+    out = tmp_path_factory.mktemp("apply100")
+    return _schedule("b200"), apply(_schedule("b200"), KERNEL, output_dir=out, baseline=False), out
+
+
+def _node_rows(result, schedule):
+    """(graph op, stage, cluster, partitions) of each graph op's own TTGIR ops, read from the emitted text."""
+    found = [f for f in read_slots(result.ttgir) if f[0] != "ttng.warp_group_dot_wait"]
+    rows = []
+    for got, slot in zip(found, result.report.ops, strict=True):
+        if slot.node is not None and slot.role == "node":
+            rows.append((slot.node, got[1], got[2], got[3]))
+    return rows
+
+
+def test_stages_and_clusters_follow_the_schedule_sm90(sm90) -> None:
+    schedule, result, _ = sm90
+    offsets = sorted({s.start % schedule.ii for s in schedule.slots.values()})
+    for name, stage, cluster, _ in _node_rows(result, schedule):
+        slot = schedule.slots[name]
+        assert cluster == offsets.index(slot.start % schedule.ii), name
+        if name in schedule.problem.streaming:
+            continue
+        assert stage == slot.stage + 1, name  # prefetch 1
+    # Streaming loads sit one stage before their first consumer (K before QK, V before PV).
+    stage_of = {n: s for n, s, _, _ in _node_rows(result, schedule)}
+    assert stage_of["k"] == stage_of["qk"] - 1
+    assert stage_of["v"] == stage_of["out"] - 1
+
+
+def test_sm90_wraps_early_wgmma_and_compiles(sm90) -> None:
+    _, result, out = sm90
+    report = result.report
+    # QK (stage 1 of 3) is wrapped so that Triton can predicate it; PV stays in the last stage.
+    assert result.ttgir.count("scf.if %twill_true") == 1
+    assert "%twill_anchor = ttng.warp_group_dot_wait" in result.ttgir
+    assert any("warp specialization" in d for d in report.dropped)
+    assert report.compiled is not None and report.compiled.pipelined
+    assert report.compiled.smem_fits and report.compiled.spill_store_bytes == 0
+    assert report.stages == 3 and report.compiled.num_warps == 8
+    assert (out / "attn_fwd.cubin").stat().st_size > 10_000
+    assert "kept:" in (out / "report.txt").read_text()
+
+
+def test_applied_kernel_loads_with_the_original_signature(sm90) -> None:
+    _, result, out = sm90
+    kernel = AppliedKernel.load(out)
+    assert kernel.arg_names == ("q_desc", "k_desc", "v_desc", "o_desc", "sm_scale", "seq_len", "BLOCK_M",
+                                "BLOCK_N", "HEAD_DIM")
+    assert kernel.bind(["q", "k", "v", "o", 0.5, 1024], {})[-3:] == [128, 128, 128]
+    assert kernel.compiled.metadata.shared == result.report.compiled.shared_bytes
+    with pytest.raises(TypeError, match="compiled as 128"):
+        kernel.bind(["q", "k", "v", "o", 0.5, 1024], {"BLOCK_N": 64})
+    with pytest.raises(TypeError, match="missing"):
+        kernel.bind(["q", "k"], {})
+
+
+def test_partitions_follow_warp_groups_sm100(sm100) -> None:
+    schedule, result, _ = sm100
+    report = result.report
+    plan = report.partitions
+    assert len(plan) == len({s.warp_group for s in schedule.slots.values()}) == 4
+    for name, stage, _, parts in _node_rows(result, schedule):
+        assert parts == (plan[schedule.slots[name].warp_group],), name
+        if name not in schedule.problem.streaming:
+            assert stage == schedule.slots[name].stage + 1, name
+    compiled = report.compiled
+    assert compiled is not None and compiled.warp_specialize == 4 and compiled.smem_fits
+    assert any("compiled ttg.warp_specialize has 4 partitions" in c for c in report.checks)
+
+
+def test_compiled_partition_regions_hold_the_groups_ops(sm100) -> None:
+    schedule, result, out = sm100
+    regions = partition_regions((out / "attn_fwd.ttgir").read_text())
+    plan = result.report.partitions
+    mma_parts = {plan[schedule.slots[n].warp_group] for n in ("qk_gemm", "out")}
+    load_part = plan[schedule.slots["k"].warp_group]
+    assert {p for p, ops in regions.items() if ops.get("ttng.tc_gen5_mma")} == mma_parts
+    assert {p for p, ops in regions.items() if ops.get("ttng.async_tma_copy_global_to_local")} == {load_part}
+
+
+def test_schedule_of_another_loop_is_rejected() -> None:
+    data = json.loads((DATA / "apply_attn_fwd.h100.json").read_text())
+    for op in data["ops"]:
+        if op["name"] == "alpha":
+            op["name"] = "beta"
+    data["warp_groups"] = [{**g, "ops": ["beta" if o == "alpha" else o for o in g["ops"]]}
+                           for g in data["warp_groups"]]
+    with pytest.raises(ApplyError, match="beta"):
+        apply(Schedule.from_dict(data), KERNEL, compile=False)
+
+
+def test_order_that_breaks_a_dependence_is_rejected() -> None:
+    schedule = _schedule("h100")
+    snaps = compile_to_ttgir(KERNEL, target="sm_90")
+    lowering = lower_loop(snaps.scheduled, "h100")
+    slots = dict(schedule.slots)
+    # p before the QK GEMM it reads, in the same stage: Triton would emit p first.
+    slots["p"] = type(slots["p"])("p", 0, 0, slots["p"].warp_group)
+    tampered = Schedule(schedule.problem, schedule.ii, schedule.length, slots, schedule.warp_groups,
+                        schedule.certificate)
+    with pytest.raises(ApplyError, match="before its producer"):
+        plan_placement(tampered, lowering)
+
+
+def test_set_attr_edits_only_the_attribute_dictionary() -> None:
+    line = ("      %p = tt.expand_dims %m {axis = 1 : i32, loop.cluster = 0 : i32, loop.stage = 2 : i32} : "
+            "tensor<128xf32, #ttg.slice<{dim = 1, parent = #mma}>> -> tensor<128x1xf32, #mma>")
+    edited = _set_attr(_set_attr(line, "loop.stage", "5 : i32"), "ttg.partition", "array<i32: 0, 2>")
+    want = "{axis = 1 : i32, loop.cluster = 0 : i32, loop.stage = 5 : i32, ttg.partition = array<i32: 0, 2>}"
+    assert want in edited
+    assert edited.endswith("#ttg.slice<{dim = 1, parent = #mma}>> -> tensor<128x1xf32, #mma>")
+    bare = "        %x = arith.maxnumf %a, %b : f32 loc(#loc9)"
+    assert _set_attr(bare, "ttg.partition", "array<i32: 1>") == \
+        "        %x = arith.maxnumf %a, %b {ttg.partition = array<i32: 1>} : f32 loc(#loc9)"
+
+
+def test_cli_apply_prints_the_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["apply", KERNEL, "--machine", "h100", "--schedule", str(DATA / "apply_attn_fwd.h100.json"),
+                 "-o", str(tmp_path / "out"), "--no-compile"])
+    text = capsys.readouterr().out
+    assert code == 0
+    assert "kept:" in text and "dropped or changed:" in text and "loop.cluster" in text
+    assert (tmp_path / "out" / "applied.ttgir").is_file() and (tmp_path / "out" / "schedule.json").is_file()
