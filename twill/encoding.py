@@ -27,7 +27,10 @@ from twill.modular import Item, ModularModel, _Lazy
 from twill.problem import Edge, Problem
 from twill.smt import SmtSession
 
-__all__ = ["Encoder", "pool_size"]
+__all__ = ["PER_ROUND", "Encoder", "pool_size"]
+
+PER_ROUND = 1
+"""Lazy liveness checks added per overfull resource per round (the items with the largest excess)."""
 
 
 def pool_size(problem: Problem) -> int:
@@ -255,7 +258,7 @@ class Encoder(ModularModel):
             if kind in self.lazy:
                 occ = fold(memory_intervals(p, ii, start, group, kind), ii, fixed)
                 excess[kind] = [v - capacity for v in occ]
-        worst: dict[str, tuple[int, str, int]] = {}  # key -> (excess, resource, item index)
+        found: dict[str, list[tuple[int, str, int]]] = {}  # key -> [(excess, resource, item index)]
         for resource, lazy in self.lazy.items():
             for idx, it in enumerate(lazy.items):
                 if (resource, idx) in self.added:
@@ -266,14 +269,17 @@ class Encoder(ModularModel):
                 if key not in excess:
                     continue
                 over = excess[key][(start[it.op] + it.offset) % ii]
-                if over > 0 and (key not in worst or over > worst[key][0]):
-                    worst[key] = (over, resource, idx)
-        for _, resource, idx in worst.values():
-            formula = self.point(resource, self.lazy[resource].items[idx])
-            self.add(formula)
-            self.added[(resource, idx)] = formula
-            self.scoped.append(formula)
-        return len(worst)
+                if over > 0:
+                    found.setdefault(key, []).append((over, resource, idx))
+        added = 0
+        for candidates in found.values():
+            for _, resource, idx in sorted(candidates, key=lambda c: (-c[0], c[1], c[2]))[:PER_ROUND]:
+                formula = self.point(resource, self.lazy[resource].items[idx])
+                self.add(formula)
+                self.added[(resource, idx)] = formula
+                self.scoped.append(formula)
+                added += 1
+        return added
 
     def _hold(self, e: Edge) -> int:
         dst = self.p.op(e.dst)
@@ -301,15 +307,15 @@ class Encoder(ModularModel):
             return
         items = []
         for op in self.p.ops:
-            if not op.regs:
+            if not res.tracked(op.regs):
                 continue
             uses = [e for e in self.p.out_edges(op.name) if e.carrier == "register"]
             end, top = self._end(op.name, "regs", uses, self._hold, True)
             items.append(Item(op.name, 0, op.regs, end=end, end_hi=top, holder=op.name))
             for e in uses:
-                if e.dst == op.name:
-                    continue
-                items.append(Item(e.dst, 0, op.regs, length=max(1, self._hold(e)),
+                if e.dst == op.name or not self._hold(e):
+                    continue  # a synchronous consumer streams a received value out of SMEM
+                items.append(Item(e.dst, 0, op.regs, length=self._hold(e),
                                   cond=m.Not(self.same(op.name, e.dst)), holder=e.dst,
                                   cross=(op.name, e.dst)))
         if not items:

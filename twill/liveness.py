@@ -12,9 +12,12 @@ Rules (times in the problem's units):
   same group ends at the consumer's start (``+ δ II``), or at the consumer's end when the consumer reads
   registers asynchronously (an RS wgmma) and does not update the value in place;
 * a register value used on another group is also held on the producer's group until it is produced
-  (``start + cycles``), sits in an SMEM staging buffer of ``result_bytes`` from then until the consumer
-  starts (``+1``), and occupies the consumer's group while the consumer reads it (its asynchronous
-  length, at least 1);
+  (``start + cycles``) and sits in an SMEM staging buffer of ``result_bytes`` from then until the
+  consumer starts (``+1``); a synchronous consumer streams it out of that buffer as it computes, an
+  asynchronous one that reads registers (an RS wgmma) holds all of it in its group's registers until it
+  has finished;
+* values of at most ``small_regs`` registers per thread (row statistics) are not tracked: the machine's
+  fitted per-group overhead contains them;
 * an SMEM or TMEM value lives until its last consumer has finished; a streaming load's buffer is taken
   ``prefetch * II`` earlier (it is loaded ahead).
 """
@@ -55,7 +58,7 @@ def register_intervals(problem: Problem, ii: int, start: Mapping[str, int],
     """Register intervals (registers per thread) of every value, tagged with the holding group."""
     out = []
     for op in problem.ops:
-        if not op.regs:
+        if not problem.resources.tracked(op.regs):
             continue
         end = start[op.name] + op.cycles
         for e in problem.out_edges(op.name):
@@ -63,10 +66,9 @@ def register_intervals(problem: Problem, ii: int, start: Mapping[str, int],
                 continue
             if group[e.dst] == group[op.name] or e.dst == op.name:
                 end = max(end, start[e.dst] + e.distance * ii + _hold(problem, e))
-            else:
-                length = max(1, _hold(problem, e))
+            elif _hold(problem, e):
                 out.append(Interval(f"{op.name}->{e.dst} (received)", start[e.dst],
-                                    start[e.dst] + length, op.regs, group[e.dst]))
+                                    start[e.dst] + _hold(problem, e), op.regs, group[e.dst]))
         out.append(Interval(op.name, start[op.name], end, op.regs, group[op.name]))
     return out
 

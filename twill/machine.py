@@ -32,7 +32,7 @@ _TOP_KEYS = {"schema", "base", "name", "description", "arch", "family", "chip", 
              "registers", "memory", "tmem", "warps", "handoff", "cost"}
 _REQUIRED = {
     "registers": ("file", "max_per_thread", "setmaxnreg_min", "setmaxnreg_max", "setmaxnreg_step",
-                  "group_overhead"),
+                  "group_overhead", "small_value"),
     "memory": ("smem_per_cta",),
     "warps": ("max_per_cta", "per_warpgroup"),
     "issue": ("slots",),
@@ -90,6 +90,9 @@ class Machine:
         Range and granularity of per-warp-group register budgets (``setmaxnreg``).
     group_overhead_regs : int
         Registers per thread a warp group needs besides the tile values the graph accounts for.
+    small_value_regs : int
+        Values of at most this many registers per thread (row statistics, scalars) are not tracked one by
+        one: the fitted overhead absorbs them.
     smem_per_cta : int
         Shared-memory bytes one CTA may use.
     tmem_lanes, tmem_columns, tmem_alloc_step : int
@@ -116,6 +119,7 @@ class Machine:
     setmaxnreg_max: int
     setmaxnreg_step: int
     group_overhead_regs: int
+    small_value_regs: int
     smem_per_cta: int
     tmem_lanes: int
     tmem_columns: int
@@ -344,6 +348,7 @@ def load_machine(machine: str | Path | Machine) -> Machine:
         setmaxnreg_max=reg_max,
         setmaxnreg_step=step,
         group_overhead_regs=_int(constants, "registers.group_overhead", where),
+        small_value_regs=_int(constants, "registers.small_value", where),
         smem_per_cta=_int(constants, "memory.smem_per_cta", where, 1),
         tmem_lanes=_int(constants, "tmem.lanes", where) if has_tmem else 0,
         tmem_columns=_int(constants, "tmem.columns", where) if has_tmem else 0,

@@ -114,6 +114,7 @@ class Resources:
     setmaxnreg_max: int
     setmaxnreg_step: int
     group_overhead: int
+    small_regs: int
     smem: int
     tmem: int
     tmem_alloc_step: int
@@ -132,6 +133,7 @@ class Resources:
             register_file=machine.register_file, max_regs=limit,
             setmaxnreg_min=machine.setmaxnreg_min, setmaxnreg_max=machine.setmaxnreg_max,
             setmaxnreg_step=machine.setmaxnreg_step, group_overhead=machine.group_overhead_regs,
+            small_regs=machine.small_value_regs,
             smem=machine.smem_per_cta, tmem=machine.tmem_columns, tmem_alloc_step=machine.tmem_alloc_step,
             max_warps=machine.max_warps, warps_per_group=machine.warps_per_group,
         )
@@ -161,6 +163,11 @@ class Resources:
     def from_dict(cls, data: Mapping[str, Any]) -> Resources:
         """Inverse of :meth:`to_dict`."""
         return cls(**{**dict(data), "units": dict(data["units"])})
+
+    def tracked(self, regs: int) -> bool:
+        """True if a value of ``regs`` registers per thread is tracked by the liveness constraints (values of
+        at most ``small_regs`` are part of the group overhead)."""
+        return regs > self.small_regs
 
 
 @dataclass(frozen=True)
