@@ -94,6 +94,24 @@ def test_raw_timing_with_the_graph_matches_model_timing_when_units_are_cycles(tw
         simulate(two_op, 4, graph=other)
 
 
+def test_units_serve_ops_in_the_schedules_order():
+    # Group 0: C (ALU, 2 cycles) then B (Tensor Cores, 1 cycle) at 2; group 1: A (Tensor Cores) at 3.
+    # A is ready at once, but the schedule gives the Tensor Cores to B first: A waits until B has
+    # started (2) and finished with them (3). First come, first served lets A take them at 0.
+    g = Graph("order")
+    g.add_op("C", "alu", busy={"alu": 2})
+    g.add_op("B", "gemm", busy={"tc": 1})
+    g.add_op("A", "gemm", busy={"tc": 1})
+    g.add_edge("C", "B")
+    s = hand_schedule(g, 4, 4, {"C": 0, "B": 2, "A": 3}, {"C": 0, "B": 0, "A": 1})
+    ordered = {(x.name, x.iteration): x for x in simulate(s, 3).trace}
+    greedy = {(x.name, x.iteration): x for x in simulate(s, 3, unit_order="greedy").trace}
+    assert ordered[("A", 0)].issue == 3 and ordered[("A", 0)].reason == "unit"
+    assert greedy[("A", 0)].issue == 0
+    with pytest.raises(TwillError, match="unit_order"):
+        simulate(s, 3, unit_order="random")
+
+
 # ------------------------------------------------------------------------------- trip counts
 @pytest.mark.parametrize(("n", "total"), [(0, 0), (1, 9), (2, 12), (3, 15)])
 def test_short_loops_run_and_balance_their_barriers(two_op, n, total):

@@ -24,8 +24,14 @@ The machine model, in order of the checks made before an op of iteration ``i`` m
   registers asynchronously), an SMEM/TMEM reader when it ends, and never before the producer itself
   ends. A streaming load (paper §5.3) therefore runs up to ``depth`` iterations ahead of its consumers.
   Copies whose consumers lie past the last iteration are drained at loop exit.
-* **Units.** Every rectangle of the op's reservation table fits its unit's capacity; the earliest
-  issuer gets the unit (ties: the lower warp group).
+* **Units.** Every rectangle of the op's reservation table fits its unit's capacity. With
+  ``unit_order="schedule"`` (the default) each unit also serves the ops in the schedule's order (by the
+  static start of their reservation): an op does not take a unit before the op the schedule puts before
+  it there has started on it, as the named barriers of a code generator following the schedule would
+  enforce (FA3's ping-pong orders its two consumer warp groups' GEMMs this way). With ``"greedy"`` the
+  earliest issuer gets the unit (ties: the lower warp group), as hardware arbitration without such
+  barriers; an op issued early can then take a unit from the op the schedule planned there, and the
+  steady state can settle above II.
 
 **Time.** By default (``graph=None``) durations are the schedule problem's normalized units times
 ``cycles_per_unit``: the exact model the solver proved its II on, so with the model's latencies the
@@ -45,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import itertools
 import math
 import random
 from collections.abc import Callable, Mapping
@@ -57,13 +64,16 @@ from twill.liveness import memory_intervals, register_intervals
 from twill.problem import Edge, Problem
 from twill.schedule import Schedule
 
-__all__ = ["REASONS", "BarrierStats", "OpRun", "SimResult", "add_parser", "run", "simulate"]
+__all__ = ["REASONS", "UNIT_ORDERS", "BarrierStats", "OpRun", "SimResult", "add_parser", "run", "simulate"]
 
 REASONS = ("data", "blocking", "buffer", "unit")
 """Why a warp group stalls: ``data`` (a value not yet ready: another group's result behind its full
 barrier and hand-off, or a same-group latency), ``blocking`` (a blocking wait for an asynchronous op of
 its own group, e.g. ``wgmma.wait``), ``buffer`` (a free buffer copy: the empty barrier), ``unit`` (a
-functional unit is busy)."""
+functional unit is busy, or not yet its turn on it in the schedule's order)."""
+
+UNIT_ORDERS = ("schedule", "greedy")
+"""How a unit picks among the ops that want it (``simulate(unit_order=...)``)."""
 
 LOGNORMAL_SIGMA = math.log(1062 / 872) / 2.326
 """Spread of the default variable-latency distribution: the H200's p99 / median of a 32 KB TMA load."""
@@ -186,6 +196,8 @@ class SimResult:
         ``"model"`` (normalized units times cycles per unit) or ``"raw"`` (the graph's cycle costs).
     cycles_per_tick : float
         Length of one simulation tick in cycles.
+    unit_order : str
+        ``"schedule"`` or ``"greedy"`` (how units picked among waiting ops).
     """
 
     iterations: int
@@ -202,6 +214,7 @@ class SimResult:
     latencies: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     timing: str = "model"
     cycles_per_tick: float = 1.0
+    unit_order: str = "schedule"
 
     @property
     def balanced(self) -> bool:
@@ -215,7 +228,8 @@ class SimResult:
 
     def summary(self) -> list[str]:
         """Plain-language lines describing the run."""
-        out = [f"{self.iterations} iteration(s) in {self.total_cycles:.0f} cycles ({self.timing} timing)"]
+        out = [f"{self.iterations} iteration(s) in {self.total_cycles:.0f} cycles ({self.timing} timing, "
+               f"units in {self.unit_order} order)"]
         if self.cycles_per_iteration is not None:
             ratio = self.cycles_per_iteration / self.ii_cycles if self.ii_cycles else float("nan")
             out.append(f"steady state: {self.cycles_per_iteration:.1f} cycles per iteration "
@@ -291,6 +305,16 @@ def _hold(p: Problem, e: Edge) -> int:
     if e.carrier == "register":
         return 0 if e.inplace or not dst.is_async else dst.cycles
     return dst.cycles
+
+
+def _first_use(p: Problem) -> dict[str, dict[str, int]]:
+    """Per op and unit, the offset of its first reservation of that unit."""
+    out: dict[str, dict[str, int]] = {}
+    for op in p.ops:
+        mine = out.setdefault(op.name, {})
+        for r in op.rrt:
+            mine[r.unit] = min(mine.get(r.unit, r.start), r.start)
+    return out
 
 
 def _storage(op: Op) -> bool:
@@ -413,7 +437,7 @@ class _Units:
 # ---------------------------------------------------------------------------------------------- engine
 @dataclass
 class _Blocked:
-    reason: str  # data, blocking or buffer
+    reason: str  # data, buffer or unit
     barrier: str
     waits_for: tuple[str, int]
     edge: str
@@ -428,6 +452,7 @@ def simulate(
     graph: Graph | None = None,
     machine: Any = None,
     buffers: Mapping[str, int] | None = None,
+    unit_order: str = "schedule",
 ) -> SimResult:
     """Simulate ``iterations`` iterations of ``schedule`` on one SM.
 
@@ -451,6 +476,9 @@ def simulate(
         Machine to resolve ``graph`` on (default: the schedule's).
     buffers : mapping of str to int, optional
         Ring depth per value, replacing the schedule's (to test a smaller buffer).
+    unit_order : str
+        ``"schedule"`` (each unit serves its ops in the schedule's order) or ``"greedy"`` (first come,
+        first served); see the module docstring, **Units**.
 
     Returns
     -------
@@ -467,6 +495,8 @@ def simulate(
     """
     if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 0:
         raise TwillError(f"iterations must be an integer >= 0, got {iterations!r}")
+    if unit_order not in UNIT_ORDERS:
+        raise TwillError(f"unit_order must be one of {', '.join(UNIT_ORDERS)}, got {unit_order!r}")
     timing = _timing(schedule, graph, machine)
     depths = _depths(schedule)
     for name, depth in (buffers or {}).items():
@@ -477,7 +507,7 @@ def simulate(
         depths[name] = depth
     rng = random.Random(seed)
     samplers = _latency_sampler(schedule, timing, latencies, rng)
-    engine = _Engine(schedule, timing, depths, samplers, iterations)
+    engine = _Engine(schedule, timing, depths, samplers, iterations, unit_order == "schedule")
     return engine.run()
 
 
@@ -485,8 +515,9 @@ class _Engine:
     """State of one run; :meth:`run` is the event loop."""
 
     def __init__(self, schedule: Schedule, timing: _Timing, depths: dict[str, int],
-                 samplers: Mapping[str, Callable[[int], float]], n: int) -> None:
+                 samplers: Mapping[str, Callable[[int], float]], n: int, ordered: bool) -> None:
         self.s, self.tm, self.n = schedule, timing, n
+        self.ordered = ordered
         self.sp = schedule.problem  # static (schedule) problem: order and waits
         p = timing.problem  # durations
         self.p = p
@@ -520,6 +551,16 @@ class _Engine:
                     for i in range(n)]
             self.program[g] = [(v, i) for _, _, v, i in sorted(rows)]
         self.units = _Units(p.resources.units)
+        # Each instance's predecessor on each unit it uses, in the schedule's order of reservation starts.
+        self.unit_prev: dict[tuple[str, int], list[tuple[str, tuple[str, int], int, int]]] = {}
+        if ordered:
+            first, raw_first = _first_use(self.sp), _first_use(p)
+            for unit in p.resources.units:
+                seq = sorted((start[v] + i * ii + first[v][unit], rank[v], v, i)
+                             for v in self.sp.names if unit in first[v] for i in range(n))
+                for (_, _, w, k), (_, _, v, i) in itertools.pairwise(seq):
+                    self.unit_prev.setdefault((v, i), []).append(
+                        (unit, (w, k), timing.t(raw_first[v][unit]), timing.t(raw_first[w][unit])))
         for op in p.ops:
             for r in op.rrt:
                 cap = p.resources.units.get(r.unit, 1)
@@ -559,6 +600,12 @@ class _Engine:
             if t > best:
                 same = self.group[e.src] == g
                 best, why = t, ("blocking" if same and e.blocking else "data")
+        for unit, prev, offset, prev_offset in self.unit_prev.get((v, i), ()):
+            if prev not in self.issued:
+                return _Blocked("unit", f"its turn on unit {unit!r}", prev, f"schedule order of {unit!r}")
+            t = self.issued[prev] + prev_offset - offset
+            if t > best:
+                best, why = t, "unit"
         if v in self.depth and i >= self.depth[v]:
             j = i - self.depth[v]
             t = self.issued[(v, j)] + self.cycles[v]
@@ -671,7 +718,7 @@ class _Engine:
             w, k = b.waits_for
             h = self.group[w]
             where = "later in the same group's program" if h == g else f"not yet issued by group {h}"
-            verb = "produced by" if b.reason == "data" else "released by"
+            verb = {"data": "produced by", "buffer": "released by", "unit": "after"}.get(b.reason, "by")
             lines.append(f"group {g} waits to issue {v!r} (iteration {i}) on {b.barrier}, {verb} {w!r} "
                          f"(iteration {k}, {where}; edge {b.edge})")
         g = order[0]
@@ -723,7 +770,8 @@ class _Engine:
         group_stalls = {g: {r: x * cpt for r, x in s.items()} for g, s in self.stalls.items()}
         lats = {v: (min(x), sum(x) / len(x), max(x)) for v, x in self.drawn.items() if x}
         return SimResult(n, total, cpi, self.s.ii_cycles, stalls, group_stalls, util, steady,
-                         dict(self.depth), tuple(barriers), tuple(runs), lats, self.tm.timing, cpt)
+                         dict(self.depth), tuple(barriers), tuple(runs), lats, self.tm.timing, cpt,
+                         "schedule" if self.ordered else "greedy")
 
 
 # ---------------------------------------------------------------------------------------------- CLI
@@ -737,6 +785,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--latency-scale", type=float, default=1.0, metavar="X",
                    help="multiply the variable-latency ops' latency by X")
     p.add_argument("--seed", type=int, default=0, help="seed of the latency draws")
+    p.add_argument("--unit-order", default="schedule", choices=UNIT_ORDERS,
+                   help="units serve ops in the schedule's order (default) or first come, first served")
     p.set_defaults(func=run)
 
 
@@ -763,7 +813,7 @@ def run(args: argparse.Namespace) -> int:
             return scale * rng.lognormvariate(math.log(base), LOGNORMAL_SIGMA)
 
         latencies = scaled
-    result = simulate(sched, args.iterations, latencies, args.seed)
+    result = simulate(sched, args.iterations, latencies, args.seed, unit_order=args.unit_order)
     console = Console()
     for line in result.summary():
         console.print(line)
