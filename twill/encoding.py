@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import networkx as nx
+from networkx.algorithms import isomorphism
 from pysmt.typing import INT
 
 from twill.liveness import fold, memory_intervals, register_intervals
@@ -29,8 +31,33 @@ from twill.smt import SmtSession
 
 __all__ = ["PER_ROUND", "Encoder", "pool_size"]
 
-PER_ROUND = 1
+PER_ROUND = 64
 """Lazy liveness checks added per overfull resource per round (the items with the largest excess)."""
+
+
+def involution(problem: Problem) -> dict[str, str] | None:
+    """A non-trivial automorphism of the loop graph that is its own inverse (swapping two identical
+    sub-tiles), or None. Ops must match in every cost and flag, edges in every field."""
+    g = nx.MultiDiGraph()
+    for op in problem.ops:
+        g.add_node(op.name, sig=(op.kind, op.rrt, op.latency, op.issue_cycles, op.regs, op.smem,
+                                 op.tmem, op.result_bytes, op.variable_latency, op.warps,
+                                 op.name in problem.streaming))
+    for e in problem.edges:
+        g.add_edge(e.src, e.dst, sig=(e.latency, e.distance, e.blocking, e.carrier, e.cross, e.inplace))
+
+    def edges_match(a: dict, b: dict) -> bool:
+        return sorted(d["sig"] for d in a.values()) == sorted(d["sig"] for d in b.values())
+
+    matcher = isomorphism.MultiDiGraphMatcher(g, g, node_match=lambda a, b: a["sig"] == b["sig"],
+                                              edge_match=edges_match)
+    for count, sigma in enumerate(matcher.isomorphisms_iter()):
+        if count > 64:
+            return None
+        moved = [n for n in sigma if sigma[n] != n]
+        if moved and all(sigma[sigma[n]] == n for n in sigma):
+            return sigma
+    return None
 
 
 def pool_size(problem: Problem) -> int:
@@ -327,6 +354,41 @@ class Encoder(ModularModel):
             return m.Ite(m.LE(budget, self.int_(limit)), budget, self.int_(limit))
 
         self.lazy["regs"] = _Lazy(items, cap, res.group_overhead, True)
+        self._accumulator_cuts(limit)
+
+    def _accumulator_cuts(self, limit: int) -> None:
+        """Eager implied constraints: a value carried to itself (an accumulator) is live at every moment,
+        so its group's budget holds the overhead, all its accumulators and any one other value it starts.
+        They repeat what the lazy checks would find, early and cheaply."""
+        m, res = self.m, self.p.resources
+        accs = {op.name for op in self.p.ops if res.tracked(op.regs) and any(
+            e.dst == op.name and e.distance >= 1 and e.carrier == "register"
+            for e in self.p.out_edges(op.name))}
+        if not accs:
+            return
+        for w in range(self.pool):
+            held = [m.Ite(self.opw[a][w], self.int_(self.p.op(a).regs), self.int_(0))
+                    for a in sorted(accs) if w in self.opw[a]]
+            if not held:
+                continue
+            base = m.Plus([self.int_(res.group_overhead), *held])
+            self.add(m.Implies(self.used[w], m.And(m.LE(base, self.budget[w]), m.LE(base, self.int_(limit)))))
+            for op in self.p.ops:
+                if op.name in accs or w not in self.opw[op.name] or not res.tracked(op.regs):
+                    continue
+                load = m.Plus(base, self.int_(op.regs))
+                self.add(m.Implies(self.opw[op.name][w],
+                                   m.And(m.LE(load, self.budget[w]), m.LE(load, self.int_(limit)))))
+
+    def symmetry_of_subtiles(self) -> None:
+        """If swapping two parts of the graph (sub-tiles) maps it onto itself, order the two copies:
+        the first op the swap moves starts no later than its image. Any schedule or its mirror image
+        satisfies this, and both have the same costs, so no optimum is lost."""
+        sigma = involution(self.p)
+        if sigma is None:
+            return
+        first = next(n for n in self.p.names if sigma[n] != n)
+        self.add(self.before(first, 0, sigma[first], 0))
 
     def memory(self) -> None:
         """SMEM and TMEM: live values, streaming-load buffers, staging buffers of register hand-offs."""
@@ -371,5 +433,6 @@ class Encoder(ModularModel):
         self.blocking()
         self.registers()
         self.memory()
+        self.symmetry_of_subtiles()
         if not self.feasible:
             self.add(self.m.FALSE())

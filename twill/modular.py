@@ -72,10 +72,33 @@ class ModularModel:
         self.count = 0
         m = self.m
         self.s = {op.name: m.Symbol(f"start[{op.name}]", INT) for op in problem.ops}
-        self.hi = {op.name: lmax - op.cycles for op in problem.ops}
+        self.lo, self.hi = self._windows()
+        self.feasible = all(self.lo[n] <= self.hi[n] for n in self.s)
         self.length = m.Symbol("L", INT)
         self.lazy: dict[str, _Lazy] = {}
-        self.feasible = True
+
+    def _windows(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Earliest and latest start of each op implied by the dependences and ``lmax``.
+
+        ``start[v] >= start[u] + d' - δ II`` (``d'`` the least latency) pushes earliest starts forward and
+        latest starts back; iterated to a fixed point (at most |V| rounds; a positive cycle, II below
+        RecMII, leaves an empty window).
+        """
+        lo = {op.name: 0 for op in self.p.ops}
+        hi = {op.name: self.lmax - op.cycles for op in self.p.ops}
+        edges = [(e.src, e.dst, self.p.least_latency(e) - e.distance * self.ii) for e in self.p.edges]
+        for _ in range(len(lo) + 1):
+            changed = False
+            for u, v, w in edges:
+                if lo[u] + w > lo[v]:
+                    lo[v] = lo[u] + w
+                    changed = True
+                if hi[v] - w < hi[u]:
+                    hi[u] = hi[v] - w
+                    changed = True
+            if not changed or any(lo[n] > hi[n] for n in lo):
+                break
+        return lo, hi
 
     # ------------------------------------------------------------------------ term helpers
     def add(self, formula: Any) -> None:
@@ -114,8 +137,8 @@ class ModularModel:
         """Copies of ``[s_u+cu, +lu)`` and ``[s_v+cv, +lv)`` never overlap: one disjunction per shift."""
         out = []
         # overlap under shift k: s_v+cv+kII < s_u+cu+lu  and  s_u+cu < s_v+cv+kII+lv
-        lo = 0 + cu - (self.hi[v] + cv) - lv + 1
-        hi = self.hi[u] + cu + lu - 1 - (0 + cv)
+        lo = self.lo[u] + cu - (self.hi[v] + cv) - lv + 1
+        hi = self.hi[u] + cu + lu - 1 - (self.lo[v] + cv)
         for k in self.shifts(lo, hi):
             apart = self.m.Or(self.before(u, cu + lu, v, cv + k * self.ii),
                               self.before(v, cv + k * self.ii + lv, u, cu))
@@ -125,9 +148,9 @@ class ModularModel:
     def copies_at(self, item: Item, p_op: str, p_const: int) -> Any:
         """Copies of ``item`` live at time ``start[p_op] + p_const``: ``Σ_k [S <= P + kII < E]``."""
         m = self.m
-        s_lo, s_hi = item.offset, self.hi[item.op] + item.offset
+        s_lo, s_hi = self.lo[item.op] + item.offset, self.hi[item.op] + item.offset
         e_hi = item.end_hi if item.end is not None else s_hi + item.length
-        p_lo, p_hi = p_const, self.hi[p_op] + p_const
+        p_lo, p_hi = self.lo[p_op] + p_const, self.hi[p_op] + p_const
         terms = []
         for k in self.shifts(s_lo - p_hi, e_hi - 1 - p_lo):
             shift = p_const + k * self.ii
@@ -149,12 +172,14 @@ class ModularModel:
 
     # ------------------------------------------------------------------------ families
     def completion(self, low: int = 1) -> None:
-        """``0 <= start[v]``, ``start[v] + cycles(v) <= L``, ``low <= L <= lmax``."""
+        """``start[v]`` in its window (:meth:`_windows`, within ``[0, lmax - cycles(v)]``),
+        ``start[v] + cycles(v) <= L``, ``low <= L <= lmax``."""
         m = self.m
         self.add(m.And(m.LE(self.length, self.int_(self.lmax)), m.GE(self.length, self.int_(low))))
         for op in self.p.ops:
             s = self.s[op.name]
-            self.add(m.And(m.GE(s, self.int_(0)), m.LE(self.at(op.name, op.cycles), self.length)))
+            self.add(m.And(m.GE(s, self.int_(self.lo[op.name])), m.LE(s, self.int_(self.hi[op.name])),
+                           m.LE(self.at(op.name, op.cycles), self.length)))
 
     def dependence(self) -> None:
         """``start[v] + δ II >= start[u] + d`` for every edge (``d`` plus the hand-off when the edge always

@@ -161,8 +161,8 @@ class Resources:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Resources:
-        """Inverse of :meth:`to_dict`."""
-        return cls(**{**dict(data), "units": dict(data["units"])})
+        """Inverse of :meth:`to_dict` (files written before ``small_regs`` existed track every value)."""
+        return cls(**{"small_regs": 0, **dict(data), "units": dict(data["units"])})
 
     def tracked(self, regs: int) -> bool:
         """True if a value of ``regs`` registers per thread is tracked by the liveness constraints (values of
