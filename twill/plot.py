@@ -181,8 +181,8 @@ def figure(schedule: Schedule, *, title: str | None = None, width: float = 13.0)
     ax.set_ylim(-0.2, y + 0.5)
     ax.set_yticks(ticks, labels, fontsize=7)
     ax.set_xlabel("cycles (iteration 0 starts at 0; iteration i is shifted by i x II)")
-    ax.legend(handles=[Patch(color=colors[u], label=u) for u in units], loc="lower right", ncol=len(units),
-              fontsize=7, bbox_to_anchor=(1.0, 1.0), frameon=False)
+    ax.legend(handles=[Patch(color=colors[u], label=u) for u in units], loc="upper left", fontsize=7,
+              bbox_to_anchor=(1.005, 1.0), frameon=False, title="unit", title_fontsize=7)
     head = title or (f"{p.name} on {schedule.machine} ({schedule.strategy}): II = {schedule.ii_cycles:.0f} "
                      f"cycles, L = {schedule.length * cpu:.0f} cycles, {n} stage(s), "
                      f"{len(groups)} warp group(s)")
