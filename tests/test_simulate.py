@@ -212,6 +212,17 @@ def streaming() -> Schedule:
     return twill.schedule(g, "h100")
 
 
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 4, 7])
+def test_trip_counts_across_warp_groups_balance_every_barrier(streaming, n):
+    # peers.md P14: every producer acquire of the load's buffer has a consumer release, every full
+    # barrier reaches its count, whatever the trip count against the stages.
+    r = simulate(streaming, n, latencies=200)
+    (b,) = r.barriers
+    assert (b.acquires, b.full_arrivals, b.releases, b.drained, b.waits) == (n, n, n, 0, n)
+    assert b.depth >= 2 and r.balanced
+    assert sorted((x.name, x.iteration) for x in r.trace) == sorted((v, i) for v in "LC" for i in range(n))
+
+
 def test_latency_scaling_is_monotone(streaming):
     base = 200.0
     cpis = [simulate(streaming, 48, latencies=base * k).cycles_per_iteration for k in (1, 2, 4, 8, 16)]
