@@ -380,6 +380,38 @@ class Encoder(ModularModel):
                 self.add(m.Implies(self.opw[op.name][w],
                                    m.And(m.LE(load, self.budget[w]), m.LE(load, self.int_(limit)))))
 
+    def _length(self, item: Item) -> Any:
+        """The lifetime of ``item`` as a term."""
+        if item.end is None:
+            return self.int_(item.length)
+        return self.m.Minus(item.end, self.at(item.op, item.offset))
+
+    def area_cuts(self) -> None:
+        """Eager implied constraints: the occupancy of a resource peaks at least at its mean over the II,
+        so ``base * II + Σ weight * lifetime <= cap * II`` (per group for registers). A cheap global view
+        the point checks lack; it refutes register- or memory-bound windows early."""
+        m, ii = self.m, self.ii
+        for resource, lazy in self.lazy.items():
+            if resource.startswith("unit/"):
+                continue
+            terms = []
+            for it in lazy.items:
+                area = self.times(it.weight, self._length(it))
+                terms.append(area if it.cond is None else m.Ite(it.cond, area, self.int_(0)))
+            if not lazy.per_group:
+                total = m.Plus([self.int_(lazy.base * ii), *terms])
+                self.add(m.LE(total, self.int_(lazy.cap * ii)))
+                continue
+            limit = min(self.p.resources.max_regs, self.p.resources.setmaxnreg_max)
+            for w in range(self.pool):
+                mine = [m.Ite(self.opw[it.holder][w], t, self.int_(0))
+                        for it, t in zip(lazy.items, terms, strict=True) if w in self.opw[it.holder]]
+                if not mine:
+                    continue
+                total = m.Plus([self.int_(lazy.base * ii), *mine])
+                self.add(m.Implies(self.used[w], m.And(m.LE(total, self.times(ii, self.budget[w])),
+                                                       m.LE(total, self.int_(limit * ii)))))
+
     def symmetry_of_subtiles(self) -> None:
         """If swapping two parts of the graph (sub-tiles) maps it onto itself, order the two copies:
         the first op the swap moves starts no later than its image. Any schedule or its mirror image
@@ -433,6 +465,7 @@ class Encoder(ModularModel):
         self.blocking()
         self.registers()
         self.memory()
+        self.area_cuts()
         self.symmetry_of_subtiles()
         if not self.feasible:
             self.add(self.m.FALSE())
