@@ -21,7 +21,8 @@ def _derive() -> dict[str, dict[str, Any]]:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     raw = json.loads((RESULTS / "microbench.json").read_text(encoding="utf-8"))
-    return module.derive(raw)
+    serial = json.loads((RESULTS / "wgmma_serial.json").read_text(encoding="utf-8"))
+    return module.derive(raw, serial)
 
 
 @pytest.fixture(scope="module")
@@ -38,12 +39,12 @@ def test_every_microbenchmark_ran(derived):
 
 def test_h200_constants_are_the_derived_measurements(derived):
     h200 = load_machine("h200")
-    assert len(derived) == 11
+    assert len(derived) == 12
     for key, item in derived.items():
         constant = h200.constants[key]
         assert constant.value == item["value"], key
         assert not constant.estimate, key
-        assert "microbench.json" in constant.source, key
+        assert "microbench.json" in constant.source or "wgmma_serial.json" in constant.source, key
 
 
 def test_measurements_are_plausible(derived):
@@ -56,6 +57,9 @@ def test_measurements_are_plausible(derived):
     assert 10 < derived["handoff.named_barrier"]["measured"] < derived["handoff.mbarrier"]["measured"] < 200
     assert 8 < derived["handoff.register_per_kb"]["measured"] < 32  # 2 x 1 KB at 128 B/cycle = 16
     assert 1.0 < derived["chip.clock_ghz"]["value"] <= 1.98
+    # A serialized wgmma exposes a latency of the order of the pipelined tile's (tc_latency), not zero.
+    assert 0.25 * derived["cost.tc_latency"]["measured"] < derived["cost.tc_serial_latency"]["measured"] \
+        < 2 * derived["cost.tc_latency"]["measured"]
 
 
 def test_tma_latency_distributions():

@@ -146,3 +146,63 @@ def test_thread_registers(h100):
     assert h100.thread_registers([65536, 32768, 65536], 8) == 186
     assert h100.thread_registers([65536], 4, overhead=0) == 128
     assert h100.thread_registers([], 4) == 26
+
+
+def test_serialized_gemm_matches_the_h200_measurement(h200):
+    # ptxas C7511: a wait after every wgmma. Measured per warp group on the H200 (wgmma_serial.json):
+    # 8 x m64n128k16 in 958.3 cycles, 16 (two accumulators, 128 rows on one warp group) in 1902.8, and
+    # two warp groups of 8 each in 1056.3 (the Tensor Cores nearly saturated). The model: each
+    # instruction 2*64*128*16/4096 = 64 cycles + tc_serial_latency (56) = 120, chains of the warp groups
+    # side by side, never faster than the 2mnk/4096 throughput time.
+    raw = json.loads((RESULTS / "wgmma_serial.json").read_text(encoding="utf-8"))
+    measured = {c["name"]: c["median_cycles_per_tile_step"] for c in raw["result"]["cases"]}
+    assert h200.machine.const("cost.tc_serial_latency") == 56
+    one = h200.gemm(64, 128, 128, warps=4, serialized=True)
+    two_acc = h200.gemm(128, 128, 128, warps=4, serialized=True)
+    two_groups = h200.gemm(128, 128, 128, warps=8, serialized=True)
+    assert (one.latency, two_acc.latency, two_groups.latency) == (8 * 120, 16 * 120, 1024)
+    for cost, name in ((one, "wg1_m64_serial_one_cta"), (two_acc, "wg1_m128_serial_one_cta"),
+                       (two_groups, "wg2_m64_each_serial_one_cta")):
+        assert abs(cost.latency - measured[name]) / measured[name] < 0.04, name
+    # Synchronous: the warps wait for every instruction; the Tensor Cores are busy 64 of each 120 cycles,
+    # one rectangle per instruction, so another CTA's GEMM can use the gaps.
+    assert not one.blocking_result
+    assert [(r.start, r.cycles) for r in one.rrt] == [(120 * i, 64) for i in range(8)]
+    assert one.issue_cycles == one.rrt[-1].end == 7 * 120 + 64
+    assert sum(r.cycles for r in two_acc.rrt) == h200.gemm(128, 128, 128, warps=4).rrt[0].cycles == 1024
+    # Pipelined, the same GEMM is issued in tc_issue cycles and done 88 cycles after the Tensor Cores.
+    assert h200.gemm(128, 128, 128, warps=4).latency == 1024 + 88 < two_acc.latency
+
+
+def test_serialized_gemm_only_on_hopper():
+    with pytest.raises(ValueError, match="tcgen05"):
+        CostModel(load_machine("b200")).gemm(128, 128, 64, serialized=True)
+
+
+@pytest.mark.parametrize(("threads", "registers", "smem", "ctas"), [
+    (128, 255, 98336, 2),    # FA fwd BN 64, 2 stages, 4 warps: 2 x (4 warps x 8192 registers) = 65536
+    (256, 138, 98336, 1),    # 8 warps at 138 (-> 144) registers: 36864 per CTA, 2 would need 73728
+    (128, 253, 131128, 1),   # 2 x (131128 + 1024 reserved) B > 228 KB of shared memory
+    (256, 187, 229432, 1),
+    (128, 32, 0, 16),        # 2048 threads per SM (and 16 x 4096 registers)
+    (32, 16, 0, 32),         # 32 CTAs per SM
+    (128, 255, 232449, 0),   # more shared memory than an SM has
+])
+def test_ctas_per_sm(h200, threads, registers, smem, ctas):
+    assert h200.ctas_per_sm(threads, registers, smem) == ctas
+
+
+def test_ctas_per_sm_matches_the_driver_on_the_h200(h200):
+    # cuOccupancyMaxActiveBlocksPerMultiprocessor of the eight Triton FA forward kernels, as compiled.
+    rows = json.loads((RESULTS / "fa_occupancy.json").read_text(encoding="utf-8"))["configs"]
+    assert len(rows) == 8
+    for r in rows:
+        assert h200.ctas_per_sm(r["threads"], r["n_regs"], r["shared_bytes"]) == r["ctas_per_sm"], r
+    assert sorted(r["ctas_per_sm"] for r in rows) == [1] * 7 + [2]
+
+
+def test_ctas_per_sm_rejects_nonsense(h200):
+    with pytest.raises(ValueError):
+        h200.ctas_per_sm(0, 32, 0)
+    with pytest.raises(ValueError):
+        h200.ctas_per_sm(128, -1, 0)

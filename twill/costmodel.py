@@ -127,6 +127,39 @@ class CostModel:
         fit = self.machine.register_file // threads // step * step
         return min(self.machine.max_regs_per_thread, fit)
 
+    def ctas_per_sm(self, threads: int, registers: int, smem_bytes: int) -> int:
+        """CTAs of one kernel that the SM keeps resident at once (the CUDA occupancy rules).
+
+        The least of: the register file over the CTA's registers, allocated per warp in units of
+        ``chip.register_alloc_unit`` (256: a thread's count rounded up to a multiple of 8); the shared
+        memory per SM over the CTA's ``smem_bytes`` plus the ``chip.smem_reserved_per_cta`` (1 KB) the
+        system keeps per CTA; ``chip.max_threads_per_sm`` over ``threads``; ``chip.max_ctas_per_sm``.
+        Sources: CUDA C Programming Guide (technical specifications per compute capability) and the CUDA
+        occupancy calculator; on the lent H200 the driver's ``cuOccupancyMaxActiveBlocksPerMultiprocessor``
+        agrees for the eight Triton FA forward configurations
+        (``benchmarks/calibrate/results/fa_occupancy.json``).
+
+            >>> from twill.machine import load_machine
+            >>> CostModel(load_machine("h200")).ctas_per_sm(128, 255, 98336)   # 2 x 32 K registers
+            2
+
+        Raises
+        ------
+        ValueError
+            ``threads`` is not positive, or ``registers`` or ``smem_bytes`` is negative.
+        """
+        if threads <= 0 or registers < 0 or smem_bytes < 0:
+            raise ValueError(f"need threads > 0, registers >= 0, smem_bytes >= 0; got {threads}, "
+                             f"{registers}, {smem_bytes}")
+        const = self.machine.const
+        unit = int(const("chip.register_alloc_unit"))
+        warps = ceil(threads / 32)
+        per_warp = max(1, ceil(registers * 32 / unit)) * unit
+        by_registers = self.machine.register_file // (per_warp * warps)
+        by_smem = int(const("chip.smem_per_sm")) // (smem_bytes + int(const("chip.smem_reserved_per_cta")))
+        by_threads = int(const("chip.max_threads_per_sm")) // threads
+        return max(0, min(by_registers, by_smem, by_threads, int(const("chip.max_ctas_per_sm"))))
+
     def thread_registers(self, tile_bytes: Iterable[int], warps: int, *, overhead: int | None = None) -> int:
         """Registers per thread a warp group of ``warps`` warps needs to hold ``tile_bytes`` at once.
 
@@ -158,23 +191,59 @@ class CostModel:
         return self.sync(kind, work, warps=warps)
 
     # ------------------------------------------------------------------------------------ Tensor Core
-    def gemm(self, m: int, n: int, k: int, *, dtype: str = "fp16", warps: int | None = None) -> OpCost:
+    def gemm(self, m: int, n: int, k: int, *, dtype: str = "fp16", warps: int | None = None,
+             serialized: bool = False) -> OpCost:
         """A tile GEMM ``[m, k] x [k, n]``: ``2mnk / tc_flops`` cycles on the Tensor Cores.
 
         Asynchronous: issued in ``tc_issue`` cycles; the result is usable ``tc_latency`` cycles after
         the Tensor Cores finish. On Hopper the accumulator lives in the registers of the issuing warp
         groups (``warps`` defaults to :meth:`tile_warps`); on Blackwell one thread issues it (1 warp)
         and the accumulator lives in TMEM.
+
+        ``serialized=True`` is the Hopper GEMM ptxas emits when the kernel has too few registers for the
+        wgmma pipeline (warning C7511, e.g. Triton's FA forward at BLOCK_N 128 with 4 warps): a wait
+        after every ``wgmma`` instruction. Each warp group then runs its ``ceil(rows / 64) x
+        ceil(k / k_step)`` instructions one at a time, each for its throughput time plus
+        ``cost.tc_serial_latency`` cycles (56 measured on the H200: 119.8 cycles per m64n128k16,
+        ``benchmarks/calibrate/results/wgmma_serial.json``); the warp groups of the tile run their chains
+        side by side on the Tensor Cores (one rectangle of the reservation table per instruction step, so
+        another CTA's GEMM can use the gaps). The op is synchronous: its warps are busy until the last
+        instruction has run on the Tensor Cores, and the result is usable at the end of the chain.
+
+        Raises
+        ------
+        ValueError
+            ``serialized`` on a machine without wgmma (Blackwell's ``tcgen05.mma`` has one issuing thread
+            and no register accumulator).
         """
         key = {"fp8": "tc_flops_fp8", "f8E4M3FN": "tc_flops_fp8", "f8E5M2": "tc_flops_fp8",
                "tf32": "tc_flops_tf32", "f32": "tc_flops_tf32", "fp32": "tc_flops_tf32"}.get(dtype,
                                                                                              "tc_flops_fp16")
-        busy = _cycles(2 * m * n * k / self._rate(key))
+        rate = self._rate(key)
+        busy = _cycles(2 * m * n * k / rate)
         issue = min(busy, int(self._rate("tc_issue")))
         if warps is None:
             warps = 1 if self.machine.family == "blackwell" else self.tile_warps(m)
-        return OpCost("gemm", (Reservation("tc", 0, busy),), latency=busy + int(self._rate("tc_latency")),
-                      issue_cycles=issue, warps=warps, blocking_result=True)
+        if not serialized:
+            return OpCost("gemm", (Reservation("tc", 0, busy),),
+                          latency=busy + int(self._rate("tc_latency")), issue_cycles=issue, warps=warps,
+                          blocking_result=True)
+        if self.machine.family == "blackwell":
+            raise ValueError("a serialized wgmma pipeline is a Hopper (sm_90) register-shortage mode; "
+                             f"machine {self.machine.name!r} issues tcgen05.mma")
+        m_step = int(self._rate("tc_min_m"))
+        k_step = {"tc_flops_fp8": 32, "tc_flops_tf32": 8}.get(key, 16)  # PTX ISA: wgmma K per dtype
+        groups = max(1, warps // self.machine.warps_per_group)
+        count = ceil(ceil(m / groups) / m_step) * ceil(k / k_step)
+        instruction = 2 * m_step * n * k_step / rate
+        one = instruction + self._rate("tc_serial_latency")
+        if groups * instruction >= one:  # the warp groups' chains keep the Tensor Cores busy
+            return OpCost("gemm", (Reservation("tc", 0, busy),), latency=max(busy, _cycles(count * one)),
+                          issue_cycles=busy, warps=warps)
+        width = _cycles(groups * instruction)
+        rrt = tuple(Reservation("tc", round(i * one), width) for i in range(count))
+        end = rrt[-1].end
+        return OpCost("gemm", rrt, latency=max(end, _cycles(count * one)), issue_cycles=end, warps=warps)
 
     # ------------------------------------------------------------------------------------ CUDA cores
     def alu(self, elements: int, ops_per_element: float = 1.0, *, warps: int = 4) -> OpCost:

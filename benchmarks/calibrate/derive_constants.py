@@ -1,7 +1,8 @@
-"""Derive twill's machine constants from the raw microbenchmark results (``results/microbench.json``).
+"""Derive twill's machine constants from the raw microbenchmark results (``results/microbench.json``, and
+``results/wgmma_serial.json`` from a second device call, ``run_rank_extras.py``).
 
-Each constant of ``machines/h200.toml`` that cites ``microbench.json`` is computed here, with the rule that
-gives it; ``tests/test_calibration.py`` checks that the machine file and this derivation agree. Run::
+Each constant of ``machines/h200.toml`` that cites one of them is computed here, with the rule that gives
+it; ``tests/test_calibration.py`` checks that the machine file and this derivation agree. Run::
 
     python benchmarks/calibrate/derive_constants.py      # prints the table, writes results/derived.json
 """
@@ -31,8 +32,11 @@ def _lstsq(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return slope, my - slope * mx
 
 
-def derive(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Constants keyed by their dotted machine key: ``{"value": ..., "measured": ..., "rule": ...}``."""
+def derive(raw: dict[str, Any], serial: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """Constants keyed by their dotted machine key: ``{"value": ..., "measured": ..., "rule": ...}``.
+
+    ``raw`` is ``microbench.json``; ``serial`` (``wgmma_serial.json``) adds ``cost.tc_serial_latency``.
+    """
     out: dict[str, dict[str, Any]] = {}
     tile_flop = 2 * 64 * 128 * 128
     wg2 = _named(raw, "wgmma", "wg2_m64_each_all_sms")
@@ -99,13 +103,24 @@ def derive(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 "T(k)/T(1) for k = 2..32: "
                 + ", ".join(f"{div[(k, 0)] / div[(1, 0)]:.2f}" for k in (2, 3, 4, 8, 16, 32))
                 + f"; predicated select over 32 lanes: T/T(1) = {div[(32, 1)] / div[(1, 0)]:.3f}"}
+    if serial is not None:
+        one = next(c for c in serial["result"]["cases"] if c["name"] == "wg1_m64_serial_one_cta")
+        per_instruction = one["median_cycles_per_tile_step"] / (8 * one["acc_per_wg"])
+        exposed = per_instruction - 2 * 64 * 128 * 16 / tc
+        out["cost.tc_serial_latency"] = {
+            "measured": exposed, "value": round(exposed),
+            "rule": "one warp group, commit + wait_group 0 after every wgmma m64n128k16 (the serialized "
+                    "pipeline of ptxas warning C7511): cycles per instruction minus its throughput time "
+                    f"2*64*128*16/tc_flops_fp16 ({per_instruction:.1f} cycles per instruction)"}
     return out
 
 
 def main() -> int:
     """Print the derived constants and write ``results/derived.json``."""
     raw = json.loads((RESULTS / "microbench.json").read_text(encoding="utf-8"))
-    derived = derive(raw)
+    serial_path = RESULTS / "wgmma_serial.json"
+    serial = json.loads(serial_path.read_text(encoding="utf-8")) if serial_path.exists() else None
+    derived = derive(raw, serial)
     for key, item in derived.items():
         print(f"{key:28s} {item['value']!s:>8s}  (measured {item['measured']:.3f})")
     (RESULTS / "derived.json").write_text(json.dumps(derived, indent=1), encoding="utf-8")

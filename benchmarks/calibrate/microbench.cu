@@ -3,7 +3,7 @@
 // register hand-off between warp groups, and the cost of warp divergence against predication.
 //
 // Build:  nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o calib microbench.cu
-// Run:    ./calib wgmma | mufu | tma | sync | diverge   (one JSON object on stdout per call)
+// Run:    ./calib wgmma | wgmma_serial | mufu | tma | sync | diverge   (one JSON object on stdout per call)
 //
 // Every timing is read in-kernel with %clock64 (SM clock cycles; the counter is per SM, so only differences
 // taken on one SM are used). Host-side CUDA events give wall time for the throughput runs as a cross-check.
@@ -131,8 +131,10 @@ __device__ __forceinline__ void wgmma_wait() {
 }
 
 // One tile GEMM per loop step: every warp group computes NACC accumulators of [64 x 128] over K = 128
-// (8 wgmma m64n128k16 each). WAIT_EACH = 1 waits for every tile (latency); 0 keeps one tile in flight.
-// NACC = 2 is only used with WAIT_EACH = 1: with one tile in flight ptxas serializes its wgmmas (C7514).
+// (8 wgmma m64n128k16 each). WAIT_EACH = 1 waits for every tile (latency); 0 keeps one tile in flight;
+// 2 commits and waits after every single wgmma instruction: the serialized wgmma pipeline that ptxas emits
+// when a kernel has too few registers for it (C7511), so each instruction pays its whole latency.
+// NACC = 2 is only used with WAIT_EACH >= 1: with one tile in flight ptxas serializes its wgmmas (C7514).
 // The empty asm statements pin the accumulators around the asynchronous region (CUTLASS's
 // warpgroup_fence_operand), so the compiler cannot move accumulator reads into it.
 template <int NACC, int WAIT_EACH>
@@ -170,14 +172,23 @@ __global__ void __launch_bounds__(256, 1) k_wgmma(int tiles, unsigned long long*
       for (int a = 0; a < NACC; ++a) {
         const uint64_t da = wgmma_desc(a_base + a * 16384 + (s >> 2) * 8192 + (s & 3) * 32);
         wgmma_m64n128k16_ss(d[a], da, db);
+        if (WAIT_EACH == 2) {
+          wgmma_commit();
+#pragma unroll
+          for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[a][i])::"memory");
+          wgmma_wait<0>();
+          wgmma_fence();
+        }
       }
     }
-    wgmma_commit();
+    if (WAIT_EACH != 2) wgmma_commit();
 #pragma unroll
     for (int a = 0; a < NACC; ++a)
 #pragma unroll
       for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[a][i])::"memory");
-    if (WAIT_EACH) {
+    if (WAIT_EACH == 2) {
+      // every instruction was waited for above
+    } else if (WAIT_EACH) {
       wgmma_wait<0>();
     } else {
       wgmma_wait<1>();
@@ -501,6 +512,19 @@ static void wgmma_case(const char* name, int grid, int nwg, int tiles, float* si
          flops_per_cta * grid / (ms * 1e-3) / 1e12);
 }
 
+// Serialized wgmma (WAIT_EACH = 2): one CTA, so the cycles per instruction are its latency alone.
+static void test_wgmma_serial() {
+  float* sink;
+  CK(cudaMalloc(&sink, sizeof(float)));
+  printf("{\"test\":\"wgmma_serial\",\"sms\":%d,\"instructions_per_tile_step\":\"8 x acc_per_wg\",\"cases\":[",
+         num_sms());
+  wgmma_case<1, 2>("wg1_m64_serial_one_cta", 1, 1, 1000, sink, true);
+  wgmma_case<2, 2>("wg1_m128_serial_one_cta", 1, 1, 500, sink, false);
+  wgmma_case<1, 2>("wg2_m64_each_serial_one_cta", 1, 2, 1000, sink, false);
+  printf("]}\n");
+  CK(cudaFree(sink));
+}
+
 static void test_wgmma() {
   const int nsm = num_sms();
   float* sink;
@@ -743,12 +767,14 @@ static void test_diverge() {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    fprintf(stderr, "usage: %s wgmma|mufu|tma|sync|diverge\n", argv[0]);
+    fprintf(stderr, "usage: %s wgmma|wgmma_serial|mufu|tma|sync|diverge\n", argv[0]);
     return 1;
   }
   const std::string t = argv[1];
   if (t == "wgmma") {
     test_wgmma();
+  } else if (t == "wgmma_serial") {
+    test_wgmma_serial();
   } else if (t == "mufu") {
     test_mufu();
   } else if (t == "tma") {
