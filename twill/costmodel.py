@@ -422,9 +422,11 @@ class CostModel:
         Every lane issues the op under its predicate, so it costs the whole op whatever the fraction of
         lanes the mask keeps (a masked final tile costs a full tile) and nothing serializes
         (shared/seeds/003_8ff7bc8ce6113243.txt: predication removes the divergence cost; measured on the
-        H200: one path plus a predicated select over 32 lanes takes the time of one path). Computing
-        the predicate adds ``ops_per_element`` ALU operations per mask element (a compare; 2 with a
-        select of the ``other`` value) on the ALU pipes, before the op issues.
+        H200: one path plus a predicated select over 32 lanes takes the time of one path). Work that
+        the mask adds is ``ops_per_element`` ALU operations per mask element on the ALU pipes, before the
+        op issues: a compare, a select of the ``other`` value. The frontend passes 1 for a load with
+        ``other=`` (the fill select) and 0 otherwise: it folds the compare with the integer address
+        arithmetic, which it costs for no load, masked or not (``twill/frontend/rules.py``).
         """
         extra = mask_elements * ops_per_element / self._rate("alu_per_cycle")
         if extra <= 0:

@@ -3,12 +3,15 @@
 :class:`LoopBody` does the bookkeeping that turns TTGIR ops into tile-level groups, before any cost
 is attached:
 
-1. **Flatten** the body: a side-effect-free ``scf.if`` is if-converted (both branches run, its results
-   become selects); any other ``scf.if`` is rejected.
-2. **Classify** every op (:func:`twill.frontend.rules.classify`): folded, elementwise, or a node.
+1. **Flatten** the body: a side-effect-free ``scf.if`` is if-converted (both branches become part of
+   the body); any other ``scf.if`` is rejected.
+2. **Classify** every op (:func:`twill.frontend.rules.classify`): folded, elementwise, or a node; an
+   if-converted ``scf.if`` is a ``branch`` when it computes anything or yields a float tile, else folded.
 3. **Group**: a ``ttg.local_alloc`` of a loaded tile joins its load (the load writes straight to
    shared memory after Triton's lowering); an elementwise op whose value has exactly one consumer, and
-   that consumer is elementwise too, joins the consumer's group.
+   that consumer is elementwise too and in the same branch (or both outside any), joins the consumer's
+   group; every op inside an if-converted ``scf.if`` joins the outermost ``scf.if``'s group, which is
+   costed as its branches back to back (:func:`twill.frontend.rules.branch_cost`).
 4. **Sources**: for any SSA value, the groups that really produce it, seen through folded ops and
    through ``iter_args`` (each ``scf.yield`` crossing adds one iteration of distance).
 """
@@ -63,26 +66,33 @@ class LoopBody:
             raise FrontendError("loop body does not end in scf.yield", line=loop.line)
         self.yield_op = self.block.ops[-1]
         self.if_converted: list[Op] = []
+        self.branch_of: dict[Op, Op] = {}
+        """Each op nested in an if-converted ``scf.if`` -> the outermost such ``scf.if``."""
         self.ops = self._flatten(self.block.ops[:-1])
         self.index = {op: i for i, op in enumerate(self.ops)}
-        self.role = {op: self._role(op, ctx) for op in self.ops}
+        self.role: dict[Op, str] = {}
+        for op in self.ops:  # nested ops come before their scf.if
+            self.role[op] = self._role(op, ctx)
         self._consumer_cache: dict[int, frozenset[Op | str]] = {}
         self.parent = {op: op for op in self.ops if self.role[op] != "fold"}
         self._group()
 
     # ------------------------------------------------------------------------------------ flattening
-    def _flatten(self, ops: list[Op]) -> list[Op]:
+    def _flatten(self, ops: list[Op], outer: Op | None = None) -> list[Op]:
         out: list[Op] = []
         for op in ops:
             if op.name in ("scf.for", "scf.while"):
                 raise FrontendError(f"{op.name} nested in the loop at TTGIR line {self.loop.line}",
                                     line=op.line, location=str(op.loc) or None)
+            if outer is not None:
+                self.branch_of[op] = outer
             if op.name == "scf.if":
                 self._check_if(op)
                 self.if_converted.append(op)
                 for region in op.regions:
                     for block in region:
-                        out.extend(self._flatten([o for o in block.ops if o.name != "scf.yield"]))
+                        out.extend(self._flatten([o for o in block.ops if o.name != "scf.yield"],
+                                                 outer or op))
             out.append(op)
         return out
 
@@ -100,7 +110,8 @@ class LoopBody:
         if role != "if":
             return role
         floats = [v for v in op.results if v.type.kind == "tensor" and v.type.is_float]
-        return "elementwise" if floats else "fold"
+        computes = any(self.role.get(inner, "fold") != "fold" for inner in op.walk() if inner is not op)
+        return "branch" if floats or computes else "fold"
 
     # ------------------------------------------------------------------------------------ structure
     def top(self, op: Op) -> Op | None:
@@ -173,8 +184,12 @@ class LoopBody:
             if len(users) != 1:
                 continue
             (user,) = users
-            if isinstance(user, Op) and self.role[user] == "elementwise":
+            if isinstance(user, Op) and self.role[user] == "elementwise" and \
+                    self.branch_of.get(user) is self.branch_of.get(op):
                 self.parent[self.find(op)] = self.find(user)
+        for op, outer in self.branch_of.items():
+            if self.role[op] != "fold" and self.role[outer] != "fold":
+                self.parent[self.find(op)] = self.find(outer)
 
     def groups(self) -> list[list[Op]]:
         """Groups of non-folded ops, each in body order, ordered by their primary op."""

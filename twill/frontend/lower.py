@@ -21,7 +21,14 @@ from twill.costmodel import CostModel, OpCost
 from twill.errors import FrontendError
 from twill.frontend.loopbody import LoopBody, Source
 from twill.frontend.naming import assign_names, variable_name
-from twill.frontend.rules import GEMM_OPS, LoweringContext, elementwise_cost, op_cost
+from twill.frontend.rules import (
+    GEMM_OPS,
+    LoweringContext,
+    branch_cost,
+    elementwise_cost,
+    mask_operand,
+    op_cost,
+)
 from twill.frontend.ttgir import Op, TTGIRModule, Value, parse_ttgir
 from twill.graph import Dependence, Graph
 from twill.machine import Machine, load_machine
@@ -133,6 +140,9 @@ def _leaves(body: LoopBody, value: Value, primary: Op) -> bool:
 def _group_specs(body: LoopBody, group: list[Op], ctx: LoweringContext) -> list[NodeSpec]:
     primary = body.find(group[0])
     outputs = [v for m in group for v in m.results if _leaves(body, v, primary)]
+    if body.role[primary] == "branch":
+        cost = branch_cost(primary, ctx, body.role)
+        return [NodeSpec(primary, group, cost, outputs, cost.kind)]
     if body.role[primary] == "elementwise":
         parts = [elementwise_cost(m, ctx) for m in group]
         cost = parts[0] if len(parts) == 1 else ctx.costs.merge(_merged_kind(parts), parts)
@@ -207,6 +217,10 @@ def _attrs(spec: NodeSpec, body: LoopBody) -> dict[str, str]:
     ifs = [i for i in body.if_converted if any(i is m or i in m.ancestors() for m in ops)]
     if ifs:
         attrs["if_converted"] = ", ".join(f"scf.if@{i.line}" for i in ifs)
+    masked = [(m, mask) for m in ops if (mask := mask_operand(m)) is not None]
+    if masked:
+        attrs["predicated"] = ", ".join(f"{m.name}@{m.line} mask {'x'.join(map(str, mask.type.shape))}"
+                                        for m, mask in masked)
     return attrs
 
 

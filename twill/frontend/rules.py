@@ -16,21 +16,37 @@ Every op of the loop body falls in exactly one class (:func:`classify`):
     Barrier and asynchronous-copy ops that only exist after Triton's own pipelining: an input with them
     is rejected (the pre-pipelining snapshot must be used).
 
+An ``scf.if`` the loop body if-converts is a fifth kind, ``branch`` (see :mod:`twill.frontend.loopbody`).
+
 :func:`op_cost` gives the :class:`~twill.costmodel.OpCost` of one op from the cost model; all cycle
 counts come from the machine file through :class:`~twill.costmodel.CostModel`.
+
+**Masks and branches** (shared/seeds/003_8ff7bc8ce6113243.txt: lanes of a warp on different paths run
+them one after another, ``T(k) ~ s k``; predication removes the serialization):
+
+* a masked ``tt.load`` / ``tt.store`` / ``tt.atomic_rmw`` (a partial final tile) is *predicated*: it costs
+  the full, unmasked tile (:meth:`~twill.costmodel.CostModel.predicated`), plus one select per element
+  for the ``other=`` fill of a load. The compare that makes the mask is integer index arithmetic and is
+  folded like the addresses, as it is for every load;
+* ``arith.select`` (``tl.where``) is one ALU operation per element of its tile, whatever the mask;
+* an if-converted ``scf.if`` is costed as its paths back to back (:func:`branch_cost`,
+  :meth:`~twill.costmodel.CostModel.divergent`): the sum of both sides plus
+  ``cost.divergence_reconverge`` per extra path (38 cycles measured on the H200, 0 on h100/b200).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from twill.costmodel import CostModel, OpCost
 from twill.errors import UnsupportedOpError
 from twill.frontend.layouts import convert_is_trivial, reduce_spread
-from twill.frontend.ttgir import Op, TTGIRModule
+from twill.frontend.ttgir import Block, Op, TTGIRModule, Value
 from twill.frontend.types import TType
 
-__all__ = ["GEMM_OPS", "LoweringContext", "classify", "elementwise_cost", "is_pure", "op_cost"]
+__all__ = ["GEMM_OPS", "LoweringContext", "branch_cost", "classify", "elementwise_cost", "is_pure",
+           "mask_operand", "op_cost"]
 
 LAYOUT_OPS = frozenset({
     "tt.splat", "tt.broadcast", "tt.expand_dims", "tt.make_range", "tt.reshape", "tt.trans", "tt.join",
@@ -195,19 +211,42 @@ def _reduce_cost(op: Op, ctx: LoweringContext) -> OpCost:
     return ctx.costs.merge("reduce", parts) if len(parts) > 1 else parts[0]
 
 
+_MASKABLE = {"tt.load": 1, "tt.store": 2, "tt.atomic_rmw": 2}
+"""Pointer memory ops and the operand index where their optional ``i1`` mask tensor sits."""
+
+
+def mask_operand(op: Op) -> Value | None:
+    """The ``i1`` mask tensor of a masked ``tt.load``/``tt.store``/``tt.atomic_rmw``, else ``None``."""
+    at = _MASKABLE.get(op.name)
+    if at is None or len(op.operands) <= at:
+        return None
+    mask = op.operands[at]
+    return mask if mask.type.kind == "tensor" and mask.type.element == "i1" else None
+
+
+def _predicate(op: Op, cost: OpCost, ctx: LoweringContext) -> OpCost:
+    """A masked memory op under predication: the full tile, plus the ``other=`` fill of a load (one
+    select per element; :meth:`CostModel.predicated`). Unmasked ops are returned unchanged."""
+    mask = mask_operand(op)
+    if mask is None:
+        return cost
+    fill = op.name == "tt.load" and len(op.operands) > _MASKABLE[op.name] + 1
+    return ctx.costs.predicated(cost, mask.type.elements, ops_per_element=1.0 if fill else 0.0)
+
+
 def _memory_cost(op: Op, ctx: LoweringContext) -> OpCost | None:
     cm, name = ctx.costs, op.name
     if name == "tt.descriptor_load":
         return cm.tma_load(op.results[0].type.nbytes)
     if name == "tt.load":
         out = op.results[0].type
-        return cm.global_load(out.nbytes, warps=ctx.warps(out.rows))
+        return _predicate(op, cm.global_load(out.nbytes, warps=ctx.warps(out.rows)), ctx)
     if name == "tt.store":
         val = op.operands[1].type
-        return cm.global_store(val.nbytes, warps=ctx.warps(val.rows))
+        return _predicate(op, cm.global_store(val.nbytes, warps=ctx.warps(val.rows)), ctx)
     if name == "tt.atomic_rmw":
         val = op.operands[1].type
-        return cm.atomic_add(val.nbytes, warps=ctx.warps(val.rows))
+        return _predicate(op, cm.atomic_add(val.nbytes, warps=ctx.warps(val.rows)), ctx)
     if name == "tt.descriptor_store":
         tile = next(v.type for v in op.operands if v.type.kind == "tensor")
         return cm.tma_store_from_registers(tile.nbytes, warps=ctx.warps(tile.rows))
@@ -232,6 +271,41 @@ def _copy_cost(op: Op, ctx: LoweringContext) -> OpCost | None:
     if name in ("ttng.tmem_store", "ttng.tmem_alloc"):
         return cm.tmem_store(tile.nbytes, warps=warps)
     return None
+
+
+def _path_cost(region: list[Block], ctx: LoweringContext, role: Mapping[Op, str]) -> OpCost | None:
+    """Work of one branch of an if-converted ``scf.if``: its ops' costs merged (``None`` if it has none)."""
+    parts: list[OpCost] = []
+    for block in region:
+        for inner in block.ops:
+            kind = role.get(inner, "fold")
+            if inner.name == "scf.yield" or kind == "fold":
+                continue
+            if inner.name == "scf.if":
+                parts.append(branch_cost(inner, ctx, role))
+            elif kind == "elementwise":
+                parts.append(elementwise_cost(inner, ctx))
+            else:
+                parts.append(op_cost(inner, ctx))
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else ctx.costs.merge("alu", parts)
+
+
+def branch_cost(op: Op, ctx: LoweringContext, role: Mapping[Op, str]) -> OpCost:
+    """Cost of an if-converted ``scf.if`` (``role``: the loop body's op classes, nested ops included).
+
+    Both sides are costed (the graph has no control flow, so a schedule must hold whichever side an
+    iteration takes, and lanes that disagree would run both): the branches' work runs back to back as
+    :meth:`CostModel.divergent` paths, each the merged cost of its ops (an inner ``scf.if`` by this rule
+    again), with ``cost.divergence_reconverge`` cycles between paths. A branch with no costed op adds no
+    path. When neither branch computes anything, the ``scf.if`` only picks one of two values: a select,
+    one ALU operation per element of its float results (the predication rule of ``arith.select``).
+    """
+    paths = [p for p in (_path_cost(region, ctx, role) for region in op.regions) if p is not None]
+    if not paths:
+        return elementwise_cost(op, ctx)
+    return ctx.costs.divergent(paths, kind="divergent")
 
 
 def op_cost(op: Op, ctx: LoweringContext) -> OpCost:
