@@ -66,11 +66,21 @@ class _Run:
             self.progress({"event": event, "elapsed": time.monotonic() - self.started, **info})
 
     def spend(self, phase: str, seconds: float, calls: int = 1) -> None:
+        """Add ``seconds`` and ``calls`` to ``phase`` and report them (a ``spent`` progress event)."""
         self.phase_time[phase] = self.phase_time.get(phase, 0.0) + seconds
         self.phase_calls[phase] = self.phase_calls.get(phase, 0) + calls
+        self.emit("spent", phase=phase, wall_s=seconds, calls=calls)
 
     def left(self) -> float | None:
+        """Seconds until the deadline (never negative), or None without a time limit."""
         return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+
+    def expired(self) -> bool:
+        """True (and the run marked timed out) once the deadline has passed: no solver call may start."""
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            self.timed_out = True
+            return True
+        return False
 
 
 def schedule(
@@ -154,11 +164,14 @@ def schedule(
     deadline = None if time_limit is None else started + time_limit
     t0 = time.monotonic()
     raw_bounds = bounds(raw)
-    norm_limit = None if time_limit is None else max(0.1, 0.2 * time_limit)
+    t1 = time.monotonic()
+    norm_limit = None if deadline is None else max(0.1, min(0.2 * time_limit, deadline - t1))
     problem, norm = normalize_problem(raw, upper=normalize_upper, backend=ilp, time_limit=norm_limit)
+    t2 = time.monotonic()
     bound = bounds(problem)
     run = _Run(problem, bound, deadline, progress, started, [], {}, {})
-    run.spend("bounds+normalize", time.monotonic() - t0)
+    run.spend("bounds", (t1 - t0) + (time.monotonic() - t2))
+    run.spend("normalize", t2 - t1)
     run.emit("bounds", res_mii=bound.res_mii, rec_mii=bound.rec_mii, mii=bound.mii)
     limit_ii = options.max_ii or _sequential_ii(problem)
     try:
@@ -166,8 +179,12 @@ def schedule(
     except KeyboardInterrupt as exc:
         raise InterruptedSolveError("interrupted before any schedule was found") from exc
     if found is None:
-        cert = _certificate(run, proven=False, extra=())
-        why = "time limit reached" if run.timed_out else f"no schedule for II in [{bound.mii}, {limit_ii}]"
+        reached = _reached(run)
+        extra = () if not run.timed_out else (
+            f"time limit: every II below {reached} was refuted; II {reached} was not decided",)
+        cert = _certificate(run, proven=False, extra=extra)
+        why = (f"time limit reached before any schedule was found; the optimal II is at least {reached}"
+               if run.timed_out else f"no schedule for II in [{bound.mii}, {limit_ii}]")
         raise InfeasibleError(f"{graph.name}: {why}; " + _summary(cert), certificate=cert)
     sched = _finish(run, found, norm, raw_bounds, strategy)
     problems = violations(sched)
@@ -188,14 +205,23 @@ def _summary(cert: Certificate) -> str:
     if not ruled:
         return "nothing was decided"
     lo, hi = min(ruled), max(ruled)
-    return f"II {lo}..{hi} ruled out ({len(ruled)} values); last: {ruled[hi]}"
+    return f"II {lo}..{hi} tried ({len(ruled)} values); last: {ruled[hi]}"
+
+
+def _reached(run: _Run) -> int:
+    """The least II not refuted by the attempts so far: a proven lower bound on the optimal II."""
+    undecided = {a.ii for a in run.attempts if a.status not in ("infeasible", "unsat", "skipped", "invalid")}
+    refuted = {a.ii for a in run.attempts} - undecided
+    ii = run.bound.mii
+    while ii in refuted:
+        ii += 1
+    return ii
 
 
 def _search(run: _Run, limit_ii: int, solver: str, ilp: str, method: str, strategy: str) -> tuple | None:
     opts = run.problem.options
     for ii in range(run.bound.mii, limit_ii + 1):
-        if run.deadline is not None and time.monotonic() >= run.deadline:
-            run.timed_out = True
+        if run.expired():
             return None
         run.emit("ii", ii=ii)
         mod = _modulo(run, ii, method, ilp, solver)
@@ -212,6 +238,10 @@ def _search(run: _Run, limit_ii: int, solver: str, ilp: str, method: str, strate
                 run.note(Attempt(ii, stages, "joint", "skipped", 0.0,
                                  f"{stages} stages > max_stages = {opts.max_stages}"))
                 break
+            if run.expired():  # building the next window's formula alone can take seconds
+                run.note(Attempt(ii, stages, "joint", "timeout", 0.0,
+                                 "time limit reached before this window"))
+                return None
             res = _joint(run, ii, stages, mod, solver)
             if res is not None:
                 return ("joint", ii, res, mod)
@@ -226,9 +256,13 @@ def _modulo(run: _Run, ii: int, method: str, ilp: str, solver: str) -> ModuloRes
         run.note(Attempt(ii, None, "modulo", "infeasible", mod.wall_s,
                          f"no modulo schedule meets the unit capacities and dependences ({method})"))
         return None
-    if not mod.found:
+    if mod.status != SolveStatus.OPTIMAL:
+        # A schedule whose length is not proven minimal gives no valid lower bound on L (solve_joint's
+        # min_length), so the joint search cannot start from it; this only happens at the deadline.
         run.timed_out = True
-        run.note(Attempt(ii, None, "modulo", "timeout", mod.wall_s, "time limit in the modulo ILP"))
+        what = "no modulo schedule" if not mod.found else f"modulo length {mod.length} not proven minimal"
+        run.note(Attempt(ii, None, "modulo", "timeout", mod.wall_s,
+                         f"time limit in the modulo phase: {what}"))
         return None
     return mod
 
@@ -237,6 +271,7 @@ def _joint(run: _Run, ii: int, stages: int, mod: ModuloResult, solver: str) -> J
     run.emit("phase", phase="joint", ii=ii, stages=stages)
     res = solve_joint(run.problem, ii, stages, min_length=mod.length, backend=solver, deadline=run.deadline)
     run.spend("joint", res.wall_s, res.checks)
+    run.spend("joint_build", res.build_s)  # part of "joint": stating the formula of one (II, window)
     window = f"L in ({(stages - 1) * ii}, {stages * ii}]"
     if res.status == CheckResult.SAT:
         run.note(Attempt(ii, stages, "joint", "sat", res.wall_s, f"L = {res.length}"))

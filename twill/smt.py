@@ -31,6 +31,8 @@ __all__ = ["SMT_BACKENDS", "CheckResult", "SmtSession", "available_backends", "l
 SMT_BACKENDS = ("yices", "z3")
 _YICES_STATE: dict[str, Any] = {}
 _STATUS_SAT, _STATUS_UNSAT, _STATUS_INTERRUPTED = 3, 4, 5
+_STOP_POLL_S = 0.01
+"""Seconds between repeated stop requests to a search that has not stopped yet."""
 
 
 class CheckResult(str, Enum):
@@ -170,6 +172,19 @@ class SmtSession:
         else:
             self.solver.z3.ctx.interrupt()
 
+    def _halt(self, thread: threading.Thread) -> None:
+        """Stop the search running in ``thread`` and wait for it to end.
+
+        A stop request reaches only a search that has begun (``yices_stop_search`` does nothing to a
+        context that is not searching yet, and Z3 resets its interrupt flag when a check starts), so the
+        request is repeated until the worker returns; a single request sent while the worker thread was
+        still entering the solver used to be lost, and the check then ran to completion, past any
+        deadline.
+        """
+        while thread.is_alive():
+            self._stop()
+            thread.join(_STOP_POLL_S)
+
     def check(self, deadline: float | None = None) -> CheckResult:
         """Check satisfiability; stop at ``deadline`` (a ``time.monotonic()`` value) or on Ctrl-C.
 
@@ -199,11 +214,9 @@ class SmtSession:
                 thread.join(wait)
                 if thread.is_alive() and deadline is not None and time.monotonic() >= deadline:
                     stopped = CheckResult.TIMEOUT
-                    self._stop()
-                    thread.join()
+                    self._halt(thread)
         except KeyboardInterrupt:
-            self._stop()
-            thread.join()
+            self._halt(thread)
             self.checks += 1
             self.check_seconds += time.monotonic() - start
             raise
