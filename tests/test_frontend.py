@@ -376,3 +376,17 @@ def test_shared_buffer_round_trip_is_ordered():
     edges = {(e.src, e.dst): e for e in g.edges}
     assert edges[(store, load)].distance == 1 and edges[(store, load)].carrier == "smem"  # read after write
     assert edges[(load, store)].distance == 0  # write after read
+
+
+def test_tl_exp_pays_the_non_ftz_expansion_and_masked_loads_are_predicated():
+    # decode_attention.py: p = tl.exp(qk - m_new) over 64 scores. tl.exp is x * log2(e), then
+    # ex2.approx.f32 without .ftz = FSETP + 2 FMUL + MUFU.EX2 per element: ALU (1 subf + 1 + 3) x 64 / 128
+    # = 2.5 -> 3 cycles, MUFU 64 / 16 = 4. Its K and V loads are masked with other=0: the full 64 x 128
+    # fp16 tile (16384 B / 32 B per cycle = 512 LSU cycles) after a 8192 / 128 = 64-cycle fill select.
+    graph = graph_from_kernel(str(ROOT / "examples" / "decode_attention.py"), "h100")
+    p = graph.op("p")
+    assert sorted((r.unit, r.cycles) for r in p.rrt) == [("alu", 3), ("mufu", 4)]
+    for name in ("k", "v"):
+        op = graph.op(name)
+        assert [(r.unit, r.start, r.cycles) for r in op.rrt] == [("alu", 0, 64), ("lsu", 64, 512)]
+        assert "predicated" in dict(op.attrs)

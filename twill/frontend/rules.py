@@ -73,13 +73,21 @@ ALU_OPS: dict[str, float] = {
 """Elementwise ops on the FP32/INT32 pipes: ALU operations per element."""
 
 MUFU_OPS: dict[str, tuple[str, float]] = {
-    "math.exp2": ("exp", 0), "math.exp": ("exp", 1), "math.log2": ("mufu", 0), "math.log": ("mufu", 1),
+    "math.exp2": ("exp", 0), "math.exp": ("exp", 4), "math.log2": ("mufu", 0), "math.log": ("mufu", 1),
     "math.sqrt": ("mufu", 0), "math.rsqrt": ("mufu", 0), "math.sin": ("mufu", 0), "math.cos": ("mufu", 0),
     "math.tanh": ("mufu", 0), "arith.divf": ("mufu", 1), "tt.precise_divf": ("mufu", 1),
     "tt.precise_sqrt": ("mufu", 0),
 }
 """Elementwise ops on the special-function unit: kind and extra ALU operations per element
-(``exp(x) = ex2(x * log2 e)``, ``log(x) = lg2(x) * ln 2``, ``a / b = a * rcp(b)``)."""
+(``exp(x) = ex2(x * log2 e)``, ``log(x) = lg2(x) * ln 2``, ``a / b = a * rcp(b)``).
+
+``math.exp2`` (``tl.math.exp2``) is one ``MUFU.EX2``: Triton 3.6 emits ``ex2.approx.ftz.f32`` for it (all
+66 per thread and iteration of the FA forward at 8 warps). ``math.exp`` (``tl.exp``) is the multiply by
+log2(e) and ``ex2.approx.f32`` without ``.ftz``, which ptxas expands to ``FSETP`` + two predicated ``FMUL``
+(the denormal range fix) + ``MUFU.EX2``: 4 ALU operations per element (SASS of
+``examples/decode_attention.py`` for sm_90a: 17 ``MUFU.EX2``, 18 ``FSETP.GEU``, 43 ``FMUL`` predicated
+on them; ``benchmarks/calibrate/microbench.cu``, ``mufu`` test, the same expansion). Predicated-off
+lanes still issue, so the FMULs cost every element."""
 
 CONVERT_OPS = frozenset({"arith.truncf", "arith.extf", "arith.sitofp", "arith.uitofp", "arith.fptosi",
                          "arith.fptoui", "tt.fp_to_fp"})
