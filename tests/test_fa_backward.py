@@ -1,0 +1,75 @@
+"""FlashAttention backward (issue 4): the joint problem is not the modulo problem, and register plans.
+
+The single-pass backward of ``examples/flash_attention_bwd.py`` is register-bound (paper §6.3, §7.3,
+§7.4). These tests cover what the solver decides quickly:
+
+* joint beats separate: at the least II where the modulo-scheduling problem alone has a schedule (units
+  and dependences), the joint problem (warp assignment, registers, hand-offs) has none, and the
+  certificate says so for every II it refuted;
+* register plans: a ``setmaxnreg`` plan that cannot fit the register file is rejected before any solver
+  runs, with the arithmetic in the message.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import twill
+from twill.bounds import bounds
+from twill.ilp import SolveStatus
+from twill.modulo import modulo_schedule
+from twill.normalize import normalize_problem
+from twill.problem import Options, build_problem
+
+ROOT = Path(__file__).resolve().parents[1]
+BWD = ROOT / "examples" / "flash_attention_bwd.py"
+
+
+def _graph(kernel: str, machine: str) -> twill.Graph:
+    return twill.graph_from_kernel(f"{BWD}::{kernel}", machine=machine)
+
+
+def test_joint_beats_separate_on_the_blackwell_backward() -> None:
+    """The modulo problem alone is feasible at its MII; the joint problem is not, at MII .. MII+2."""
+    g = _graph("attn_bwd_sm100", "b200")
+    problem, _ = normalize_problem(build_problem(g, twill.load_machine("b200"), Options()))
+    mii = bounds(problem).mii
+    alone = modulo_schedule(problem, mii)
+    assert alone.status == SolveStatus.OPTIMAL, "a modulo schedule exists at the MII"
+    with pytest.raises(twill.InfeasibleError) as info:
+        twill.schedule(g, "b200", max_ii=mii + 2, time_limit=300)
+    cert = info.value.certificate
+    assert cert.lower_bound == mii
+    refuted = cert.ruled_out()
+    assert sorted(refuted) == [mii, mii + 1, mii + 2]
+    for ii in refuted:
+        at = [a for a in cert.attempts if a.ii == ii]
+        assert at and all(a.phase == "joint" and a.status == "unsat" for a in at)
+        assert all("no joint schedule" in a.reason for a in at)
+    assert not cert.proven_optimal
+
+
+@pytest.mark.parametrize("plan", [(24, 240, 240, 240), (256, 256, 256)])
+def test_register_plan_over_the_register_file_is_rejected_before_solving(plan: tuple[int, ...]) -> None:
+    g = _graph("attn_bwd_subtiled_sm90", "h100")
+    with pytest.raises(twill.ResourceError) as info:
+        twill.schedule(g, "h100", register_plan=plan, time_limit=1)
+    msg = str(info.value)
+    threads = 128  # a warp group: 4 warps of 32 threads
+    total = sum(threads * r for r in plan)
+    assert f"{total}" in msg and "65536" in msg
+    assert all(f"{threads}x{r}" in msg for r in plan)
+    assert info.value.resource == "register_file"
+
+
+@pytest.mark.parametrize("plan", [(24, 236), (16, 240), (24, 264)])
+def test_register_plan_with_illegal_setmaxnreg_values_is_rejected(plan: tuple[int, ...]) -> None:
+    g = _graph("attn_bwd_subtiled_sm90", "h100")
+    with pytest.raises(twill.ResourceError) as info:
+        twill.schedule(g, "h100", register_plan=plan, time_limit=1)
+    bad = [r for r in plan if r % 8 or not 24 <= r <= 256]
+    assert re.search(re.escape(str(bad)), str(info.value))
+    assert "setmaxnreg" in str(info.value)
