@@ -158,6 +158,8 @@ def _smt_schedule(problem: Problem, ii: int, low: int, backend: str, deadline: f
     horizons = sorted({min(full, max(2 * low, low + 2 * ii)), full})
     size = (0, 0)
     for lmax in horizons:
+        if deadline is not None and time.monotonic() >= deadline:  # stating the model takes time too
+            return ModuloResult(ii, SolveStatus.TIMEOUT, {}, 0, time.monotonic() - started, *size)
         with SmtSession(backend) as sess:
             model = ModularModel(problem, ii, lmax, sess)
             model.completion(low)

@@ -17,7 +17,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from twill.bounds import Bounds, bounds
@@ -54,6 +54,7 @@ class _Run:
     phase_time: dict[str, float]
     phase_calls: dict[str, int]
     timed_out: bool = False
+    builds: list[tuple[int, float]] = field(default_factory=list)  # (stages, seconds) per joint formula
 
     def note(self, attempt: Attempt) -> None:
         self.attempts.append(attempt)
@@ -74,6 +75,18 @@ class _Run:
     def left(self) -> float | None:
         """Seconds until the deadline (never negative), or None without a time limit."""
         return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+
+    def build_estimate(self, stages: int) -> float:
+        """Seconds that stating the joint formula of a ``stages``-stage window should take: the last one
+        of that many stages, else the last one scaled by the stage count (the copies grow with it); 0
+        before the first."""
+        same = [sec for n, sec in self.builds if n == stages]
+        if same:
+            return same[-1]
+        if self.builds:
+            n, sec = self.builds[-1]
+            return sec * stages / n
+        return 0.0
 
     def expired(self) -> bool:
         """True (and the run marked timed out) once the deadline has passed: no solver call may start."""
@@ -242,6 +255,13 @@ def _search(run: _Run, limit_ii: int, solver: str, ilp: str, method: str, strate
                 run.note(Attempt(ii, stages, "joint", "timeout", 0.0,
                                  "time limit reached before this window"))
                 return None
+            left, need = run.left(), run.build_estimate(stages)
+            if left is not None and need > left:  # it could not even be stated before the deadline
+                run.timed_out = True
+                run.note(Attempt(ii, stages, "joint", "timeout", 0.0,
+                                 f"time limit: {left:.1f} s left, and stating this window's formula takes "
+                                 f"about {need:.1f} s"))
+                return None
             res = _joint(run, ii, stages, mod, solver)
             if res is not None:
                 return ("joint", ii, res, mod)
@@ -272,6 +292,7 @@ def _joint(run: _Run, ii: int, stages: int, mod: ModuloResult, solver: str) -> J
     res = solve_joint(run.problem, ii, stages, min_length=mod.length, backend=solver, deadline=run.deadline)
     run.spend("joint", res.wall_s, res.checks)
     run.spend("joint_build", res.build_s)  # part of "joint": stating the formula of one (II, window)
+    run.builds.append((stages, res.build_s))
     window = f"L in ({(stages - 1) * ii}, {stages * ii}]"
     if res.status == CheckResult.SAT:
         run.note(Attempt(ii, stages, "joint", "sat", res.wall_s, f"L = {res.length}"))
