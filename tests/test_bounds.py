@@ -182,3 +182,17 @@ def test_rec_mii_matches_cycle_enumeration(h100, make_problem, seed):
         if rng.random() < 0.3:
             g.add_edge(f"v{i}", f"v{i}", latency=rng.randint(0, 7), distance=rng.randint(1, 3))
     assert rec_mii(make_problem(g, h100)) == _brute_rec_mii(g)
+
+
+def test_critical_recurrence_of_a_lone_self_loop(h100, make_problem):
+    # One op whose only cycle is its own loop-carried edge: ceil(4 / 2) = 2 > ResMII 1. networkx's
+    # find_negative_cycle fails on a graph whose negative cycle is a self-loop ("'str' object has no
+    # attribute 'get'"); found by tests/test_fuzz.py.
+    g = Graph("lone")
+    g.add_op("A", "alu", busy={"alu": 1})
+    g.add_edge("A", "A", latency=4, distance=2)
+    g.add_edge("A", "A", latency=1, distance=2, carrier="smem")
+    p = make_problem(g, h100)
+    assert rec_mii(p) == 2
+    assert critical_recurrence(p) == ("A",)
+    assert bounds(p).critical_cycle == ("A",)

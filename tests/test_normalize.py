@@ -8,7 +8,10 @@ from collections import Counter
 
 import pytest
 
-from twill.normalize import normalize_costs
+from twill.graph import Graph, Reservation
+from twill.machine import load_machine
+from twill.normalize import normalize_costs, normalize_problem
+from twill.problem import build_problem
 
 # Cases that need the ILP: the gcd-reduced multiset sums to more than U.
 ILP_CASES = [
@@ -157,3 +160,14 @@ def test_more_costs_than_units_raises():
 def test_map_unknown_cost_raises():
     with pytest.raises(ValueError):
         normalize_costs([3, 5]).map(4)
+
+
+def test_op_whose_reservations_start_late_is_normalized():
+    # The sum bound counts each op's table length (start + cycles of its last reservation); for an op
+    # whose second unit starts after the first, that length is none of its reservation sizes, latency or
+    # issue time. Found by tests/test_fuzz.py: it used to raise "counted costs [2] are not among the costs".
+    g = Graph("late")
+    g.add_op("A", "op", rrt=[Reservation("tc", 0, 1), Reservation("mufu", 1, 1)], latency=0, issue_cycles=1)
+    raw = build_problem(g, load_machine("h100"))
+    problem, norm = normalize_problem(raw)
+    assert norm.exact and problem.op("A").cycles == 2

@@ -235,7 +235,9 @@ def problem_costs(problem: Problem) -> list[int]:
     for op in problem.ops:
         for r in op.rrt:
             out += [r.start, r.cycles]
-        out += [op.latency, op.issue_cycles]
+        # op.cycles (the table's length) is the entry the sum bound counts; with reservations that start
+        # late (start + cycles) it is none of the numbers above
+        out += [op.latency, op.issue_cycles, op.cycles]
     for e in problem.edges:
         out += [e.latency, e.cross]
     return out
