@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 import time
 import warnings
@@ -72,6 +73,52 @@ def _quiet_stdout(active: bool) -> Iterator[None]:
         os.close(saved)
 
 
+def _end_children(executable: str) -> list[int]:
+    """Terminate this process's child processes running ``executable`` (Linux ``/proc``); return their ids.
+
+    Only processes whose parent is this process and whose program is ``executable`` are touched: SIGTERM,
+    then SIGKILL if one has not exited within a second; each is reaped.
+    """
+    if not executable or not os.path.isdir("/proc"):
+        return []
+    want = os.path.realpath(executable)
+    mine = os.getpid()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                parent = int(fh.read().rsplit(")", 1)[1].split()[1])
+            if parent != mine:
+                continue
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                program = fh.read().split(b"\0", 1)[0].decode(errors="replace")
+        except (OSError, ValueError, IndexError):
+            continue
+        if program and os.path.realpath(program) == want:
+            found.append(int(entry))
+    for pid in found:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+    for pid in found:
+        deadline = time.monotonic() + 1.0
+        while True:
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if done or time.monotonic() > deadline:
+                if not done:
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)
+                    with contextlib.suppress(ChildProcessError):
+                        os.waitpid(pid, 0)
+                break
+            time.sleep(0.01)
+    return found
+
+
 def solve_ilp(model: pulp.LpProblem, *, backend: str = "cbc", time_limit: float | None = None) -> IlpResult:
     """Solve ``model`` in place and classify the outcome.
 
@@ -98,6 +145,12 @@ def solve_ilp(model: pulp.LpProblem, *, backend: str = "cbc", time_limit: float 
             model.solve(solver)
     except pulp.PulpSolverError as exc:
         raise SolverError(f"MILP backend {backend!r} failed on model {model.name!r}: {exc}") from exc
+    except KeyboardInterrupt:
+        # PuLP runs CBC as a child process and forgets it when its wait is interrupted; a Ctrl-C that
+        # reaches only this process (kill -INT, or a parent that forwards it) would leave CBC running.
+        if backend == "cbc":
+            _end_children(getattr(solver, "path", ""))
+        raise
     wall = time.perf_counter() - start
     sol = model.sol_status
     if sol == pulp.LpSolutionOptimal:

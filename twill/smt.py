@@ -17,6 +17,7 @@ import ctypes.util
 import glob
 import importlib.util
 import os
+import signal
 import sys
 import threading
 import time
@@ -85,6 +86,30 @@ def load_yices() -> str:
         ctypes.util.find_library = original
     _YICES_STATE["path"] = path or "libyices (system)"
     return _YICES_STATE["path"]
+
+
+def _start_holding_ctrl_c(thread: threading.Thread) -> None:
+    """Start ``thread``; a Ctrl-C that arrives meanwhile is delivered once it has started.
+
+    A KeyboardInterrupt raised inside ``Thread.start`` would leave it unknown whether the worker runs (and
+    so whether the solver may be freed). In the main thread the SIGINT handler is swapped for one that only
+    records the signal while the thread starts; the original handler then gets it (the default one raises
+    KeyboardInterrupt, after the start). Elsewhere no KeyboardInterrupt can arrive, and the thread simply
+    starts.
+    """
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGINT) if main else None
+    if not callable(previous):
+        thread.start()
+        return
+    caught: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        thread.start()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        previous(signal.SIGINT, None)
 
 
 def available_backends() -> list[str]:
@@ -172,18 +197,24 @@ class SmtSession:
         else:
             self.solver.z3.ctx.interrupt()
 
-    def _halt(self, thread: threading.Thread) -> None:
-        """Stop the search running in ``thread`` and wait for it to end.
+    def _halt(self, done: threading.Event) -> None:
+        """Stop the search of the worker that sets ``done`` when it returns, and wait for it to return.
 
         A stop request reaches only a search that has begun (``yices_stop_search`` does nothing to a
         context that is not searching yet, and Z3 resets its interrupt flag when a check starts), so the
         request is repeated until the worker returns; a single request sent while the worker thread was
         still entering the solver used to be lost, and the check then ran to completion, past any
-        deadline.
+        deadline. A further Ctrl-C while waiting is absorbed: the solver must not be freed under a running
+        search (that crashes the process).
+
+        The worker's own ``done`` event is waited on, never ``Thread.join``: on Python 3.11 a join that
+        Ctrl-C interrupts marks the still-running thread as stopped (bpo-45274), after which the session
+        was closed under the running search and the interpreter died of a segmentation fault.
         """
-        while thread.is_alive():
+        while not done.is_set():
             self._stop()
-            thread.join(_STOP_POLL_S)
+            with contextlib.suppress(KeyboardInterrupt):
+                done.wait(_STOP_POLL_S)
 
     def check(self, deadline: float | None = None) -> CheckResult:
         """Check satisfiability; stop at ``deadline`` (a ``time.monotonic()`` value) or on Ctrl-C.
@@ -191,32 +222,37 @@ class SmtSession:
         Raises
         ------
         KeyboardInterrupt
-            Re-raised after the search has been stopped (the session stays usable for reading nothing).
+            Re-raised after the search has been stopped and the worker has returned (the session can
+            then be closed safely; it answers nothing more).
         SolverError
             The backend answered "unknown" for another reason.
         """
         run = self._run_check()
         box: dict[str, Any] = {}
+        done = threading.Event()
 
         def worker() -> None:
             try:
                 box["out"] = run()
             except BaseException as exc:
                 box["err"] = exc
+            finally:
+                done.set()
 
         start = time.monotonic()
         thread = threading.Thread(target=worker, name="twill-smt", daemon=True)
-        thread.start()
         stopped: CheckResult | None = None
         try:
-            while thread.is_alive():
+            _start_holding_ctrl_c(thread)
+            while not done.is_set():
                 wait = 0.05 if deadline is None else max(0.0, min(0.05, deadline - time.monotonic()))
-                thread.join(wait)
-                if thread.is_alive() and deadline is not None and time.monotonic() >= deadline:
+                done.wait(wait)
+                if not done.is_set() and deadline is not None and time.monotonic() >= deadline:
                     stopped = CheckResult.TIMEOUT
-                    self._halt(thread)
+                    self._halt(done)
         except KeyboardInterrupt:
-            self._halt(thread)
+            if thread.ident is not None:  # started: it sets ``done`` when it returns
+                self._halt(done)
             self.checks += 1
             self.check_seconds += time.monotonic() - start
             raise
