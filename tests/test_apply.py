@@ -119,9 +119,13 @@ def test_compiled_partition_regions_hold_the_groups_ops(sm100) -> None:
 
 def test_schedule_of_another_loop_is_rejected() -> None:
     data = json.loads((DATA / "apply_attn_fwd.h100.json").read_text())
-    for op in data["ops"]:
+    # A consistent schedule of a loop with an op "beta" where the kernel has "alpha" (renamed everywhere:
+    # a file renamed only in part is malformed and Schedule.from_dict rejects it).
+    for op in (*data["ops"], *data["problem"]["ops"]):
         if op["name"] == "alpha":
             op["name"] = "beta"
+    for edge in data["problem"]["edges"]:
+        edge.update({end: "beta" for end in ("src", "dst") if edge[end] == "alpha"})
     data["warp_groups"] = [{**g, "ops": ["beta" if o == "alpha" else o for o in g["ops"]]}
                            for g in data["warp_groups"]]
     with pytest.raises(ApplyError, match="beta"):

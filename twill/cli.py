@@ -20,17 +20,19 @@ import argparse
 import importlib.util
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from twill.errors import FrontendError, InfeasibleError, InterruptedSolveError, TwillError
+from twill.errors import FrontendError, InfeasibleError, InterruptedSolveError, TwillError, TwillWarning
 
 __all__ = ["load_graph", "main"]
 
 _err = Console(stderr=True)
+_python_showwarning = warnings.showwarning
 
 
 def _constexprs(pairs: Sequence[str]) -> dict[str, Any]:
@@ -85,7 +87,14 @@ def load_graph(target: str, machine: str, constexprs: dict[str, Any] | None = No
     if path.suffix == ".json":
         import json
 
-        return Graph.from_dict(json.loads(path.read_text()))
+        try:
+            data = json.loads(_read_text(path))
+        except (json.JSONDecodeError, RecursionError) as exc:
+            raise FrontendError(f"{path_text} is not a JSON graph: {exc}") from exc
+        if isinstance(data, dict) and data.get("kind") == "twill.schedule":
+            raise FrontendError(f"{path_text} is a saved schedule, not a graph; use twill show or "
+                                f"twill verify")
+        return Graph.from_dict(data)
     if path.suffix != ".py":
         raise FrontendError(f"{path_text}: expected a .py kernel file, a .ttgir file or a graph .json")
     if name:
@@ -133,12 +142,22 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
     console.print(f"[bold]{graph.name}[/]: {len(graph.ops)} ops, {len(graph.edges)} edges "
                   f"(from {graph.source or args.file})")
     started = time.monotonic()
-    with console.status("solving...") as status:
-        sched = schedule(
-            graph, args.machine, solver=args.solver, ilp=args.ilp, modulo=args.modulo, strategy=args.strategy,
-            time_limit=args.time_limit, max_groups=args.max_groups, register_limit=args.register_limit,
-            cross_group=not args.no_cross_group, max_stages=args.max_stages, stage_slack=args.stage_slack,
-            prefetch=args.prefetch, normalize_upper=args.normalize_upper, progress=_progress(status))
+    try:
+        with console.status("solving...") as status:
+            sched = schedule(
+                graph, args.machine, solver=args.solver, ilp=args.ilp, modulo=args.modulo,
+                strategy=args.strategy, time_limit=args.time_limit, max_groups=args.max_groups,
+                register_limit=args.register_limit, cross_group=not args.no_cross_group,
+                max_stages=args.max_stages, stage_slack=args.stage_slack, prefetch=args.prefetch,
+                normalize_upper=args.normalize_upper, progress=_progress(status))
+    except InterruptedSolveError as exc:
+        if exc.schedule is not None:  # the best schedule found before Ctrl-C, marked not proven
+            console.print(render(exc.schedule))
+            if args.json:
+                Path(args.json).write_text(exc.schedule.to_json())
+                console.print(f"wrote {args.json} (the best schedule before the interrupt, not proven "
+                              f"optimal)")
+        raise
     console.print(render(sched))
     console.print(f"solved in {time.monotonic() - started:.1f}s")
     if args.json:
@@ -147,13 +166,27 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_text(path: Path) -> str:
+    """The UTF-8 text of ``path``; :class:`TwillError` if it cannot be read or is not text."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise TwillError(f"{path} is not a text file ({exc.reason} at byte {exc.start})") from exc
+    except OSError as exc:
+        raise TwillError(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
 def _read_schedule(path: str) -> Any:
     from twill.schedule import Schedule
 
     p = Path(path)
     if not p.is_file():
         raise TwillError(f"no such file: {path}")
-    return Schedule.from_json(p.read_text())
+    text = _read_text(p)
+    try:
+        return Schedule.from_json(text)
+    except TwillError as exc:
+        raise TwillError(f"{path}: {exc}") from exc
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
@@ -243,9 +276,19 @@ def _optional_commands(sub: Any) -> None:
         module.add_parser(sub)
 
 
+def _show_warning(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
+                  line: str | None = None) -> None:
+    """Print a :class:`TwillWarning` as a note on stderr; anything else as Python would."""
+    if issubclass(category, TwillWarning):
+        _err.print(f"[yellow]note[/]: {message}", highlight=False)
+    else:
+        _python_showwarning(message, category, filename, lineno, file, line)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code."""
     args = _parser().parse_args(argv)
+    warnings.showwarning = _show_warning
     try:
         return int(args.func(args) or 0)
     except InterruptedSolveError as exc:

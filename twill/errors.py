@@ -8,6 +8,7 @@ Hierarchy::
     TwillError
     ├── GraphError            malformed dependence graph (op, edge, source location)
     ├── MachineError          unknown machine, bad or missing TOML key
+    ├── OptionsError          a search option out of range (max_stages=0, an unknown relax family)
     ├── FrontendError         unreadable TTGIR, no loop, nested loops, control flow
     │   └── UnsupportedOpError    an op the cost model does not know
     ├── ResourceError         a problem that cannot fit before any solver runs (registers, SMEM, TMEM)
@@ -17,6 +18,9 @@ Hierarchy::
     ├── InterruptedSolveError a solve stopped by the user (carries the best schedule so far)
     ├── ScheduleError         a schedule violates a constraint family (raised by ``verify``)
     └── SimulationError       a simulated schedule deadlocks (raised by ``twill.simulate``)
+
+    TwillWarning (a UserWarning)  something the user should know that is not an error (an ``scf.if``
+                                  if-converted by the frontend)
 """
 
 from __future__ import annotations
@@ -29,12 +33,14 @@ __all__ = [
     "InfeasibleError",
     "InterruptedSolveError",
     "MachineError",
+    "OptionsError",
     "ResourceError",
     "ScheduleError",
     "SimulationError",
     "SolverError",
     "SolverUnavailableError",
     "TwillError",
+    "TwillWarning",
     "UnsupportedOpError",
 ]
 
@@ -88,6 +94,26 @@ class MachineError(TwillError, ValueError):
         super().__init__(prefix + message)
         self.key = key
         self.file = file
+
+
+class OptionsError(TwillError, ValueError):
+    """A search option is out of range or of the wrong type (``max_stages=0``, ``stage_slack=-1``, an
+    unknown ``relax`` family).
+
+    Attributes
+    ----------
+    option : str
+        The option's name, as :func:`twill.schedule` spells it.
+    """
+
+    def __init__(self, message: str, *, option: str) -> None:
+        super().__init__(message)
+        self.option = option
+
+
+class TwillWarning(UserWarning):
+    """Something twill did that the user should know about but that is not an error, such as an ``scf.if``
+    in the loop body that the frontend if-converted (both branches run, the result is selected)."""
 
 
 class FrontendError(TwillError, ValueError):

@@ -559,8 +559,12 @@ class Graph:
                 g.add_edge(e["src"], e["dst"], latency=e.get("latency"), distance=e.get("distance", 0),
                            blocking=bool(e.get("blocking", False)), carrier=e.get("carrier", "register"),
                            source=e.get("source", ""), inplace=bool(e.get("inplace", False)))
-        except (KeyError, TypeError, AttributeError) as exc:
-            raise GraphError(f"graph data is malformed: {exc!r}") from exc
+        except GraphError:
+            raise
+        except KeyError as exc:
+            raise GraphError(f"graph data is malformed: missing field {exc.args[0]!r}") from exc
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise GraphError(f"graph data is malformed: {exc}") from exc
         return g
 
 

@@ -13,11 +13,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from twill.errors import ResourceError
-from twill.graph import Dependence, Graph, Op
+from twill.errors import GraphError, OptionsError, ResourceError
+from twill.graph import CARRIERS, Dependence, Graph, Op, check_op
 from twill.machine import Machine
 
 __all__ = ["RELAXABLE", "Edge", "Options", "Problem", "Resources", "build_problem", "check_resources"]
+
+DURATION_LIMIT = 10**6
+"""Largest duration, latency, distance or reservation count :meth:`Problem.check` accepts in a problem read
+from a file (the verifier walks reservation tables cycle by cycle)."""
 
 RELAXABLE: dict[str, str] = {
     "registers": "live registers per warp group and moment (no per-thread limit, budgets need not hold them)",
@@ -78,10 +82,27 @@ class Options:
     relax: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
-        unknown = sorted(set(self.relax) - set(RELAXABLE))
+        unknown = sorted(map(str, set(self.relax) - set(RELAXABLE)))
         if unknown:
-            raise ValueError(f"relax: {', '.join(unknown)} not among {', '.join(RELAXABLE)}")
+            raise OptionsError(f"relax: {', '.join(unknown)} not among {', '.join(RELAXABLE)}",
+                               option="relax")
         object.__setattr__(self, "relax", frozenset(self.relax))
+        for name, low in (("max_groups", 1), ("register_limit", 1), ("max_stages", 1), ("max_ii", 1)):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
+                raise OptionsError(f"{name}={value!r} must be an integer >= {low} (or None)", option=name)
+        for name in ("stage_slack", "prefetch"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise OptionsError(f"{name}={value!r} must be an integer >= 0", option=name)
+        if not isinstance(self.cross_group, bool):
+            raise OptionsError(f"cross_group={self.cross_group!r} must be True or False",
+                               option="cross_group")
+        if self.register_plan is not None and (
+                not self.register_plan
+                or any(isinstance(r, bool) or not isinstance(r, int) for r in self.register_plan)):
+            raise OptionsError(f"register_plan={list(self.register_plan)!r} must be a non-empty list of "
+                               f"integers (setmaxnreg budgets, one per warp group)", option="register_plan")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form."""
@@ -285,6 +306,66 @@ class Problem:
         hand-offs are not relaxed, :attr:`Options.relax`)."""
         forced = self.forced_cross(e) and "handoff" not in self.options.relax
         return e.latency + (e.cross if forced else 0)
+
+    def check(self) -> None:
+        """Reject a problem that is not well formed (one read from a file): :class:`GraphError` for an op or
+        edge, ``ValueError`` for a machine limit.
+
+        Ops pass :func:`twill.graph.check_op` against the problem's units and have unique names; every edge
+        joins two ops and has integer ``latency``, ``distance`` and ``cross`` >= 0, a known carrier and
+        Boolean flags; streaming ops are ops; every limit is an integer >= 0 and every unit capacity >= 1.
+        """
+        res = self.resources
+        for fld in ("register_file", "max_regs", "setmaxnreg_min", "setmaxnreg_max", "setmaxnreg_step",
+                    "group_overhead", "small_regs", "smem", "tmem", "tmem_alloc_step", "max_warps",
+                    "warps_per_group"):
+            value = getattr(res, fld)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"resources.{fld} = {value!r} must be a non-negative integer")
+        if not isinstance(res.units, Mapping) or not res.units:
+            raise ValueError("resources.units must name at least one unit")
+        for unit, cap in res.units.items():
+            if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+                raise ValueError(f"resources.units.{unit} = {cap!r} must be an integer >= 1")
+        for fld in ("fixed_smem", "fixed_tmem"):
+            value = getattr(self, fld)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{fld} = {value!r} must be a non-negative integer")
+        if not self.cycles_per_unit > 0:
+            raise ValueError(f"cycles_per_unit = {self.cycles_per_unit!r} must be positive")
+        if not self.ops:
+            raise GraphError(f"problem {self.name!r} has no ops")
+        seen: set[str] = set()
+        for op in self.ops:
+            check_op(op, res.units)
+            big = max(op.cycles, op.latency, *(r.count for r in op.rrt))
+            if big > DURATION_LIMIT:
+                raise GraphError(f"op {op.name!r}: a duration or count of {big} is above the sanity limit "
+                                 f"{DURATION_LIMIT}", op=op.name)
+            if op.name in seen:
+                raise GraphError(f"op {op.name!r} appears twice", op=op.name)
+            seen.add(op.name)
+        for e in self.edges:
+            edge = (str(e.src), str(e.dst))
+            for end in (e.src, e.dst):
+                if end not in seen:
+                    raise GraphError(f"edge {e.label}: {end!r} is not an op", edge=edge)
+            for fld in ("latency", "distance", "cross"):
+                value = getattr(e, fld)
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    raise GraphError(f"edge {e.label}: {fld}={value!r} must be a non-negative integer",
+                                     edge=edge)
+                if value > DURATION_LIMIT:
+                    raise GraphError(f"edge {e.label}: {fld}={value} is above the sanity limit "
+                                     f"{DURATION_LIMIT}", edge=edge)
+            if e.carrier not in CARRIERS:
+                raise GraphError(f"edge {e.label}: carrier={e.carrier!r} is not one of {', '.join(CARRIERS)}",
+                                 edge=edge)
+            if not isinstance(e.blocking, bool) or not isinstance(e.inplace, bool):
+                raise GraphError(f"edge {e.label}: blocking and inplace must be true or false", edge=edge)
+        strange = sorted(map(str, set(self.streaming) - seen))
+        if strange:
+            raise GraphError(f"streaming op(s) {', '.join(strange)} are not ops", op=strange[0])
 
     def replace_times(self, ops: Sequence[Op], edges: Sequence[Edge], cycles_per_unit: float) -> Problem:
         """The same problem with new op and edge timings."""

@@ -19,9 +19,15 @@ from twill.errors import TwillError
 from twill.liveness import memory_intervals, register_intervals
 from twill.problem import Problem
 
-__all__ = ["SCHEMA_VERSION", "Attempt", "Certificate", "OpSlot", "PhaseStats", "Schedule", "WarpGroup"]
+__all__ = ["MAX_STAGES_READ", "SANITY_LIMIT", "SCHEMA_VERSION", "Attempt", "Certificate", "OpSlot",
+           "PhaseStats", "Schedule", "WarpGroup"]
 
 SCHEMA_VERSION = 1
+SANITY_LIMIT = 10**6
+"""Largest II, L, start or duration (time units) a schedule file may hold: far above any real loop's, low
+enough that checking or printing the schedule takes no noticeable time or memory."""
+MAX_STAGES_READ = 1000
+"""Largest number of stages ``ceil(L / II)`` a schedule file may have."""
 
 
 @dataclass(frozen=True)
@@ -225,9 +231,17 @@ class Schedule:
         }
 
     # ------------------------------------------------------------------------ JSON
-    def to_dict(self) -> dict[str, Any]:
-        """Plain data: at least ``ii``, ``length``, ``ops``, ``warp_groups`` and ``certificate``."""
-        return {
+    def to_dict(self, *, timings: bool = True) -> dict[str, Any]:
+        """Plain data: at least ``ii``, ``length``, ``ops``, ``warp_groups`` and ``certificate``.
+
+        Parameters
+        ----------
+        timings : bool
+            Keep the wall-clock seconds (``wall_s`` of the attempts, the phase statistics and the
+            normalization). ``False`` writes 0.0 in their place, so that the same input solved twice gives
+            the same data.
+        """
+        data = {
             "schema_version": SCHEMA_VERSION,
             "kind": "twill.schedule",
             "machine": self.machine,
@@ -254,17 +268,27 @@ class Schedule:
                 "proven_optimal": self.certificate.proven_optimal,
                 "stage_slack": self.certificate.stage_slack,
                 "notes": list(self.certificate.notes),
-                "attempts": [a.__dict__ for a in self.certificate.attempts],
+                "attempts": [dict(a.__dict__) for a in self.certificate.attempts],
             },
-            "stats": [s.__dict__ for s in self.stats],
+            "stats": [dict(s.__dict__) for s in self.stats],
             "normalization": dict(self.normalization),
             "bounds_cycles": dict(self.bounds_cycles),
             "problem": self.problem.to_dict(),
         }
+        if not timings:
+            for row in (*data["certificate"]["attempts"], *data["stats"]):
+                row["wall_s"] = 0.0
+            if "wall_s" in data["normalization"]:
+                data["normalization"]["wall_s"] = 0.0
+        return data
 
-    def to_json(self, *, indent: int | None = 2) -> str:
-        """JSON text of :meth:`to_dict` (keys in a fixed order, so equal schedules give equal text)."""
-        return json.dumps(self.to_dict(), indent=indent)
+    def to_json(self, *, indent: int | None = 2, timings: bool = True) -> str:
+        """JSON text of :meth:`to_dict` (keys in a fixed order, so equal schedules give equal text).
+
+        With ``timings=False`` the wall-clock seconds are written as 0.0: the same input solved twice then
+        gives the same text, byte for byte.
+        """
+        return json.dumps(self.to_dict(timings=timings), indent=indent)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Schedule:
@@ -281,24 +305,65 @@ class Schedule:
             raise TwillError(f"schedule schema_version {data.get('schema_version')!r} is not supported "
                              f"(this twill reads {SCHEMA_VERSION})")
         try:
-            problem = Problem.from_dict(data["problem"])
-            ii = int(data["ii"])
-            slots = {o["name"]: OpSlot(o["name"], int(o["start"]), int(o["stage"]), int(o["warp_group"]))
-                     for o in data["ops"]}
-            if len(slots) != len(data["ops"]):
-                raise ValueError("an op is listed more than once under \"ops\"")
-            groups = tuple(WarpGroup(int(g["index"]), tuple(g["ops"]), int(g["warps"]), int(g["registers"]),
-                                     int(g["registers_needed"]), str(g["role"])) for g in data["warp_groups"])
-            c = data["certificate"]
-            cert = Certificate(int(c["lower_bound"]), int(c["res_mii"]), int(c["rec_mii"]),
-                               bool(c["proven_optimal"]), tuple(Attempt(**a) for a in c["attempts"]),
-                               int(c.get("stage_slack", 0)), tuple(c.get("notes", ())))
-            stats = tuple(PhaseStats(**s) for s in data.get("stats", ()))
-            return cls(problem, ii, int(data["length"]), slots, groups, cert, stats,
-                       str(data.get("strategy", "joint")), dict(data.get("normalization", {})),
-                       dict(data.get("bounds_cycles", {})))
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise TwillError(f"schedule JSON is malformed: {exc!r}") from exc
+            problem = Problem.from_dict(_table(data["problem"], "problem"))
+            problem.check()
+        except KeyError as exc:
+            raise TwillError(f"schedule JSON is malformed: problem: missing field {exc.args[0]!r}") from exc
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise TwillError(f"schedule JSON is malformed: problem: {exc}") from exc
+        try:
+            names = set(problem.names)
+            ii = _whole(data["ii"], "ii", low=1, high=SANITY_LIMIT)
+            length = _whole(data["length"], "length", low=0, high=SANITY_LIMIT)
+            if -(-length // ii) > MAX_STAGES_READ:
+                raise ValueError(f"L = {length} and II = {ii} make {-(-length // ii)} stages, more than the "
+                                 f"{MAX_STAGES_READ} a schedule file may have")
+            slots: dict[str, OpSlot] = {}
+            for i, o in enumerate(_rows(data["ops"], "ops")):
+                name = _text(o["name"], f"ops[{i}].name")
+                if name in slots:
+                    raise ValueError(f"op {name!r} is listed more than once under \"ops\"")
+                if name not in names:
+                    raise ValueError(f"ops[{i}] names {name!r}, which is not an op of the problem")
+                slots[name] = OpSlot(name, _whole(o["start"], f"ops[{i}].start", -SANITY_LIMIT, SANITY_LIMIT),
+                                     _whole(o["stage"], f"ops[{i}].stage", -SANITY_LIMIT, SANITY_LIMIT),
+                                     _whole(o["warp_group"], f"ops[{i}].warp_group", low=0))
+            missing = [n for n in problem.names if n not in slots]
+            if missing:
+                raise ValueError(f"op(s) {', '.join(map(repr, missing))} of the problem have no entry under "
+                                 f"\"ops\"")
+            groups = []
+            for i, g in enumerate(_rows(data["warp_groups"], "warp_groups")):
+                where = f"warp_groups[{i}]"
+                ops = tuple(_text(n, f"{where}.ops") for n in _rows(g["ops"], f"{where}.ops"))
+                strange = [n for n in ops if n not in names]
+                if strange:
+                    raise ValueError(f"{where} lists {', '.join(map(repr, strange))}, not ops of the problem")
+                groups.append(WarpGroup(_whole(g["index"], f"{where}.index", low=0), ops,
+                                        _whole(g["warps"], f"{where}.warps", low=1),
+                                        _whole(g["registers"], f"{where}.registers", low=0),
+                                        _whole(g["registers_needed"], f"{where}.registers_needed", low=0),
+                                        _text(g["role"], f"{where}.role")))
+            c = _table(data["certificate"], "certificate")
+            attempts = tuple(_attempt(a, f"certificate.attempts[{i}]")
+                             for i, a in enumerate(_rows(c["attempts"], "certificate.attempts")))
+            cert = Certificate(_whole(c["lower_bound"], "certificate.lower_bound"),
+                               _whole(c["res_mii"], "certificate.res_mii"),
+                               _whole(c["rec_mii"], "certificate.rec_mii"),
+                               _flag(c["proven_optimal"], "certificate.proven_optimal"), attempts,
+                               _whole(c.get("stage_slack", 0), "certificate.stage_slack", low=0),
+                               tuple(_text(n, "certificate.notes") for n in _rows(c.get("notes", []),
+                                                                                   "certificate.notes")))
+            stats = tuple(_stat(row, f"stats[{i}]")
+                          for i, row in enumerate(_rows(data.get("stats", []), "stats")))
+            return cls(problem, ii, length, slots, tuple(groups), cert, stats,
+                       _text(data.get("strategy", "joint"), "strategy"),
+                       dict(_table(data.get("normalization", {}), "normalization")),
+                       dict(_table(data.get("bounds_cycles", {}), "bounds_cycles")))
+        except KeyError as exc:
+            raise TwillError(f"schedule JSON is malformed: missing field {exc.args[0]!r}") from exc
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise TwillError(f"schedule JSON is malformed: {exc}") from exc
 
     @classmethod
     def from_json(cls, text: str) -> Schedule:
@@ -307,7 +372,72 @@ class Schedule:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise TwillError(f"not JSON: {exc}") from exc
+        except RecursionError as exc:
+            raise TwillError("not a twill schedule: the JSON is nested too deeply to read") from exc
         return cls.from_dict(data)
+
+
+def _whole(value: Any, where: str, low: int | None = None, high: int | None = None) -> int:
+    """``value`` if it is an integer (not a bool) in ``[low, high]``; ValueError naming ``where``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{where} = {value!r} is not an integer")
+    if low is not None and value < low:
+        raise ValueError(f"{where} = {value} must be >= {low}")
+    if high is not None and value > high:
+        raise ValueError(f"{where} = {value} is above the sanity limit {high} (a corrupted file?)")
+    return value
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{where} = {value!r} is not a number")
+    return float(value)
+
+
+def _text(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{where} = {value!r} is not a string")
+    return value
+
+
+def _flag(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{where} = {value!r} is not true or false")
+    return value
+
+
+def _table(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{where} is {type(value).__name__}, not a JSON object")
+    return value
+
+
+def _rows(value: Any, where: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise ValueError(f"{where} is {type(value).__name__}, not a JSON list")
+    return value
+
+
+def _attempt(a: Any, where: str) -> Attempt:
+    a = _table(a, where)
+    extra = set(a) - {"ii", "stages", "phase", "status", "wall_s", "reason"}
+    if extra:
+        raise ValueError(f"{where} has unknown field(s) {', '.join(sorted(map(str, extra)))}")
+    stages = a.get("stages")
+    return Attempt(_whole(a["ii"], f"{where}.ii"),
+                   None if stages is None else _whole(stages, f"{where}.stages"),
+                   _text(a["phase"], f"{where}.phase"), _text(a["status"], f"{where}.status"),
+                   _number(a["wall_s"], f"{where}.wall_s"), _text(a.get("reason", ""), f"{where}.reason"))
+
+
+def _stat(row: Any, where: str) -> PhaseStats:
+    row = _table(row, where)
+    extra = set(row) - {"phase", "wall_s", "calls", "detail"}
+    if extra:
+        raise ValueError(f"{where} has unknown field(s) {', '.join(sorted(map(str, extra)))}")
+    return PhaseStats(_text(row["phase"], f"{where}.phase"), _number(row["wall_s"], f"{where}.wall_s"),
+                      _whole(row.get("calls", 1), f"{where}.calls", low=0),
+                      _text(row.get("detail", ""), f"{where}.detail"))
 
 
 def make_groups(problem: Problem, start: Mapping[str, int], group: Mapping[str, int],

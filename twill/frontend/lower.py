@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 from twill.costmodel import CostModel, OpCost
-from twill.errors import FrontendError
+from twill.errors import FrontendError, TwillWarning
 from twill.frontend.loopbody import LoopBody, Source
 from twill.frontend.naming import assign_names, variable_name
 from twill.frontend.rules import (
@@ -358,6 +359,12 @@ def lower_loop(ttgir: str | os.PathLike[str] | TTGIRModule, machine: str | Machi
     FrontendError
         Unreadable or malformed TTGIR, no loop, nested loops, an ``scf.if`` with side effects, a
         TTGIR target that does not match the machine.
+
+    Warns
+    -----
+    TwillWarning
+        An ``scf.if`` was if-converted (it has no side effect; both branches run, the result is
+        selected): the graph is not the loop as written, and the warning says which lines and ops.
     UnsupportedOpError
         A loop-body op the cost model has no rule for (the message names the op and its line).
     GraphError
@@ -388,6 +395,12 @@ def lower_loop(ttgir: str | os.PathLike[str] | TTGIRModule, machine: str | Machi
     _buffer_edges(body, specs, edges)
     edges.add_to(graph)
     graph.check(machine.unit_names)
+    if body.if_converted:
+        lines = ", ".join(str(op.line) for op in body.if_converted)
+        into = ", ".join(f"{op.name!r}" for op in graph.ops if "if_converted" in dict(op.attrs))
+        warnings.warn(f"{graph.name}: scf.if at TTGIR line(s) {lines} if-converted: the branches have no "
+                      f"side effect, so both run and the result is selected (graph op(s) {into})",
+                      TwillWarning, stacklevel=2)
     members = {spec.name: list(spec.members) for spec in specs}
     return Lowering(graph, module, loop, members, body.folded(), list(body.if_converted))
 
