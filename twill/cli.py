@@ -21,7 +21,7 @@ import importlib.util
 import sys
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,6 @@ from twill.errors import FrontendError, InfeasibleError, InterruptedSolveError, 
 __all__ = ["load_graph", "main"]
 
 _err = Console(stderr=True)
-_python_showwarning = warnings.showwarning
 
 
 def _constexprs(pairs: Sequence[str]) -> dict[str, Any]:
@@ -276,19 +275,25 @@ def _optional_commands(sub: Any) -> None:
         module.add_parser(sub)
 
 
-def _show_warning(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
-                  line: str | None = None) -> None:
-    """Print a :class:`TwillWarning` as a note on stderr; anything else as Python would."""
-    if issubclass(category, TwillWarning):
-        _err.print(f"[yellow]note[/]: {message}", highlight=False)
-    else:
-        _python_showwarning(message, category, filename, lineno, file, line)
+def _showing_notes(previous: Callable[..., None]) -> Callable[..., None]:
+    """A ``warnings.showwarning`` that prints a :class:`TwillWarning` as a note on stderr and hands any
+    other warning to ``previous``."""
+
+    def show(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
+             line: str | None = None) -> None:
+        if issubclass(category, TwillWarning):
+            _err.print(f"[yellow]note[/]: {message}", highlight=False)
+        else:
+            previous(message, category, filename, lineno, file, line)
+
+    return show
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code."""
     args = _parser().parse_args(argv)
-    warnings.showwarning = _show_warning
+    previous = warnings.showwarning
+    warnings.showwarning = _showing_notes(previous)
     try:
         return int(args.func(args) or 0)
     except InterruptedSolveError as exc:
@@ -303,6 +308,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TwillError as exc:
         _err.print(f"[red]error[/] ({type(exc).__name__}): {exc}")
         return 2
+    finally:
+        warnings.showwarning = previous
 
 
 if __name__ == "__main__":
