@@ -41,7 +41,6 @@ from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
-import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -346,11 +345,6 @@ def _cheap(spec: LoopSpec) -> bool:
 
 
 # ----------------------------------------------------------------------------------------------- helpers
-KNOWN_BUG = ("the joint solve loses the definition of a same[u][v] symbol first asserted inside a push of "
-             "joint._tighten (Encoder.same caches the symbol, the pop drops its Iff), so the lazy register "
-             "checks stop counting the other op: twill.schedule raises SolverError 'the joint schedule fails "
-             "verification'; see docs/errors.md, known open problems")
-
 
 def _solve(g: Graph, **kwargs: object) -> Schedule | None:
     """``twill.schedule`` on the fuzz machine; None when the loop cannot fit the machine at any II tried
@@ -362,10 +356,6 @@ def _solve(g: Graph, **kwargs: object) -> Schedule | None:
     except twill.InfeasibleError as exc:
         assert exc.certificate is not None and exc.certificate.attempts, exc
         return None
-    except twill.SolverError as exc:
-        if "fails verification: registers" in str(exc):
-            pytest.xfail(f"{KNOWN_BUG}: {exc}")
-        raise
 
 
 # ----------------------------------------------------------------------------------------------- tests
@@ -451,13 +441,13 @@ def test_same_input_gives_the_same_json(spec: LoopSpec) -> None:
     assert first.to_json(timings=False) == second.to_json(timings=False)
 
 
-@pytest.mark.xfail(strict=True, raises=twill.SolverError, reason=KNOWN_BUG)
 def test_register_undercount_of_long_lived_value() -> None:
     # Found by test_every_returned_schedule_verifies and shrunk by hand. At II 4, L 4 (one stage), all on
     # one warp group: o2's 32-register value lives from 1 until its consumer o0 of iteration i+2 starts at
     # 2 + 2*4 = 10, so 3 copies overlap (t = 9: iterations i, i+1, i+2), beside o1's 128 registers and the
     # overhead of 26: 3*32 + 128 + 26 = 250, which needs the budget 256 (255 usable). The joint solve's
-    # register tightening settles at 200 because same[o1][o2] has lost its definition (KNOWN_BUG).
+    # register tightening once settled at 200: same[o1][o2], first defined inside a push, lost its
+    # definition at the pop.
     spec = LoopSpec(
         ops=(OpSpec("o0", (("lsu", 0, 1),), 0, 1, 0, 0, False, 2),
              OpSpec("o1", (("mufu", 0, 3), ("tc", 0, 1)), 0, 1, 128, 0, False, 2),
@@ -465,6 +455,7 @@ def test_register_undercount_of_long_lived_value() -> None:
         edges=(EdgeSpec("o2", "o0", 3, 2, "register", True),))
     s = twill.schedule(spec.graph(), fuzz_machine())
     twill.verify(s)
+    assert s.ii == 4 and {w.registers for w in s.warp_groups if "o2" in w.ops} == {256}
 
 
 def test_same_json_in_a_process_with_another_hash_seed(tmp_path: Path) -> None:

@@ -133,7 +133,11 @@ class Encoder(ModularModel):
                 self._same[key] = m.TRUE()
             else:
                 eq = m.Symbol(f"same[{key[0]}][{key[1]}]")
-                self.add(m.Iff(eq, m.Or([m.And(self.opw[u][w], self.opw[v][w]) for w in common])))
+                definition = m.Iff(eq, m.Or([m.And(self.opw[u][w], self.opw[v][w]) for w in common]))
+                self.add(definition)
+                # A pair first met by a lazy check inside a push (joint._tighten) must keep its
+                # definition after the pop, or the cached symbol would be free: re-asserted with the checks.
+                self.scoped.append(definition)
                 self._same[key] = eq
         return self._same[key]
 

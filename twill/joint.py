@@ -55,6 +55,9 @@ class JointResult:
         Seconds in total and in building the formula.
     n_terms : int
         Assertions added.
+    interrupted : bool
+        Ctrl-C arrived while the secondary objectives were tightened: the schedule is the best found
+        so far (``proven`` says which goals were not finished).
     """
 
     ii: int
@@ -70,6 +73,7 @@ class JointResult:
     wall_s: float = 0.0
     build_s: float = 0.0
     n_terms: int = 0
+    interrupted: bool = False
 
 
 def solve_joint(
@@ -117,14 +121,18 @@ def solve_joint(
                                build_s=build_s, n_terms=enc.count)
         best = _extract(enc, sess)
         proven: dict[str, bool] = {}
+        interrupted = False
         if optimize:
             for goal in GOALS:
-                best, proven[goal] = _tighten(enc, sess, goal, best, deadline)
+                try:
+                    best, proven[goal] = _tighten(enc, sess, goal, best, deadline)
+                except KeyboardInterrupt:  # keep the schedule found; the caller reports the interrupt
+                    proven[goal], interrupted = False, True
                 if not proven[goal]:
                     break
         return JointResult(ii, stages, CheckResult.SAT, best["start"], best["group"], best["budgets"],
                            best["warps"], best["length"], proven, sess.checks, time.monotonic() - start,
-                           build_s, enc.count)
+                           build_s, enc.count, interrupted)
 
 
 def _check(enc: Encoder, sess: SmtSession, deadline: float | None) -> CheckResult:

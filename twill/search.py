@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twill.bounds import Bounds, bounds
-from twill.errors import InfeasibleError, InterruptedSolveError, SolverError
+from twill.errors import InfeasibleError, InterruptedSolveError, OptionsError, SolverError
 from twill.graph import Graph
 from twill.ilp import SolveStatus
 from twill.joint import JointResult, solve_joint
@@ -54,6 +54,7 @@ class _Run:
     phase_time: dict[str, float]
     phase_calls: dict[str, int]
     timed_out: bool = False
+    interrupted: bool = False
     builds: list[tuple[int, float]] = field(default_factory=list)  # (stages, seconds) per joint formula
 
     def note(self, attempt: Attempt) -> None:
@@ -165,7 +166,7 @@ def schedule(
         The requested backend cannot be loaded.
     """
     if strategy not in STRATEGIES:
-        raise ValueError(f"strategy {strategy!r} is not one of {', '.join(STRATEGIES)}")
+        raise OptionsError(f"strategy {strategy!r} is not one of {', '.join(STRATEGIES)}", option="strategy")
     started = time.monotonic()
     mach = load_machine(machine)
     options = Options(max_groups=max_groups, register_limit=register_limit,
@@ -203,6 +204,10 @@ def schedule(
     problems = violations(sched)
     if problems:
         raise SolverError(f"internal error: the {strategy} schedule fails verification: {problems[0]}")
+    if run.interrupted:
+        raise InterruptedSolveError(
+            f"interrupted while tightening the schedule at II {sched.ii}; it is the best found so far",
+            schedule=sched)
     return sched
 
 
@@ -296,6 +301,7 @@ def _joint(run: _Run, ii: int, stages: int, mod: ModuloResult, solver: str) -> J
     window = f"L in ({(stages - 1) * ii}, {stages * ii}]"
     if res.status == CheckResult.SAT:
         run.note(Attempt(ii, stages, "joint", "sat", res.wall_s, f"L = {res.length}"))
+        run.interrupted = res.interrupted
         return res
     if res.status == CheckResult.UNSAT:
         run.note(Attempt(ii, stages, "joint", "unsat", res.wall_s,
@@ -363,6 +369,10 @@ def _finish(run: _Run, found: tuple, norm: Normalization | None, raw_bounds: Any
     notes = []
     if norm is not None:
         notes += [f"normalization: {c}" for c in norm.collapses()]
+        if norm.status != "optimal":
+            notes.append("normalization: the time limit stopped the cost-normalization ILP, so the time "
+                         "unit is a feasible scaling, not the least-error one; optimality holds for the "
+                         "problem in these units")
     if strategy == "swp":
         notes.append("Twill-SWP: modulo schedule with a fixed split, not a joint optimum")
     else:
