@@ -218,3 +218,35 @@ def test_from_json_rejects_corrupted_json(fig1, name):
 def test_from_json_rejects_foreign_json(text):
     with pytest.raises(TwillError):
         Schedule.from_json(text)
+
+
+def test_window_limit_skips_undecided_windows_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A window that cannot be decided within ``window_limit`` is recorded as undecided, the search goes
+    on to the next II, and the answer is not called optimal."""
+    import time
+
+    import twill.search as search
+    from twill.joint import JointResult
+    from twill.smt import CheckResult
+
+    g = figure1_graph()
+    exact = twill.schedule(g, "h100")
+    assert exact.certificate.proven_optimal
+    real = search.solve_joint
+    seen: list[float | None] = []
+
+    def hard_at_the_optimum(problem, ii, stages, **kw):  # type: ignore[no-untyped-def]
+        if ii != exact.ii:
+            return real(problem, ii, stages, **kw)
+        seen.append(kw["deadline"])
+        while time.monotonic() < kw["deadline"]:  # a window the solver cannot decide in time
+            time.sleep(0.01)
+        return JointResult(ii, stages, CheckResult.TIMEOUT, wall_s=0.2)
+
+    monkeypatch.setattr(search, "solve_joint", hard_at_the_optimum)
+    s = twill.schedule(g, "h100", window_limit=0.2, time_limit=60)
+    assert seen and all(d is not None for d in seen)
+    assert s.ii > exact.ii and not s.certificate.proven_optimal
+    undecided = [a for a in s.certificate.attempts if a.ii == exact.ii and a.phase == "joint"]
+    assert undecided and all(a.status == "timeout" and "window_limit" in a.reason for a in undecided)
+    twill.verify(s)

@@ -148,7 +148,8 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
                 strategy=args.strategy, time_limit=args.time_limit, max_groups=args.max_groups,
                 register_limit=args.register_limit, cross_group=not args.no_cross_group,
                 max_stages=args.max_stages, stage_slack=args.stage_slack, prefetch=args.prefetch,
-                normalize_upper=args.normalize_upper, progress=_progress(status))
+                normalize_upper=args.normalize_upper, window_limit=args.window_limit,
+                progress=_progress(status))
     except InterruptedSolveError as exc:
         if exc.schedule is not None:  # the best schedule found before Ctrl-C, marked not proven
             console.print(render(exc.schedule))
@@ -252,6 +253,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="stage windows tried per II beyond the modulo schedule's (0: paper's Algorithm 1)")
     p.add_argument("--prefetch", type=int, default=1, help="extra buffers per streaming load")
     p.add_argument("--normalize-upper", type=int, default=300, help="U of the cost normalization")
+    p.add_argument("--window-limit", type=float, default=None, metavar="SECONDS",
+                   help="seconds per joint (II, stages) window; an undecided window is skipped and the "
+                        "answer is marked not proven")
     p.set_defaults(func=_cmd_schedule)
     p = sub.add_parser("show", help="print a saved schedule")
     p.add_argument("file")

@@ -55,6 +55,7 @@ class _Run:
     phase_calls: dict[str, int]
     timed_out: bool = False
     interrupted: bool = False
+    window_limit: float | None = None
     builds: list[tuple[int, float]] = field(default_factory=list)  # (stages, seconds) per joint formula
 
     def note(self, attempt: Attempt) -> None:
@@ -116,6 +117,7 @@ def schedule(
     max_ii: int | None = None,
     relax: frozenset[str] | set[str] | tuple[str, ...] = frozenset(),
     normalize_upper: int = 300,
+    window_limit: float | None = None,
     progress: Progress | None = None,
 ) -> Schedule:
     """Find the optimal software-pipelined, warp-specialized schedule of a loop.
@@ -144,7 +146,13 @@ def schedule(
         Constraint families to leave out (:data:`twill.problem.RELAXABLE`), for what-if questions
         (:mod:`twill.explain`); the answer is then not a schedule the machine can run.
     normalize_upper : int
-        ``U`` of the cost normalization (paper §5.2: 300).
+        ``U`` of the cost normalization (paper §5.2: 300). A smaller ``U`` is a coarser time grid: fewer
+        IIs between the MII and a register-bound optimum (the paper's FA backward ran at II 15-20).
+    window_limit : float, optional
+        Seconds for one joint window ``(II, stages)``. A window that takes longer is recorded as
+        undecided and the search goes on to the next one, so a hard window near the bound does not stop
+        the search; the answer is then marked not proven optimal, and the certificate lists the
+        undecided windows. Without it, every window is decided (or the whole ``time_limit`` runs out).
     progress : callable, optional
         Called with a dict per event (``phase``, ``ii``, ``stages``, ``elapsed`` ...).
 
@@ -183,7 +191,7 @@ def schedule(
     problem, norm = normalize_problem(raw, upper=normalize_upper, backend=ilp, time_limit=norm_limit)
     t2 = time.monotonic()
     bound = bounds(problem)
-    run = _Run(problem, bound, deadline, progress, started, [], {}, {})
+    run = _Run(problem, bound, deadline, progress, started, [], {}, {}, window_limit=window_limit)
     run.spend("bounds", (t1 - t0) + (time.monotonic() - t2))
     run.spend("normalize", t2 - t1)
     run.emit("bounds", res_mii=bound.res_mii, rec_mii=bound.rec_mii, mii=bound.mii)
@@ -294,7 +302,11 @@ def _modulo(run: _Run, ii: int, method: str, ilp: str, solver: str) -> ModuloRes
 
 def _joint(run: _Run, ii: int, stages: int, mod: ModuloResult, solver: str) -> JointResult | None:
     run.emit("phase", phase="joint", ii=ii, stages=stages)
-    res = solve_joint(run.problem, ii, stages, min_length=mod.length, backend=solver, deadline=run.deadline)
+    deadline = run.deadline
+    window_end = None if run.window_limit is None else time.monotonic() + run.window_limit
+    if window_end is not None and (deadline is None or window_end < deadline):
+        deadline = window_end
+    res = solve_joint(run.problem, ii, stages, min_length=mod.length, backend=solver, deadline=deadline)
     run.spend("joint", res.wall_s, res.checks)
     run.spend("joint_build", res.build_s)  # part of "joint": stating the formula of one (II, window)
     run.builds.append((stages, res.build_s))
@@ -307,10 +319,15 @@ def _joint(run: _Run, ii: int, stages: int, mod: ModuloResult, solver: str) -> J
         run.note(Attempt(ii, stages, "joint", "unsat", res.wall_s,
                          f"no joint schedule with {window}"))
         return None
+    if res.status == CheckResult.INTERRUPTED:
+        run.note(Attempt(ii, stages, "joint", res.status.value, res.wall_s, f"undecided for {window}"))
+        raise KeyboardInterrupt
+    if window_end is not None and deadline is window_end and not run.expired():
+        run.note(Attempt(ii, stages, "joint", res.status.value, res.wall_s,
+                         f"undecided for {window} within window_limit = {run.window_limit:g} s"))
+        return None
     run.timed_out = True
     run.note(Attempt(ii, stages, "joint", res.status.value, res.wall_s, f"undecided for {window}"))
-    if res.status == CheckResult.INTERRUPTED:
-        raise KeyboardInterrupt
     return None
 
 
