@@ -1,0 +1,92 @@
+"""The solve-time benchmark (``benchmarks/solve_times.py``) stays runnable, and time limits hold.
+
+The benchmark module is imported and its Figure 1 case solved once in process, so the suite cannot rot
+without a test failing; the synthetic generator must be deterministic and give valid Hopper graphs; and
+a ``time_limit`` must stop a search that would otherwise run for minutes within 1.1 x the limit.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+import twill
+from twill.errors import InfeasibleError
+from twill.machine import load_machine
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@cache
+def _load(name: str) -> ModuleType:
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
+    spec = importlib.util.spec_from_file_location(f"_bench_{name}", BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_figure1_case_runs_and_reports() -> None:
+    bench = _load("solve_times")
+    case = bench.CASES["figure1"]
+    graph = bench.build_graph(case)
+    rec = bench.solve_once(graph, case, time_limit=60.0)
+    assert rec["status"] == "optimal"
+    assert (rec["ii"], rec["length"]) == (2, 4)  # paper Fig. 1
+    assert rec["probes"] >= 1 and rec["checks"] >= rec["probes"]
+    assert set(bench.PHASES) <= set(rec["phases"])
+    assert rec["phases"]["joint"]["s"] >= rec["phases"]["joint_build"]["s"] > 0
+    facts = bench.graph_facts(graph, case)
+    assert (facts["ops"], facts["edges"], facts["carried_edges"]) == (3, 3, 1)
+    med = bench.summarize([{**rec, "rss_mb": 100.0, "rss_children_mb": 0.0}])
+    data = {"environment": bench.environment(), "cases": {"figure1": {"graph": {**facts, "graph_s": 0.0},
+                                                                      "time_limit": 60.0, "runs": [rec],
+                                                                      "median": med}}}
+    text = bench.render(data)
+    assert "| Figure 1 loop | h100 | 3 | 3 |" in text and "optimal: II 2, L 4" in text
+
+
+def test_every_case_is_listed_once() -> None:
+    bench = _load("solve_times")
+    names = list(bench.CASES)
+    assert len(names) == len(set(names))
+    assert {"figure1", "fa_fwd_sub_h100", "fa_fwd_sub_b200", "fa_bwd_b200_lr", "synthetic60"} <= set(names)
+    assert [c.name for c in bench.select("synthetic*")] == [f"synthetic{n}" for n in (10, 20, 30, 45, 60)]
+
+
+@pytest.mark.parametrize("n", [10, 30, 60])
+def test_synthetic_graphs_are_deterministic_and_valid(n: int) -> None:
+    synthetic = _load("synthetic")
+    g, again = synthetic.synthetic_graph(n), synthetic.synthetic_graph(n)
+    assert len(g.ops) == n
+    assert g.to_dict() == again.to_dict()
+    g.check(load_machine("h100").unit_names)
+    units = {r.unit for op in g.ops for r in op.rrt}
+    assert {"tc", "tma", "mufu", "alu", "lsu"} <= units
+    assert any(e.distance > 0 for e in g.edges)
+    assert synthetic.synthetic_graph(n, seed=n + 1).to_dict() != g.to_dict()
+
+
+def test_time_limit_stops_a_long_search_in_time() -> None:
+    # The 45-op synthetic loop needs minutes; with a 3 s limit the call must return within 1.1 x 3 s and
+    # say how far it got (no schedule: InfeasibleError with the least II it could not refute).
+    g = _load("synthetic").synthetic_graph(45)
+    limit = 3.0
+    start = time.monotonic()
+    try:
+        sched = twill.schedule(g, "h100", time_limit=limit)
+    except InfeasibleError as exc:
+        assert "time limit" in str(exc) and "at least" in str(exc)
+        assert exc.certificate is not None and not exc.certificate.proven_optimal
+    else:
+        assert not sched.certificate.proven_optimal
+    assert time.monotonic() - start <= 1.1 * limit
