@@ -25,6 +25,7 @@ Usage::
     python benchmarks/solve_times.py                                  # every case, 3 reps, + overshoot
     python benchmarks/solve_times.py --cases figure1,fa_fwd_sub_h100 --reps 1 --no-overshoot
     python benchmarks/solve_times.py --cases 'fa_bwd*' --bwd-time-limit 300
+    python benchmarks/solve_times.py --cases 'fa_bwd*' --set normalize_upper=100 --set max_stages=2
     python benchmarks/solve_times.py --render                         # rewrite the report from the JSON
     python benchmarks/solve_times.py --list
 """
@@ -45,7 +46,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -185,7 +186,7 @@ def build_graph(case: Case) -> Graph:
 def graph_facts(graph: Graph, case: Case) -> dict[str, Any]:
     """Size of the graph and of its normalized costs (what the paper's §5.2 bounds by ``U = 300``)."""
     problem = build_problem(graph, load_machine(case.machine), Options(**_option_subset(case.options)))
-    norm_problem, norm = normalize_problem(problem)
+    norm_problem, norm = normalize_problem(problem, upper=int(case.options.get("normalize_upper", 300)))
     return {
         "ops": len(graph.ops),
         "edges": len(graph.edges),
@@ -265,9 +266,11 @@ def _reached(cert: Any) -> int:
     return ii
 
 
-def _worker(case_name: str, graph_file: str, time_limit: float | None) -> int:
+def _worker(case_name: str, graph_file: str, time_limit: float | None, options: str | None) -> int:
     """``--worker``: solve one case from a graph JSON file and print the record on one line."""
     case = CASES[case_name]
+    if options:
+        case = replace(case, options=json.loads(options))
     graph = Graph.from_dict(json.loads(Path(graph_file).read_text()))
     rec = solve_once(graph, case, time_limit)
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
@@ -279,7 +282,8 @@ def _worker(case_name: str, graph_file: str, time_limit: float | None) -> int:
 
 def run_subprocess(case: Case, graph_file: Path, time_limit: float | None) -> dict[str, Any]:
     """Solve in a fresh interpreter; a worker that outlives ``2 T + 60 s`` is killed and recorded."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", case.name, "--graph", str(graph_file)]
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", case.name, "--graph", str(graph_file),
+           "--options", json.dumps(case.options)]
     if time_limit is not None:
         cmd += ["--limit", str(time_limit)]
     hard = None if time_limit is None else 2 * time_limit + 60
@@ -410,8 +414,8 @@ def run(cases: Sequence[Case], *, reps: int, time_limit: float, bwd_time_limit: 
                 if rec["status"] in ("timeout", "killed") and not all_reps:
                     break
             if runs:
-                results[case.name] = {"graph": facts, "time_limit": limit, "runs": runs,
-                                      "median": summarize(runs)}
+                results[case.name] = {"graph": facts, "time_limit": limit, "options": case.options,
+                                      "runs": runs, "median": summarize(runs)}
             for limit_o in overshoot:
                 rec = run_subprocess(case, path, limit_o)
                 ratio = rec["wall_s"] / limit_o
@@ -452,6 +456,12 @@ def _fmt(x: float | None, digits: int = 2) -> str:
     if x is None:
         return "–"
     return f"{x:.{digits}f}"
+
+
+def _title(case: Case, res: dict[str, Any]) -> str:
+    """Row label: the case's title, plus the options a run set beyond the case's own (``--set``)."""
+    extra = {k: v for k, v in res.get("options", {}).items() if case.options.get(k) != v}
+    return case.title + (f" [{', '.join(f'{k}={v}' for k, v in extra.items())}]" if extra else "")
 
 
 def _outcome(med: dict[str, Any], limit: float | None) -> str:
@@ -521,7 +531,7 @@ def render(data: dict[str, Any], plot_rel: str = "../docs/img/solve_times.svg") 
         med, g = res["median"], res["graph"]
         met = med["status"] == "optimal" and med["wall_s"] <= case.target_s
         paper = f"{case.paper_s[0]:g} / {case.paper_s[1]:g}" if case.paper_s else "–"
-        lines.append(f"| {case.title} | {paper} | {case.target_s:g} | {_fmt(med['wall_s'])} | "
+        lines.append(f"| {_title(case, res)} | {paper} | {case.target_s:g} | {_fmt(med['wall_s'])} | "
                      f"{'yes' if met else 'no'} | {_outcome(med, res.get('time_limit'))} | {g['ops']} | "
                      f"{g['edges']} | {g['normalized_cost_sum']} | {med.get('mii', '?')}"
                      f"{case.paper_mii} | {g['cycles_per_unit']} |")
@@ -554,7 +564,7 @@ def render(data: dict[str, Any], plot_rel: str = "../docs/img/solve_times.svg") 
             continue
         med, g, ph = res["median"], res["graph"], res["median"]["phases"]
         lines.append(
-            f"| {case.title} | {case.machine} | {g['ops']} | {g['edges']} | {_fmt(g['graph_s'])} | "
+            f"| {_title(case, res)} | {case.machine} | {g['ops']} | {g['edges']} | {_fmt(g['graph_s'])} | "
             f"{res['time_limit']:g} | {med['reps']} | {_fmt(med['wall_s'])} ({_fmt(med['wall_min_s'])}-"
             f"{_fmt(med['wall_max_s'])}) | {_fmt(ph.get('bounds'), 3)} | {_fmt(ph.get('normalize'), 3)} | "
             f"{_fmt(ph.get('modulo'))} | {_fmt(ph.get('joint'))} | {_fmt(ph.get('joint_build'))} | "
@@ -678,6 +688,20 @@ def plot(data: dict[str, Any], path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------ CLI
+def _overrides(items: Sequence[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs; values are read as JSON (numbers, true/false, lists), else kept as text."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise SystemExit(f"--set expects KEY=VALUE, got {item!r}")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line; see the module docstring."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
@@ -701,9 +725,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--worker", metavar="CASE", help=argparse.SUPPRESS)
     ap.add_argument("--graph", help=argparse.SUPPRESS)
     ap.add_argument("--limit", type=float, help=argparse.SUPPRESS)
+    ap.add_argument("--options", help=argparse.SUPPRESS)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra keyword argument of twill.schedule for the selected cases, e.g. "
+                         "--set normalize_upper=100 --set max_stages=2 (recorded with the results)")
     args = ap.parse_args(argv)
     if args.worker:
-        return _worker(args.worker, args.graph, args.limit)
+        return _worker(args.worker, args.graph, args.limit, args.options)
     if args.list:
         for c in CASES.values():
             print(f"{c.name:22s} {c.machine:5s} {c.source} {c.options or ''}")
@@ -711,7 +739,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     old = json.loads(args.json.read_text()) if args.json.exists() else {}
     if not args.render:
         overshoot = [] if args.no_overshoot else [float(x) for x in args.overshoot.split(",") if x.strip()]
-        new = run(select(args.cases), reps=max(0, args.reps), time_limit=args.time_limit,
+        overrides = _overrides(args.set)
+        chosen = [replace(c, options={**c.options, **overrides}) for c in select(args.cases)]
+        new = run(chosen, reps=max(0, args.reps), time_limit=args.time_limit,
                   bwd_time_limit=args.bwd_time_limit, all_reps=args.all_reps, overshoot=overshoot,
                   log=lambda s: print(s, file=sys.stderr, flush=True))
         old = merge(old, new, environment(), sys.argv[1:] if argv is None else argv)
