@@ -105,8 +105,9 @@ def modulo_schedule(
         Initiation interval (>= 1).
     method : str
         ``"smt"`` (default): the same constraints over integer start times, decided by the SMT solver
-        (difference logic), length minimized by bisection; exact and much faster than the ILP on fine
-        time grids (benchmarks/results.md). ``"ilp"``: the time-indexed ILP through PuLP.
+        (difference logic), length minimized by bisection; exact and faster than the ILP on fine time
+        grids (measured on the 10-op synthetic loop of benchmarks/synthetic.py: 0.16 s, against 1.17 s
+        for the ILP on CBC and 0.64 s on HiGHS). ``"ilp"``: the time-indexed ILP through PuLP.
     backend : str
         MILP backend of the ILP method, ``"cbc"`` or ``"highs"``.
     smt : str
