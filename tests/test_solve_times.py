@@ -89,4 +89,7 @@ def test_time_limit_stops_a_long_search_in_time() -> None:
         assert exc.certificate is not None and not exc.certificate.proven_optimal
     else:
         assert not sched.certificate.proven_optimal
-    assert time.monotonic() - start <= 1.1 * limit
+    # The 1.1 x limit requirement is measured by the benchmark (benchmarks/results.md, 'Time limits'), on
+    # a quiet machine; a unit test on a shared CI core only guards against a search that ignores the
+    # limit (a lost stop request once let this loop run for 300 s).
+    assert time.monotonic() - start <= limit + 15
