@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
 import signal
 import subprocess
@@ -656,3 +657,26 @@ def test_ctrl_c_during_a_cbc_solve_leaves_no_solver_process(hard_loops: Path) ->
     assert err.startswith("interrupted")
     assert took < 5.0
     assert left == []  # PuLP forgets its CBC child when interrupted; twill ends it
+
+
+# ------------------------------------------------------------------------------------ pickling
+@pytest.mark.parametrize("err", [
+    twill.errors.GraphError("edge to nowhere", op="qk", edge=("qk", "p"), source="kernel.py:12"),
+    twill.errors.MachineError("bad value", key="cost.tma_latency", file="x.toml"),
+    twill.errors.OptionsError("bad option", option="max_groups"),
+    twill.errors.FrontendError("bad TTGIR", line=7, location="k.py:3"),
+    twill.errors.UnsupportedOpError("tt.histogram", line=9, hint="write it as a reduction"),
+    twill.errors.ResourceError("too many registers", resource="registers"),
+    twill.errors.InfeasibleError("no schedule", certificate={"ii": 3}),
+    twill.errors.InterruptedSolveError("stopped", schedule=None),
+    twill.errors.ScheduleError("II too small", family="capacity", op="qk"),
+    twill.errors.SimulationError("deadlock", op="p", iteration=2, barrier="b0", group=1, waits=("g1",),
+                                 cycle=3.5),
+], ids=lambda e: type(e).__name__)
+def test_errors_pickle_with_their_fields(err: Exception) -> None:
+    """Errors cross process boundaries (``concurrent.futures`` re-raises them in the parent): the
+    message and every field survive a pickle round trip, with no ``__init__`` argument missing."""
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is type(err)
+    assert str(back) == str(err)
+    assert back.__dict__ == err.__dict__

@@ -45,8 +45,23 @@ __all__ = [
 ]
 
 
+def _rebuild(cls: type[TwillError], args: tuple[Any, ...], state: dict[str, Any]) -> TwillError:
+    """Unpickle a twill error without calling its ``__init__`` (whose keyword-only fields differ)."""
+    err = cls.__new__(cls, *args)
+    err.args = args
+    err.__dict__.update(state)
+    return err
+
+
 class TwillError(Exception):
-    """Base class of every error twill raises on purpose."""
+    """Base class of every error twill raises on purpose.
+
+    Every twill error pickles with its message and fields (``op``, ``line``, ``certificate``, ...), so it
+    crosses process boundaries (``multiprocessing``, ``concurrent.futures``) intact.
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _rebuild, (type(self), self.args, dict(self.__dict__))
 
 
 class GraphError(TwillError, ValueError):
