@@ -257,3 +257,21 @@ def test_cli_simulate(tmp_path, fig1, capsys):
     out = capsys.readouterr().out
     assert "steady state: 2.0 cycles per iteration" in out
     assert json.loads(path.read_text())["ii"] == 2
+
+
+def test_default_prefetch_depth_hides_a_latency_longer_than_ii():
+    """A load whose latency (1000 cycles) is 2.5x the consumer's II (400 ALU cycles): with one prefetch
+    buffer the simulated loop waits on it every iteration; the default depth is the least that does not,
+    so the simulation at that latency runs at the schedule's II and one buffer fewer does not."""
+    g = Graph("slow_stream")
+    g.add_op("L", "tma_load", busy={"tma": 8}, latency=1000, issue_cycles=1, smem=4096, variable_latency=True)
+    g.add_op("C", "alu", busy={"alu": 400})
+    g.add_edge("L", "C", blocking=True, carrier="smem")
+    auto = twill.schedule(g, "h100")
+    depth = auto.problem.options.prefetch
+    assert depth >= 2
+    assert any(n.startswith(f"prefetch: {depth} ") for n in auto.certificate.notes)
+    assert simulate(auto, 48, latencies=1000).cycles_per_iteration == pytest.approx(auto.ii_cycles, rel=0.02)
+    shallow = twill.schedule(g, "h100", prefetch=depth - 1)
+    assert shallow.ii == auto.ii
+    assert simulate(shallow, 48, latencies=1000).cycles_per_iteration > 1.05 * shallow.ii_cycles

@@ -251,7 +251,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-stages", type=int, help="largest number of pipeline stages")
     p.add_argument("--stage-slack", type=int, default=1,
                    help="stage windows tried per II beyond the modulo schedule's (0: paper's Algorithm 1)")
-    p.add_argument("--prefetch", type=int, default=1, help="extra buffers per streaming load")
+    p.add_argument("--prefetch", type=int, default=None,
+                   help="extra buffers per streaming load (default: the least that hides the load latency)")
     p.add_argument("--normalize-upper", type=int, default=300, help="U of the cost normalization")
     p.add_argument("--window-limit", type=float, default=None, metavar="SECONDS",
                    help="seconds per joint (II, stages) window; an undecided window is skipped and the "

@@ -13,6 +13,7 @@ first II where that split passes :func:`twill.verify.verify`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -25,7 +26,7 @@ from twill.errors import InfeasibleError, InterruptedSolveError, OptionsError, S
 from twill.graph import Graph
 from twill.ilp import SolveStatus
 from twill.joint import JointResult, solve_joint
-from twill.liveness import fold, register_intervals
+from twill.liveness import fold, memory_intervals, register_intervals
 from twill.machine import Machine, load_machine
 from twill.modulo import ModuloResult, modulo_schedule
 from twill.normalize import Normalization, normalize_problem
@@ -113,7 +114,7 @@ def schedule(
     cross_group: bool = True,
     max_stages: int | None = None,
     stage_slack: int = 1,
-    prefetch: int = 1,
+    prefetch: int | None = None,
     max_ii: int | None = None,
     relax: frozenset[str] | set[str] | tuple[str, ...] = frozenset(),
     normalize_upper: int = 300,
@@ -140,8 +141,15 @@ def schedule(
     time_limit : float, optional
         Seconds for the whole search. When it runs out the best schedule found comes back marked not
         proven optimal; with none found, :class:`InfeasibleError` says which IIs were decided.
-    max_groups, register_limit, register_plan, cross_group, max_stages, stage_slack, prefetch, max_ii :
+    max_groups, register_limit, register_plan, cross_group, max_stages, stage_slack, max_ii :
         See :class:`twill.problem.Options`.
+    prefetch : int, optional
+        Extra buffers per streaming load (:class:`twill.problem.Options`). ``None`` (default): the least
+        depth that hides the loads' latency. The model takes a streaming load as resident when its
+        consumer starts, which holds only if the load was issued ``prefetch`` IIs earlier plus its lead
+        over the consumer, at least its latency (``cost.tma_latency``) ahead; the search starts at 1 and,
+        while a schedule's depth does not cover that, solves again with the depth it needs (a deeper
+        ring holds more SMEM, so II can only grow). The certificate notes the depth and why.
     relax : set of str
         Constraint families to leave out (:data:`twill.problem.RELAXABLE`), for what-if questions
         (:mod:`twill.explain`); the answer is then not a schedule the machine can run.
@@ -177,10 +185,78 @@ def schedule(
         raise OptionsError(f"strategy {strategy!r} is not one of {', '.join(STRATEGIES)}", option="strategy")
     started = time.monotonic()
     mach = load_machine(machine)
-    options = Options(max_groups=max_groups, register_limit=register_limit,
-                      register_plan=tuple(register_plan) if register_plan else None, cross_group=cross_group,
-                      max_stages=max_stages, stage_slack=stage_slack, prefetch=prefetch, max_ii=max_ii,
-                      relax=frozenset(relax))
+    common = dict(max_groups=max_groups, register_limit=register_limit,
+                  register_plan=tuple(register_plan) if register_plan else None, cross_group=cross_group,
+                  max_stages=max_stages, stage_slack=stage_slack, max_ii=max_ii, relax=frozenset(relax))
+    if prefetch is not None:
+        return _schedule(graph, mach, Options(**common, prefetch=prefetch), solver=solver, ilp=ilp,
+                         modulo=modulo, strategy=strategy, time_limit=time_limit,
+                         normalize_upper=normalize_upper, window_limit=window_limit, progress=progress)
+    depth, tried = 1, []
+    while True:
+        left = None if time_limit is None else time_limit - (time.monotonic() - started)
+        if left is not None and left <= 0 and tried:
+            return _noted(tried[-1][1], f"prefetch: depth {tried[-1][0]} does not hide the streaming loads' "
+                          f"latency (they need {depth}); the time limit stopped the solve at depth {depth}")
+        try:
+            sched = _schedule(graph, mach, Options(**common, prefetch=depth), solver=solver, ilp=ilp,
+                              modulo=modulo, strategy=strategy, time_limit=left,
+                              normalize_upper=normalize_upper, window_limit=window_limit, progress=progress)
+        except InfeasibleError as exc:
+            if not tried:
+                raise
+            return _noted(tried[-1][1], f"prefetch: depth {tried[-1][0]} does not hide the streaming loads' "
+                          f"latency, and with the {depth} buffers that would there is no schedule ({exc}); "
+                          f"this schedule leaves part of the load latency exposed")
+        tried.append((depth, sched))
+        need = prefetch_needed(sched)
+        if need <= depth:
+            if not sched.problem.streaming:
+                return sched
+            shallow = ", ".join(f"depth {d} at II {t.ii} was too shallow" for d, t in tried[:-1])
+            before = f" (solved again: {shallow})" if shallow else ""
+            return _noted(sched, f"prefetch: {depth} extra buffer(s) per streaming load, the least that "
+                                 f"hides their latency at this II{before}; the answer is optimal for "
+                                 f"this depth")
+        depth = need
+
+
+def prefetch_needed(sched: Schedule) -> int:
+    """Least prefetch depth (extra buffers per streaming load, >= 1) that hides every streaming load's
+    latency in ``sched``.
+
+    A streaming load's SMEM buffer lives from ``start - prefetch * II`` to the end of its last reader
+    (:func:`twill.liveness.memory_intervals`), so it has ``R = prefetch + ceil((end - start) / II)``
+    ring slots. The producer issues the copy of iteration ``i`` as soon as the slot of iteration
+    ``i - R`` is released (``end - R * II`` in iteration ``i``'s frame: the empty-barrier wait, paper
+    §3.2), and the data must land before the first reader starts: ``R * II >= end + latency -
+    first_read``, with the op's ``latency`` (``cost.tma_latency`` for a TMA load). Time in the
+    schedule's (normalized) units; the simulator's ring (:func:`twill.simulate.simulate`) follows the
+    same rule.
+    """
+    p, ii, start = sched.problem, sched.ii, sched.start
+    ends = {iv.what: iv.end for iv in memory_intervals(p, ii, start, sched.group, "smem")}
+    need = 1
+    for name in sorted(p.streaming):
+        reads = [start[e.dst] + e.distance * ii for e in p.out_edges(name)]
+        if not reads or name not in ends:
+            continue
+        slots_for_life = math.ceil((ends[name] - start[name]) / ii)
+        ring = math.ceil((ends[name] + p.op(name).latency - min(reads)) / ii)
+        need = max(need, ring - slots_for_life)
+    return need
+
+
+def _noted(sched: Schedule, note: str) -> Schedule:
+    cert = dataclasses.replace(sched.certificate, notes=(*sched.certificate.notes, note))
+    return dataclasses.replace(sched, certificate=cert)
+
+
+def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp: str, modulo: str,
+              strategy: str, time_limit: float | None, normalize_upper: int, window_limit: float | None,
+              progress: Progress | None) -> Schedule:
+    """One search at fixed options (:func:`schedule` without the prefetch-depth loop)."""
+    started = time.monotonic()
     raw = build_problem(graph, mach, options)
     check_resources(raw)
     deadline = None if time_limit is None else started + time_limit
