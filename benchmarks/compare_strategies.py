@@ -29,7 +29,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import platform
 import random
@@ -40,7 +39,7 @@ from typing import Any
 
 import twill
 from twill.bounds import bounds
-from twill.errors import InfeasibleError, TwillError
+from twill.errors import InfeasibleError
 from twill.graph import Graph, Op
 from twill.liveness import fold, register_intervals
 from twill.machine import Machine, load_machine
@@ -50,6 +49,9 @@ from twill.problem import Problem, build_problem
 from twill.schedule import Certificate, Schedule, make_groups, slots_from
 from twill.simulate import simulate
 from twill.verify import violations
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from report_cli import run_main, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNELS = "examples/flash_attention_fwd_subtiled.py"
@@ -358,25 +360,16 @@ def main(argv: list[str] | None = None) -> int:
         print(msg, file=sys.stderr, flush=True)
 
     path = Path(args.json)
-    if args.render:
-        data = json.loads(path.read_text())
-    else:
+    data = None
+    if not args.render:
         started = time.monotonic()
         cases = [run_case(label, machine_name, spec, Path(args.img) if machine_name == "h100" else None, log)
                  for label, machine_name, spec in CASES]
         data = {"wall_s": round(time.monotonic() - started), "platform": f"{platform.machine()}, Python "
                 f"{platform.python_version()}, twill {twill.__version__}", "cases": cases}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(data, indent=1, allow_nan=True) + "\n")
-        log(f"wrote {path}")
-    Path(args.out).write_text(render(data))
-    log(f"wrote {args.out}")
+    write_report(data, path, Path(args.out), render, log)
     return 0
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except TwillError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    run_main(main)

@@ -1,0 +1,41 @@
+"""The command-line tail shared by the benchmark report scripts: write the JSON, render the markdown.
+
+Each report script (``compare_strategies.py``, ``sensitivity.py``, ``triton_comparison.py``) collects its
+data into a JSON-able dict and renders it to markdown; :func:`write_report` stores both and
+:func:`run_main` turns a twill error into a one-line message and exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from twill.errors import TwillError
+
+__all__ = ["run_main", "write_report"]
+
+
+def write_report(data: dict[str, Any] | None, json_path: Path, out: Path,
+                 render: Callable[[dict[str, Any]], str], log: Callable[[str], None]) -> None:
+    """Write ``data`` to ``json_path`` (unless ``None``: then re-render what ``json_path`` holds) and its
+    rendering to ``out``."""
+    if data is None:
+        data = json.loads(json_path.read_text())
+    else:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(data, indent=1, allow_nan=True) + "\n")
+        log(f"wrote {json_path}")
+    out.write_text(render(data))
+    log(f"wrote {out}")
+
+
+def run_main(main: Callable[[], int]) -> None:
+    """Exit with ``main()``'s status; a :class:`TwillError` prints ``error: ...`` and exits 2."""
+    try:
+        sys.exit(main())
+    except TwillError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
