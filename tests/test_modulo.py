@@ -10,6 +10,7 @@ from dataclasses import replace
 import pulp
 import pytest
 
+import twill.modulo
 from twill.bounds import rec_mii, res_mii
 from twill.graph import Graph, Reservation
 from twill.ilp import SolveStatus
@@ -343,3 +344,17 @@ def test_tie_break_keeps_length_and_picks_shorter_lifetimes(h100, make_problem):
     assert plain.length == tied.length == 4
     assert dict(tied.start) == {"A": 0, "B": 1, "C": 3, "D": 2}
     assert plain.start["D"] in (1, 2)
+
+
+@pytest.mark.skipif(not _HAS_METHOD, reason="no SMT method in this version")
+@pytest.mark.parametrize("seed", [0, 5, 17])
+def test_smt_hands_an_undecided_ii_to_the_ilp(h100, make_problem, monkeypatch, seed):
+    # With no time for the SMT search, every II goes to the ILP fallback; the answers are still the
+    # brute-force optimum (infeasible below the least II, the least length at it).
+    monkeypatch.setattr(twill.modulo, "SMT_SLICE", 0.0)
+    p = _random_problem(seed, h100, make_problem)
+    want_ii, want_length = _brute_min_ii(p)
+    assert _solve(p, want_ii - 1, "smt").status == SolveStatus.INFEASIBLE
+    r = _solve(p, want_ii, "smt")
+    assert (r.status, r.length) == (SolveStatus.OPTIMAL, want_length)
+    assert _valid(p, want_ii, dict(r.start))

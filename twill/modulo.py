@@ -27,6 +27,7 @@ minimizes the register lifetime ``Σ regs(v) (end(v) - t[v])``.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -90,6 +91,10 @@ def stage_horizon(problem: Problem, ii: int) -> int:
 
 METHODS = ("smt", "ilp")
 
+SMT_SLICE = 10.0
+"""Seconds the ``"smt"`` method tries alone before it hands an undecided II to the ILP (a tuning choice:
+every FA loop's modulo phase decides each II well inside it, benchmarks/results.md)."""
+
 
 def modulo_schedule(
     problem: Problem, ii: int, *, method: str = "smt", backend: str = "cbc", smt: str = "yices",
@@ -105,9 +110,11 @@ def modulo_schedule(
         Initiation interval (>= 1).
     method : str
         ``"smt"`` (default): the same constraints over integer start times, decided by the SMT solver
-        (difference logic), length minimized by bisection; exact and faster than the ILP on fine time
-        grids (measured on the 10-op synthetic loop of benchmarks/synthetic.py: 0.16 s, against 1.17 s
-        for the ILP on CBC and 0.64 s on HiGHS). ``"ilp"``: the time-indexed ILP through PuLP.
+        (difference logic), length minimized from the iterative modulo scheduler's schedule down;
+        exact and faster than the ILP on fine time grids (measured on the 10-op synthetic loop of
+        benchmarks/synthetic.py: 0.16 s, against 1.17 s for the ILP on CBC and 0.64 s on HiGHS). An II it
+        does not decide in :data:`SMT_SLICE` seconds goes to the ILP for the rest of ``time_limit``.
+        ``"ilp"``: the time-indexed ILP through PuLP.
     backend : str
         MILP backend of the ILP method, ``"cbc"`` or ``"highs"``.
     smt : str
@@ -135,8 +142,28 @@ def modulo_schedule(
         raise ValueError(f"method {method!r} is not one of {', '.join(METHODS)}")
     deadline = None if time_limit is None else time.monotonic() + time_limit
     low = max(critical_path(problem), max(op.cycles for op in problem.ops))
-    if method == "smt":
-        return _smt_schedule(problem, ii, low, smt, deadline)
+    if method == "ilp":
+        return _ilp_schedule(problem, ii, low, backend, deadline, tie_break)
+    # SMT first, for SMT_SLICE seconds; a loop it cannot decide in that time goes to the ILP, whose LP
+    # relaxation often refutes a length quickly where the SMT search does not (the 45-op synthetic loop:
+    # L <= 127 at II 126 undecided by Yices in 100 s, refuted by CBC in 8 s). Both are exact.
+    now = time.monotonic()
+    first = _smt_schedule(problem, ii, low, smt, now + SMT_SLICE if deadline is None
+                          else min(deadline, now + SMT_SLICE))
+    if first.status in (SolveStatus.OPTIMAL, SolveStatus.INFEASIBLE) or (
+            deadline is not None and time.monotonic() >= deadline):
+        return first
+    second = _ilp_schedule(problem, ii, low, backend, deadline, tie_break=False)
+    wall = first.wall_s + second.wall_s
+    if second.status in (SolveStatus.OPTIMAL, SolveStatus.INFEASIBLE) or not first.found or (
+            second.found and second.length <= first.length):
+        return dataclasses.replace(second, wall_s=wall)
+    return dataclasses.replace(first, wall_s=wall)
+
+
+def _ilp_schedule(problem: Problem, ii: int, low: int, backend: str, deadline: float | None,
+                  tie_break: bool) -> ModuloResult:
+    """Least-length modulo schedule by the time-indexed ILP: down from the heuristic schedule, or a scan."""
     probes = _Probes(problem, ii, backend, deadline)
     seed = iterative_modulo_schedule(problem, ii)
     if seed is not None:
@@ -153,9 +180,19 @@ def modulo_schedule(
 
 
 def _smt_schedule(problem: Problem, ii: int, low: int, backend: str, deadline: float | None) -> ModuloResult:
-    """Least-length modulo schedule by SMT: a short horizon first, the full stage horizon if needed."""
+    """Least-length modulo schedule by SMT: a short horizon first, the full stage horizon if needed.
+
+    The iterative modulo scheduler's schedule (Rau), when it finds one, is an upper bound: the first
+    probe asks for one unit less than it, so a heuristic schedule that is already minimal costs one
+    UNSAT proof instead of a bisection from the critical path (on the 45-op synthetic loop the
+    bisection's probes far below the optimum did not finish in 100 s; the one probe takes seconds).
+    """
     started = time.monotonic()
     full = ii * (stage_horizon(problem, ii) + 1) + max(op.cycles for op in problem.ops)
+    seed = iterative_modulo_schedule(problem, ii)
+    seeded = None if seed is None else (seed, max(seed[op.name] + op.cycles for op in problem.ops))
+    if seeded is not None and seeded[1] <= low:  # meets the lower bound: minimal, no solver needed
+        return ModuloResult(ii, SolveStatus.OPTIMAL, seeded[0], seeded[1], time.monotonic() - started, 0, 0)
     horizons = sorted({min(full, max(2 * low, low + 2 * ii)), full})
     size = (0, 0)
     for lmax in horizons:
@@ -169,15 +206,19 @@ def _smt_schedule(problem: Problem, ii: int, low: int, backend: str, deadline: f
             if not model.feasible:
                 model.add(model.m.FALSE())
             size = (len(problem.ops) + 1, model.count)
-            status = sess.check(deadline)
-            if status == CheckResult.UNSAT:
-                continue
-            if status != CheckResult.SAT:
-                return ModuloResult(ii, SolveStatus.TIMEOUT, {}, 0, time.monotonic() - started, *size)
-            best = _smt_best(model, sess)
+            if seeded is not None and seeded[1] <= lmax:
+                best, first = seeded, True  # a schedule of this horizon: no first check needed
+            else:
+                status = sess.check(deadline)
+                if status == CheckResult.UNSAT:
+                    continue
+                if status != CheckResult.SAT:
+                    return ModuloResult(ii, SolveStatus.TIMEOUT, {}, 0, time.monotonic() - started, *size)
+                best, first = _smt_best(model, sess), False
             lo, proven = low, True
             while lo < best[1]:
-                mid = (lo + best[1]) // 2
+                mid = best[1] - 1 if first else (lo + best[1]) // 2
+                first = False
                 sess.push()
                 sess.add(model.m.LE(model.length, model.int_(mid)))
                 status = sess.check(deadline)
