@@ -15,7 +15,21 @@ from typing import Any
 
 from twill.errors import TwillError
 
-__all__ = ["run_main", "write_report"]
+__all__ = ["read_json", "run_main", "write_report"]
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """The results file at ``path``; a missing or malformed file exits with one line naming it."""
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise SystemExit(f"error: cannot read the results file {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"error: {path} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
+                         f"{exc.msg})") from None
+    if not isinstance(data, dict):
+        raise SystemExit(f"error: {path} holds a {type(data).__name__}, not a results object")
+    return data
 
 
 def write_report(data: dict[str, Any] | None, json_path: Path, out: Path,
@@ -23,7 +37,7 @@ def write_report(data: dict[str, Any] | None, json_path: Path, out: Path,
     """Write ``data`` to ``json_path`` (unless ``None``: then re-render what ``json_path`` holds) and its
     rendering to ``out``."""
     if data is None:
-        data = json.loads(json_path.read_text())
+        data = read_json(json_path)
     else:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(data, indent=1, allow_nan=True) + "\n")

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import json
 import os
 import platform
 import sys
@@ -52,7 +51,7 @@ from twill.problem import Problem
 from twill.schedule import Schedule
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report_cli import run_main, write_report
+from report_cli import read_json, run_main, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNELS = "examples/flash_attention_fwd_subtiled.py"
@@ -445,6 +444,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", help="comma-separated knob:factor settings (e.g. handoff:0.5) to solve again; "
                                    "their rows replace those in --json, the rest is kept")
     args = ap.parse_args(argv)
+    machines = [m.strip() for m in args.machines.split(",") if m.strip()]
+    if not machines or set(machines) - set(CASES):
+        ap.error(f"--machines {args.machines!r}: choose from {', '.join(CASES)}")
+    if args.jobs < 1 or args.time_limit <= 0 or (args.window_limit is not None and args.window_limit <= 0):
+        ap.error("--jobs must be >= 1, --time-limit and --window-limit > 0")
+    known = {"baseline:1"} | {f"{k}:{f:g}" for k in KNOBS for f in FACTORS}
+    if args.only and set(args.only.split(",")) - known:
+        ap.error(f"--only {args.only!r}: settings are knob:factor, from {', '.join(sorted(known))}")
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
@@ -454,12 +461,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.render:
         started = time.monotonic()
         only = set(args.only.split(",")) if args.only else None
-        machines = [run_machine(m.strip(), log, args.jobs, only, args.time_limit,
-                                args.window_limit)
-                    for m in args.machines.split(",") if m.strip()]
+        machines = [run_machine(m, log, args.jobs, only, args.time_limit, args.window_limit)
+                    for m in machines]
         data = {"wall_s": round(time.monotonic() - started), "machines": machines}
         if only:
-            data = _merge(json.loads(path.read_text()), machines)
+            data = _merge(read_json(path), machines)
     write_report(data, path, Path(args.out), render, log)
     return 0
 

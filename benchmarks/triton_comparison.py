@@ -81,7 +81,7 @@ from twill.smt import CheckResult, SmtSession
 from twill.verify import violations
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report_cli import run_main, write_report
+from report_cli import read_json, run_main, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 FA = "examples/flash_attention_fwd.py::attn_fwd"
@@ -919,6 +919,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-limit", type=float, default=EVAL_LIMIT, help="seconds for the II scan of one "
                     "Triton decision (the report records the limit of each)")
     args = ap.parse_args(argv)
+    if args.update and not args.only:
+        ap.error("--update replaces the cases named by --only; to run every case, leave --update out")
+    if args.jobs < 1 or args.eval_limit <= 0:
+        ap.error("--jobs must be >= 1 and --eval-limit > 0")
+    if args.only and not any(args.only in f"{label} {m}" for label, m, _ in CASES):
+        ap.error(f"--only {args.only!r} matches no case; cases: " + ", ".join(f"'{label} {m}'"
+                                                                          for label, m, _ in CASES))
     log = _log_stderr
     EVAL_LIMIT = args.eval_limit  # read by evaluate(), in this process and in the pool's forked ones
 
@@ -945,7 +952,7 @@ def main(argv: list[str] | None = None) -> int:
             print(render(data))
             return 0
         if args.only:
-            old = json.loads(path.read_text())
+            old = read_json(path)
             fresh = {(c["label"], c["machine"]): c for c in data["cases"]}
             rerun = {"cases": [f"{label} {m}" for label, m in fresh], "platform": data["platform"],
                      "how": data["how"], "wall_s": data["wall_s"]}
