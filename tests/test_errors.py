@@ -680,3 +680,16 @@ def test_errors_pickle_with_their_fields(err: Exception) -> None:
     assert type(back) is type(err)
     assert str(back) == str(err)
     assert back.__dict__ == err.__dict__
+
+
+def test_a_prefetch_ring_that_cannot_fit_is_rejected_before_solving(monkeypatch) -> None:
+    """Two 16 KB streaming loads with 20 extra buffers each hold at least 20 x 32 KB + 16 KB = 656 KB at
+    every II, far above the 227 KB of SMEM: rejected with the sum, before any solver runs."""
+    g = twill.graph_from_kernel("examples/gemm.py::matmul", machine="b200")
+
+    def no_solver(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("a solver ran")
+
+    monkeypatch.setattr(twill.search, "modulo_schedule", no_solver)
+    with pytest.raises(twill.errors.ResourceError, match=r"prefetch=20 .* = 671744 bytes > capacity"):
+        twill.schedule(g, "b200", prefetch=20)

@@ -14,7 +14,7 @@ import pytest
 
 import twill
 from twill.cli import main
-from twill.errors import SimulationError, TwillError
+from twill.errors import SimulationError, TwillError, TwillWarning
 from twill.graph import Graph
 from twill.machine import load_machine
 from twill.paper import figure1_graph
@@ -272,6 +272,8 @@ def test_default_prefetch_depth_hides_a_latency_longer_than_ii():
     assert depth >= 2
     assert any(n.startswith(f"prefetch: {depth} ") for n in auto.certificate.notes)
     assert simulate(auto, 48, latencies=1000).cycles_per_iteration == pytest.approx(auto.ii_cycles, rel=0.02)
-    shallow = twill.schedule(g, "h100", prefetch=depth - 1)
+    with pytest.warns(TwillWarning, match="latency exposed"):
+        shallow = twill.schedule(g, "h100", prefetch=depth - 1)
+    assert any("latency exposed" in n for n in shallow.certificate.notes)
     assert shallow.ii == auto.ii
     assert simulate(shallow, 48, latencies=1000).cycles_per_iteration > 1.05 * shallow.ii_cycles

@@ -457,8 +457,27 @@ def check_resources(problem: Problem) -> None:
                 f"group overhead = {need} > limit {cap} (source {op.source or '?'})", resource="registers")
     if "smem" not in opts.relax:
         _check_memory(problem, "smem", res.smem, problem.fixed_smem, "bytes")
+        _check_rings(problem)
     if (res.tmem or any(op.tmem for op in problem.ops)) and "tmem" not in opts.relax:
         _check_memory(problem, "tmem", res.tmem, problem.fixed_tmem, "columns")
+
+
+def _check_rings(problem: Problem) -> None:
+    """The streaming loads' SMEM rings at any II: each buffer lives ``prefetch * II`` plus its op's
+    cycles, so it holds ``prefetch`` copies at every moment and one more at some (when the op takes a
+    unit or more); the peak is at least ``fixed + prefetch * sum(smem) + max(smem)``."""
+    depth = problem.options.prefetch
+    loads = [op for op in problem.ops if op.name in problem.streaming and op.smem]
+    if not loads or not depth:
+        return
+    extra = max((op.smem for op in loads if op.cycles >= 1), default=0)
+    total = problem.fixed_smem + depth * sum(op.smem for op in loads) + extra
+    if total > problem.resources.smem:
+        terms = " + ".join(f"{op.smem} ({op.name})" for op in loads)
+        raise ResourceError(
+            f"smem: prefetch={depth} needs at least {problem.fixed_smem} loop-invariant + {depth} x "
+            f"({terms}) + {extra} (one more copy of the largest while it lands) = {total} bytes > "
+            f"capacity {problem.resources.smem} bytes at every II; use a smaller prefetch", resource="smem")
 
 
 def _check_plan(res: Resources, plan: Sequence[int], check_sum: bool = True) -> None:

@@ -17,12 +17,13 @@ import dataclasses
 import logging
 import math
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from twill.bounds import Bounds, bounds
-from twill.errors import InfeasibleError, InterruptedSolveError, OptionsError, SolverError
+from twill.errors import InfeasibleError, InterruptedSolveError, OptionsError, SolverError, TwillWarning
 from twill.graph import Graph
 from twill.ilp import SolveStatus
 from twill.joint import JointResult, solve_joint
@@ -189,9 +190,17 @@ def schedule(
                   register_plan=tuple(register_plan) if register_plan else None, cross_group=cross_group,
                   max_stages=max_stages, stage_slack=stage_slack, max_ii=max_ii, relax=frozenset(relax))
     if prefetch is not None:
-        return _schedule(graph, mach, Options(**common, prefetch=prefetch), solver=solver, ilp=ilp,
-                         modulo=modulo, strategy=strategy, time_limit=time_limit,
-                         normalize_upper=normalize_upper, window_limit=window_limit, progress=progress)
+        sched = _schedule(graph, mach, Options(**common, prefetch=prefetch), solver=solver, ilp=ilp,
+                          modulo=modulo, strategy=strategy, time_limit=time_limit,
+                          normalize_upper=normalize_upper, window_limit=window_limit, progress=progress)
+        need = prefetch_needed(sched) if sched.problem.streaming else prefetch
+        if need > prefetch:
+            sched = _noted(sched, f"prefetch: the {prefetch} extra buffer(s) asked for leave part of the "
+                                  f"streaming loads' latency exposed at II {sched.ii} (it takes {need} to "
+                                  f"hide it); the II assumes it hidden, so the loop runs slower (twill "
+                                  f"simulate shows by how much)")
+            warnings.warn(sched.certificate.notes[-1], TwillWarning, stacklevel=2)
+        return sched
     depth, tried = 1, []
     while True:
         left = None if time_limit is None else time_limit - (time.monotonic() - started)
@@ -282,7 +291,9 @@ def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp
             f"time limit: every II below {reached} was refuted; II {reached} was not decided",)
         cert = _certificate(run, proven=False, extra=extra)
         why = (f"time limit reached before any schedule was found; the optimal II is at least {reached}"
-               if run.timed_out else f"no schedule for II in [{bound.mii}, {limit_ii}]")
+               if run.timed_out else (f"max_ii = {limit_ii} is below the MII {bound.mii} (ResMII "
+                                      f"{bound.res_mii}, RecMII {bound.rec_mii})" if limit_ii < bound.mii
+                                      else f"no schedule for II in [{bound.mii}, {limit_ii}]"))
         raise InfeasibleError(f"{graph.name}: {why}; " + _summary(cert), certificate=cert)
     sched = _finish(run, found, norm, raw_bounds, strategy)
     problems = violations(sched)
