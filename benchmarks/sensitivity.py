@@ -225,15 +225,18 @@ def solve_variant(v: dict[str, Any]) -> dict[str, Any]:
         s = twill.schedule(v["graph"], v["machine"], time_limit=v["limit"], window_limit=v["window"],
                            **v["kwargs"])
         row["result"] = describe(s)
-        row["status"] = "proven" if s.certificate.proven_optimal else "time limit (best found)"
+        skipped = [a for a in s.certificate.attempts if "window_limit" in a.reason]
+        row["status"] = ("proven" if s.certificate.proven_optimal else
+                         f"not proven: {len(skipped)} window(s) undecided within the window limit, skipped"
+                         if skipped else "time limit (best found)")
     except InfeasibleError as exc:
         row["result"] = None
         row["status"] = "time limit, none found" if "time limit" in str(exc) else "infeasible"
-        row["error"] = str(exc)[:400]
+        row["error"] = str(exc).replace(f"{ROOT}/", "")[:400]
     except TwillError as exc:  # rejected before solving, e.g. an op needs more registers than the limit
         row["result"] = None
         row["status"] = f"rejected ({type(exc).__name__})"
-        row["error"] = str(exc)[:400]
+        row["error"] = str(exc).replace(f"{ROOT}/", "")[:400]  # paths relative to the checkout
     row["wall_s"] = round(time.monotonic() - t0, 1)
     return row
 
