@@ -367,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
                  for label, machine_name, spec in CASES]
         data = {"wall_s": round(time.monotonic() - started), "platform": f"{platform.machine()}, Python "
                 f"{platform.python_version()}, twill {twill.__version__}", "cases": cases}
-    write_report(data, path, Path(args.out), render, log)
+    write_report(data, path, Path(args.out), render, log, ("cases",))
     return 0
 
 

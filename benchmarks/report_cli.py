@@ -18,8 +18,9 @@ from twill.errors import TwillError
 __all__ = ["read_json", "run_main", "write_report"]
 
 
-def read_json(path: Path) -> dict[str, Any]:
-    """The results file at ``path``; a missing or malformed file exits with one line naming it."""
+def read_json(path: Path, required: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The results file at ``path``; a missing or malformed file, or one without the ``required`` keys
+    (another script's results), exits with one line naming it."""
     try:
         data = json.loads(path.read_text())
     except OSError as exc:
@@ -29,19 +30,25 @@ def read_json(path: Path) -> dict[str, Any]:
                          f"{exc.msg})") from None
     if not isinstance(data, dict):
         raise SystemExit(f"error: {path} holds a {type(data).__name__}, not a results object")
+    missing = [key for key in required if key not in data]
+    if missing:
+        raise SystemExit(f"error: {path} has no {', '.join(repr(k) for k in missing)}: not this script's "
+                         "results file")
     return data
 
 
 def write_report(data: dict[str, Any] | None, json_path: Path, out: Path,
-                 render: Callable[[dict[str, Any]], str], log: Callable[[str], None]) -> None:
-    """Write ``data`` to ``json_path`` (unless ``None``: then re-render what ``json_path`` holds) and its
-    rendering to ``out``."""
+                 render: Callable[[dict[str, Any]], str], log: Callable[[str], None],
+                 required: tuple[str, ...] = ()) -> None:
+    """Write ``data`` to ``json_path`` (unless ``None``: then re-render what ``json_path`` holds, which
+    must have the ``required`` keys) and its rendering to ``out`` (folders created as needed)."""
     if data is None:
-        data = read_json(json_path)
+        data = read_json(json_path, required)
     else:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(data, indent=1, allow_nan=True) + "\n")
         log(f"wrote {json_path}")
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render(data))
     log(f"wrote {out}")
 

@@ -444,8 +444,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time-limit", type=float, default=TIME_LIMIT, help="seconds per solve")
     ap.add_argument("--window-limit", type=float, help="seconds per joint window (twill.schedule's "
                     "window_limit); an undecided window is skipped and the answer is not proven")
-    ap.add_argument("--only", help="comma-separated knob:factor settings (e.g. handoff:0.5) to solve again; "
-                                   "their rows replace those in --json, the rest is kept")
+    ap.add_argument("--only", help="comma-separated knob:factor settings to solve again (knobs: "
+                    f"{', '.join(KNOBS)}; factors: {', '.join(f'{f:g}' for f in FACTORS)}; or baseline:1); "
+                    "their rows replace those in --json and the report is rewritten")
     args = ap.parse_args(argv)
     machines = [m.strip() for m in args.machines.split(",") if m.strip()]
     if not machines or set(machines) - set(CASES):
@@ -468,8 +469,8 @@ def main(argv: list[str] | None = None) -> int:
                     for m in machines]
         data = {"wall_s": round(time.monotonic() - started), "machines": machines}
         if only:
-            data = _merge(read_json(path), machines)
-    write_report(data, path, Path(args.out), render, log)
+            data = _merge(read_json(path, ("machines",)), machines)
+    write_report(data, path, Path(args.out), render, log, ("machines",))
     return 0
 
 

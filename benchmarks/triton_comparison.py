@@ -966,14 +966,14 @@ def main(argv: list[str] | None = None) -> int:
             print(render(data))
             return 0
         if args.only:
-            old = read_json(path)
+            old = read_json(path, ("cases",))
             fresh = {(c["label"], c["machine"]): c for c in data["cases"]}
             rerun = {"cases": [f"{label} {m}" for label, m in fresh], "platform": data["platform"],
                      "how": data["how"], "wall_s": data["wall_s"]}
             kept = [fresh.pop((c["label"], c["machine"]), c) for c in old["cases"]]
             data = {**old, "cases": kept + list(fresh.values()), "reruns": [*old.get("reruns", []), rerun]}
         partial.unlink(missing_ok=True)
-    write_report(data, path, Path(args.out), render, log)
+    write_report(data, path, Path(args.out), render, log, ("cases",))
     return 0
 
 
