@@ -317,16 +317,17 @@ def _difference_ok(p: Problem, ii: int, dec: Decision, group: Mapping[str, int])
         arcs.append((e.src, e.dst, e.latency + cross - e.distance * ii))
     for u, v in _order_pairs(p, dec, group):
         arcs.append((u, v, (dec.stage[v] - dec.stage[u]) * ii))
-    dist = {n: 0 for n in ("0", *p.names)}
-    for _ in range(len(dist)):
-        changed = False
-        for u, v, w in arcs:
-            if dist[u] + w > dist[v]:
-                dist[v] = dist[u] + w
-                changed = True
-        if not changed:
-            return True
-    return False
+    # feasible iff no positive cycle, i.e. no negative cycle on the negated weights (as twill.bounds)
+    g = nx.DiGraph()
+    g.add_nodes_from(("0", *p.names))
+    for u, v, w in arcs:
+        if u == v:
+            if w > 0:
+                return False
+            continue
+        if not g.has_edge(u, v) or g[u][v]["weight"] > -w:
+            g.add_edge(u, v, weight=-w)
+    return not nx.negative_edge_cycle(g, weight="weight")
 
 
 def _fixed_at(p: Problem, ii: int, stages: int, dec: Decision, group: Mapping[str, int],

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from collections.abc import Callable
 from dataclasses import replace
+from functools import cache
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -44,3 +50,24 @@ def problem_on(graph: Graph, machine: Machine, caps: dict[str, int] | None = Non
 def make_problem():
     """The :func:`problem_on` helper, as a fixture."""
     return problem_on
+
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@cache
+def _bench_module(name: str) -> ModuleType:
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))  # the scripts import their neighbours (synthetic, report_cli)
+    spec = importlib.util.spec_from_file_location(f"_bench_{name}", BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def bench() -> Callable[[str], ModuleType]:
+    """``bench("solve_times")``: a script of ``benchmarks/`` loaded as a module (once per session)."""
+    return _bench_module

@@ -4,9 +4,7 @@ twill's model (benchmarks/triton_comparison.py), and the knobs of the sensitivit
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from functools import cache
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -18,29 +16,16 @@ from twill.machine import load_machine
 from twill.normalize import normalize_problem
 from twill.problem import Options, build_problem
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 GEMM = "examples/gemm.py::matmul"
 SUB = "examples/flash_attention_fwd_subtiled.py::attn_fwd_subtiled_sm90"
 
 
-@cache
-def _load(name: str) -> ModuleType:
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location(f"_report_{name}", BENCH / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("machine", ["h100", "b200"])
-def test_triton_gemm_decision_is_read_and_priced(machine: str) -> None:
+def test_triton_gemm_decision_is_read_and_priced(bench: Callable[[str], ModuleType], machine: str) -> None:
     """Triton 3.6 software-pipelines the GEMM with num_stages = 3: both TMA loads two stages ahead of
     the MMA, one cluster order. Priced in twill's model that schedule reaches twill's own II, which for
     this loop is the modulo bound (one MMA per iteration bounds it on both machines)."""
-    tc = _load("triton_comparison")
+    tc = bench("triton_comparison")
     case = tc.run_case("GEMM", machine, GEMM, log=lambda _msg: None)
     plain = case["triton"]["plain"]
     assert case["num_stages"] == 3
@@ -65,10 +50,10 @@ def test_triton_gemm_decision_is_read_and_priced(machine: str) -> None:
     assert "| `acc` | gemm |" in report
 
 
-def test_sensitivity_scales_only_the_tensor_core(tmp_path: Path) -> None:
+def test_sensitivity_scales_only_the_tensor_core(bench: Callable[[str], ModuleType], tmp_path: Path) -> None:
     """x1.5 on the GEMM:exp knob: every Tensor Core reservation grows by half (latency by the same
     cycles), MUFU and everything else stay; the 13 settings are the baseline and 3 knobs x 4 factors."""
-    sens = _load("sensitivity")
+    sens = bench("sensitivity")
     graph = twill.graph_from_kernel(SUB, machine="h100")
     scaled = sens.scale_gemms(graph, 1.5)
     for op in graph.ops:

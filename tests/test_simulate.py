@@ -277,3 +277,17 @@ def test_default_prefetch_depth_hides_a_latency_longer_than_ii():
     assert any("latency exposed" in n for n in shallow.certificate.notes)
     assert shallow.ii == auto.ii
     assert simulate(shallow, 48, latencies=1000).cycles_per_iteration > 1.05 * shallow.ii_cycles
+
+
+def test_default_prefetch_keeps_the_schedule_when_the_deeper_ring_cannot_fit():
+    """A 64 KB load with a 100,000-cycle latency would need about 250 buffers (far over 227 KB of SMEM):
+    the search keeps the depth-1 schedule and says in the certificate that the latency stays exposed,
+    instead of failing on the deeper ring."""
+    g = Graph("very_slow_stream")
+    g.add_op("L", "tma_load", busy={"tma": 8}, latency=100_000, issue_cycles=1, smem=65536,
+             variable_latency=True)
+    g.add_op("C", "alu", busy={"alu": 400})
+    g.add_edge("L", "C", blocking=True, carrier="smem")
+    sched = twill.schedule(g, "h100")
+    assert sched.problem.options.prefetch == 1
+    assert "no schedule" in sched.certificate.notes[-1] and "exposed" in sched.certificate.notes[-1]

@@ -7,11 +7,8 @@ a ``time_limit`` must stop a search that would otherwise run for minutes within 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import time
-from functools import cache
-from pathlib import Path
+from collections.abc import Callable
 from types import ModuleType
 
 import pytest
@@ -20,23 +17,9 @@ import twill
 from twill.errors import InfeasibleError
 from twill.machine import load_machine
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
-
-@cache
-def _load(name: str) -> ModuleType:
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location(f"_bench_{name}", BENCH / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_figure1_case_runs_and_reports() -> None:
-    bench = _load("solve_times")
+def test_figure1_case_runs_and_reports(bench: Callable[[str], ModuleType]) -> None:
+    bench = bench("solve_times")
     case = bench.CASES["figure1"]
     graph = bench.build_graph(case)
     rec = bench.solve_once(graph, case, time_limit=60.0)
@@ -55,8 +38,8 @@ def test_figure1_case_runs_and_reports() -> None:
     assert "| Figure 1 loop | h100 | 3 | 3 |" in text and "optimal: II 2, L 4" in text
 
 
-def test_every_case_is_listed_once() -> None:
-    bench = _load("solve_times")
+def test_every_case_is_listed_once(bench: Callable[[str], ModuleType]) -> None:
+    bench = bench("solve_times")
     names = list(bench.CASES)
     assert len(names) == len(set(names))
     assert {"figure1", "fa_fwd_sub_h100", "fa_fwd_sub_b200", "fa_bwd_b200_lr", "synthetic60"} <= set(names)
@@ -64,8 +47,8 @@ def test_every_case_is_listed_once() -> None:
 
 
 @pytest.mark.parametrize("n", [10, 30, 60])
-def test_synthetic_graphs_are_deterministic_and_valid(n: int) -> None:
-    synthetic = _load("synthetic")
+def test_synthetic_graphs_are_deterministic_and_valid(bench: Callable[[str], ModuleType], n: int) -> None:
+    synthetic = bench("synthetic")
     g, again = synthetic.synthetic_graph(n), synthetic.synthetic_graph(n)
     assert len(g.ops) == n
     assert g.to_dict() == again.to_dict()
@@ -76,10 +59,10 @@ def test_synthetic_graphs_are_deterministic_and_valid(n: int) -> None:
     assert synthetic.synthetic_graph(n, seed=n + 1).to_dict() != g.to_dict()
 
 
-def test_time_limit_stops_a_long_search_in_time() -> None:
+def test_time_limit_stops_a_long_search_in_time(bench: Callable[[str], ModuleType]) -> None:
     # The 45-op synthetic loop needs minutes; with a 3 s limit the call must return within 1.1 x 3 s and
     # say how far it got (no schedule: InfeasibleError with the least II it could not refute).
-    g = _load("synthetic").synthetic_graph(45)
+    g = bench("synthetic").synthetic_graph(45)
     limit = 3.0
     start = time.monotonic()
     try:

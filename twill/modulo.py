@@ -142,18 +142,19 @@ def modulo_schedule(
         raise ValueError(f"method {method!r} is not one of {', '.join(METHODS)}")
     deadline = None if time_limit is None else time.monotonic() + time_limit
     low = max(critical_path(problem), max(op.cycles for op in problem.ops))
+    seed = iterative_modulo_schedule(problem, ii)  # a heuristic upper bound for either method
     if method == "ilp":
-        return _ilp_schedule(problem, ii, low, backend, deadline, tie_break)
+        return _ilp_schedule(problem, ii, low, seed, backend, deadline, tie_break)
     # SMT first, for SMT_SLICE seconds; a loop it cannot decide in that time goes to the ILP, whose LP
     # relaxation often refutes a length quickly where the SMT search does not (the 45-op synthetic loop:
     # L <= 127 at II 126 undecided by Yices in 100 s, refuted by CBC in 8 s). Both are exact.
     now = time.monotonic()
-    first = _smt_schedule(problem, ii, low, smt, now + SMT_SLICE if deadline is None
+    first = _smt_schedule(problem, ii, low, seed, smt, now + SMT_SLICE if deadline is None
                           else min(deadline, now + SMT_SLICE))
     if first.status in (SolveStatus.OPTIMAL, SolveStatus.INFEASIBLE) or (
             deadline is not None and time.monotonic() >= deadline):
         return first
-    second = _ilp_schedule(problem, ii, low, backend, deadline, tie_break=False)
+    second = _ilp_schedule(problem, ii, low, seed, backend, deadline, tie_break=False)
     wall = first.wall_s + second.wall_s
     if second.status in (SolveStatus.OPTIMAL, SolveStatus.INFEASIBLE) or not first.found or (
             second.found and second.length <= first.length):
@@ -161,11 +162,11 @@ def modulo_schedule(
     return dataclasses.replace(first, wall_s=wall)
 
 
-def _ilp_schedule(problem: Problem, ii: int, low: int, backend: str, deadline: float | None,
-                  tie_break: bool) -> ModuloResult:
-    """Least-length modulo schedule by the time-indexed ILP: down from the heuristic schedule, or a scan."""
+def _ilp_schedule(problem: Problem, ii: int, low: int, seed: dict[str, int] | None, backend: str,
+                  deadline: float | None, tie_break: bool) -> ModuloResult:
+    """Least-length modulo schedule by the time-indexed ILP: down from the heuristic schedule ``seed``,
+    or a scan of lengths when there is none."""
     probes = _Probes(problem, ii, backend, deadline)
-    seed = iterative_modulo_schedule(problem, ii)
     if seed is not None:
         found = probes.descend(seed, low)
         if found is None:
@@ -179,17 +180,17 @@ def _ilp_schedule(problem: Problem, ii: int, low: int, backend: str, deadline: f
     return probes.result(SolveStatus.OPTIMAL, found)
 
 
-def _smt_schedule(problem: Problem, ii: int, low: int, backend: str, deadline: float | None) -> ModuloResult:
+def _smt_schedule(problem: Problem, ii: int, low: int, seed: dict[str, int] | None, backend: str,
+                  deadline: float | None) -> ModuloResult:
     """Least-length modulo schedule by SMT: a short horizon first, the full stage horizon if needed.
 
-    The iterative modulo scheduler's schedule (Rau), when it finds one, is an upper bound: the first
+    The iterative modulo scheduler's schedule ``seed`` (Rau), when it found one, is an upper bound: the first
     probe asks for one unit less than it, so a heuristic schedule that is already minimal costs one
     UNSAT proof instead of a bisection from the critical path (on the 45-op synthetic loop the
     bisection's probes far below the optimum did not finish in 100 s; the one probe takes seconds).
     """
     started = time.monotonic()
     full = ii * (stage_horizon(problem, ii) + 1) + max(op.cycles for op in problem.ops)
-    seed = iterative_modulo_schedule(problem, ii)
     seeded = None if seed is None else (seed, max(seed[op.name] + op.cycles for op in problem.ops))
     if seeded is not None and seeded[1] <= low:  # meets the lower bound: minimal, no solver needed
         return ModuloResult(ii, SolveStatus.OPTIMAL, seeded[0], seeded[1], time.monotonic() - started, 0, 0)

@@ -463,9 +463,18 @@ def check_resources(problem: Problem) -> None:
 
 
 def _check_rings(problem: Problem) -> None:
-    """The streaming loads' SMEM rings at any II: each buffer lives ``prefetch * II`` plus its op's
-    cycles, so it holds ``prefetch`` copies at every moment and one more at some (when the op takes a
-    unit or more); the peak is at least ``fixed + prefetch * sum(smem) + max(smem)``."""
+    """Reject a ``prefetch`` whose streaming-load rings cannot fit SMEM at any II.
+
+    Each buffer (``op.smem`` bytes) lives ``prefetch * II`` plus its op's cycles
+    (:func:`twill.liveness.memory_intervals`), so it holds ``prefetch`` copies at every moment and one
+    more at some (when the op takes a unit or more); the peak is at least
+    ``fixed_smem + prefetch * sum(smem) + max(smem)`` bytes.
+
+    Raises
+    ------
+    ResourceError
+        That sum exceeds ``resources.smem`` (bytes per CTA), with the terms in the message.
+    """
     depth = problem.options.prefetch
     loads = [op for op in problem.ops if op.name in problem.streaming and op.smem]
     if not loads or not depth:

@@ -23,7 +23,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twill.bounds import Bounds, bounds
-from twill.errors import InfeasibleError, InterruptedSolveError, OptionsError, SolverError, TwillWarning
+from twill.errors import (
+    InfeasibleError,
+    InterruptedSolveError,
+    OptionsError,
+    ResourceError,
+    SolverError,
+    TwillWarning,
+)
 from twill.graph import Graph
 from twill.ilp import SolveStatus
 from twill.joint import JointResult, solve_joint
@@ -189,45 +196,44 @@ def schedule(
     common = dict(max_groups=max_groups, register_limit=register_limit,
                   register_plan=tuple(register_plan) if register_plan else None, cross_group=cross_group,
                   max_stages=max_stages, stage_slack=stage_slack, max_ii=max_ii, relax=frozenset(relax))
+
+    def solve(depth: int, limit: float | None) -> Schedule:
+        return _schedule(graph, mach, Options(**common, prefetch=depth), solver=solver, ilp=ilp,
+                         modulo=modulo, strategy=strategy, time_limit=limit,
+                         normalize_upper=normalize_upper, window_limit=window_limit, progress=progress)
+
     if prefetch is not None:
-        sched = _schedule(graph, mach, Options(**common, prefetch=prefetch), solver=solver, ilp=ilp,
-                          modulo=modulo, strategy=strategy, time_limit=time_limit,
-                          normalize_upper=normalize_upper, window_limit=window_limit, progress=progress)
-        need = prefetch_needed(sched) if sched.problem.streaming else prefetch
-        if need > prefetch:
+        sched = solve(prefetch, time_limit)
+        need = prefetch_needed(sched)
+        if sched.problem.streaming and need > prefetch:
             sched = _noted(sched, f"prefetch: the {prefetch} extra buffer(s) asked for leave part of the "
                                   f"streaming loads' latency exposed at II {sched.ii} (it takes {need} to "
                                   f"hide it); the II assumes it hidden, so the loop runs slower (twill "
                                   f"simulate shows by how much)")
             warnings.warn(sched.certificate.notes[-1], TwillWarning, stacklevel=2)
         return sched
-    depth, tried = 1, []
-    while True:
-        left = None if time_limit is None else time_limit - (time.monotonic() - started)
-        if left is not None and left <= 0 and tried:
-            return _noted(tried[-1][1], f"prefetch: depth {tried[-1][0]} does not hide the streaming loads' "
-                          f"latency (they need {depth}); the time limit stopped the solve at depth {depth}")
-        try:
-            sched = _schedule(graph, mach, Options(**common, prefetch=depth), solver=solver, ilp=ilp,
-                              modulo=modulo, strategy=strategy, time_limit=left,
-                              normalize_upper=normalize_upper, window_limit=window_limit, progress=progress)
-        except InfeasibleError as exc:
-            if not tried:
-                raise
-            return _noted(tried[-1][1], f"prefetch: depth {tried[-1][0]} does not hide the streaming loads' "
-                          f"latency, and with the {depth} buffers that would there is no schedule ({exc}); "
-                          f"this schedule leaves part of the load latency exposed")
-        tried.append((depth, sched))
+    sched, depth = solve(1, time_limit), 1
+    shallow: list[str] = []  # the depths solved and found too shallow, for the certificate
+    while sched.problem.streaming:
         need = prefetch_needed(sched)
         if need <= depth:
-            if not sched.problem.streaming:
-                return sched
-            shallow = ", ".join(f"depth {d} at II {t.ii} was too shallow" for d, t in tried[:-1])
-            before = f" (solved again: {shallow})" if shallow else ""
+            before = f" (solved again: {', '.join(shallow)})" if shallow else ""
             return _noted(sched, f"prefetch: {depth} extra buffer(s) per streaming load, the least that "
                                  f"hides their latency at this II{before}; the answer is optimal for "
                                  f"this depth")
-        depth = need
+        left = None if time_limit is None else time_limit - (time.monotonic() - started)
+        if left is not None and left <= 0:
+            return _noted(sched, f"prefetch: depth {depth} does not hide the streaming loads' latency "
+                                 f"(they need {need}); the time limit stopped the solve at depth {need}")
+        try:
+            deeper = solve(need, left)
+        except (InfeasibleError, ResourceError) as exc:  # the deeper rings do not fit, or time ran out
+            return _noted(sched, f"prefetch: depth {depth} does not hide the streaming loads' latency, and "
+                                 f"with the {need} buffers that would there is no schedule ({exc}); this "
+                                 f"schedule leaves part of the load latency exposed")
+        shallow.append(f"depth {depth} at II {sched.ii} was too shallow")
+        sched, depth = deeper, need
+    return sched
 
 
 def prefetch_needed(sched: Schedule) -> int:
