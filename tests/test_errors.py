@@ -693,3 +693,16 @@ def test_a_prefetch_ring_that_cannot_fit_is_rejected_before_solving(monkeypatch)
     monkeypatch.setattr(twill.search, "modulo_schedule", no_solver)
     with pytest.raises(twill.errors.ResourceError, match=r"prefetch=20 .* = 671744 bytes > capacity"):
         twill.schedule(g, "b200", prefetch=20)
+
+
+def test_cli_reports_each_range_query_once(cli: Callable[[list[str]], tuple[int, str]]) -> None:
+    """The plain FA forward's optimum lies above its MII: the CLI prints one line per range query that
+    refuted IIs (``II = a..b: joint unsat (one range query ...)``), not one line per II."""
+    entry = f"{ROOT / 'examples' / 'flash_attention_fwd.py'}::attn_fwd"
+    code, err = cli(["schedule", entry, "--machine", "h100"])
+    assert code == 0
+    found = re.findall(r"II = (\d+)\.\.(\d+): joint unsat \(one range query", err)
+    spans = [(int(lo), int(hi)) for lo, hi in found]
+    assert spans and all(lo <= hi for lo, hi in spans)
+    singles = {int(m) for m in re.findall(r"II = (\d+): joint unsat", err)}
+    assert not any(lo <= ii <= hi for ii in singles for lo, hi in spans)

@@ -22,6 +22,8 @@ Properties:
 * for loops where the joint problem *is* the modulo problem (one warp group, no variable latency, no
   register or memory footprint, no blocking edge), :func:`twill.schedule` finds the oracle's II and L;
 * the order in which ops and edges are added does not change II or L;
+* range queries (the default search) and deciding every II on its own agree on II, length, groups and
+  the IIs refuted, and one range query answers what the joint solver says of each II of the range;
 * the same input twice gives the same JSON, byte for byte (:meth:`Schedule.to_json` with
   ``timings=False``), also in a process with another ``PYTHONHASHSEED``.
 
@@ -47,17 +49,20 @@ from hypothesis import strategies as st
 import twill
 from twill.bounds import bounds
 from twill.graph import Graph, Reservation
+from twill.joint import solve_joint, solve_range
 from twill.machine import Constant, Machine, load_machine
 from twill.modulo import modulo_schedule
-from twill.problem import Options, build_problem
+from twill.problem import Options, build_problem, check_resources
 from twill.schedule import Schedule
+from twill.smt import CheckResult
 
 UNITS = ("tc", "mufu", "alu", "tma", "lsu", "smem")
 MBARRIER = 2
 NAMED_BARRIER = 1
 NEG = -(10**9)
 
-EXAMPLES = {"verify": 20, "oracle_modulo": 40, "oracle_schedule": 20, "shuffle": 8, "json": 5}
+EXAMPLES = {"verify": 20, "oracle_modulo": 40, "oracle_schedule": 20, "shuffle": 8, "json": 5, "ranges": 20,
+            "range_query": 30}
 """Examples per property, run in CI (``derandomize=True``)."""
 
 
@@ -474,3 +479,42 @@ def test_same_json_in_a_process_with_another_hash_seed(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     there = Schedule.from_json(out.read_text()).to_json(timings=False)
     assert there == twill.schedule(fa_like_graph(), "h100").to_json(timings=False)
+
+
+@_settings("ranges")
+@given(spec=loops())
+def test_range_queries_change_nothing(spec: LoopSpec) -> None:
+    """Jumping over IIs with range queries (the default) gives the II, length and groups that deciding
+    every II on its own gives (Algorithm 1), and refutes the same IIs below the answer."""
+    g = spec.graph()
+    jumped, plain = _solve(g), _solve(g, ranges=False)
+    if plain is None:
+        assert jumped is None
+        return
+    assert jumped is not None
+    shape = (plain.ii, plain.length, len(plain.warp_groups))
+    assert (jumped.ii, jumped.length, len(jumped.warp_groups)) == shape
+    assert set(jumped.certificate.ruled_out()) == set(plain.certificate.ruled_out())
+
+
+@_settings("range_query")
+@given(spec=loops(), width=st.integers(2, 6), stages=st.integers(1, 3))
+def test_a_range_query_agrees_with_each_ii_on_its_own(spec: LoopSpec, width: int, stages: int) -> None:
+    """One range query over ``[MII, MII + width)`` answers what the joint solver says of each II and
+    window on its own: UNSAT iff no II of the range has a schedule with ``L <= stages * II``, else the
+    least such II, with every II below it refuted."""
+    problem = build_problem(spec.graph(), fuzz_machine(), Options())
+    try:
+        check_resources(problem)
+    except twill.ResourceError:
+        assume(False)
+    b = bounds(problem)
+    lo, hi = b.mii, b.mii + width - 1
+    res = solve_range(problem, lo, hi, stages, min_length=b.critical_path)
+    feasible = [ii for ii in range(lo, hi + 1) if any(
+        solve_joint(problem, ii, n, min_length=b.critical_path, optimize=False).status == CheckResult.SAT
+        for n in range(1, stages + 1))]
+    if not feasible:
+        assert (res.status, res.refuted) == (CheckResult.UNSAT, hi)
+    else:
+        assert (res.status, res.ii, res.refuted) == (CheckResult.SAT, feasible[0], feasible[0] - 1)

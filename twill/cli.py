@@ -124,10 +124,14 @@ def _progress(status: Any) -> Any:
             state["ii"] = event["ii"]
         elif kind == "phase":
             window = f", {event['stages']} stage(s)" if event.get("stages") else ""
-            status.update(f"II = {event['ii']}{window}: {event['phase']}  [{event['elapsed']:.1f}s]  "
+            where = f"II = {event['ii']}" if "ii" in event else f"II = {event['lo']}..{event['hi']}"
+            status.update(f"{where}{window}: {event['phase']}  [{event['elapsed']:.1f}s]  "
                           f"{state.get('bounds', '')}")
         elif kind == "attempt" and event["status"] != "sat":
             _err.print(f"  II = {event['ii']}: {event['phase']} {event['status']} [{event['elapsed']:.1f}s]")
+        elif kind == "range" and event["refuted"] >= event["lo"]:
+            _err.print(f"  II = {event['lo']}..{event['refuted']}: joint unsat (one range query, up to "
+                       f"{event['stages']} stages) [{event['elapsed']:.1f}s]")
 
     return update
 
@@ -149,7 +153,7 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
                 register_limit=args.register_limit, cross_group=not args.no_cross_group,
                 max_stages=args.max_stages, stage_slack=args.stage_slack, prefetch=args.prefetch,
                 normalize_upper=args.normalize_upper, window_limit=args.window_limit,
-                progress=_progress(status))
+                ranges=not args.no_ranges, progress=_progress(status))
     except InterruptedSolveError as exc:
         if exc.schedule is not None:  # the best schedule found before Ctrl-C, marked not proven
             console.print(render(exc.schedule))
@@ -257,6 +261,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--window-limit", type=float, default=None, metavar="SECONDS",
                    help="seconds per joint (II, stages) window; an undecided window is skipped and the "
                         "answer is marked not proven")
+    p.add_argument("--no-ranges", action="store_true",
+                   help="decide every II on its own instead of refuting runs of IIs with range queries "
+                        "(same answer and proof; slower when the optimum lies far above the MII)")
     p.set_defaults(func=_cmd_schedule)
     p = sub.add_parser("show", help="print a saved schedule")
     p.add_argument("file")

@@ -95,11 +95,21 @@ class Encoder(ModularModel):
         Receives the assertions.
     min_length : int
         A proven lower bound on ``L`` (the modulo ILP's least length).
+    ii_hi : int, optional
+        A range model (:class:`~twill.modular.ModularModel`): the II is an unknown in ``[ii, ii_hi]`` and
+        the window is every ``L <= stages * II`` (all stage counts up to ``stages``), so an UNSAT answer
+        refutes every II of the range for every window up to ``stages``. The one conjunct that is not
+        linear in II, ``area <= budget * II`` per group, is left out (the lazy checks hold the budget).
+    upto : bool
+        Every window up to ``stages`` (``min_length <= L <= stages * II``) instead of the one window
+        ``(stages - 1) II < L``; always so for a range model.
     """
 
-    def __init__(self, problem: Problem, ii: int, stages: int, session: SmtSession, min_length: int) -> None:
-        super().__init__(problem, ii, stages * ii, session)
+    def __init__(self, problem: Problem, ii: int, stages: int, session: SmtSession, min_length: int,
+                 ii_hi: int | None = None, upto: bool = False) -> None:
+        super().__init__(problem, ii, stages * (ii if ii_hi is None else max(ii, ii_hi)), session, ii_hi)
         self.n = stages
+        self.upto = upto or self.ranged
         self.min_length = min_length
         self.pool = pool_size(problem)
         self.vl = problem.has_vl
@@ -150,19 +160,25 @@ class Encoder(ModularModel):
 
     # ------------------------------------------------------------------------ families
     def timing(self) -> None:
-        """Completion: ``start + cycles <= L``; the window ``(n-1) II < L <= n II``; ``L >= min_length``."""
-        self.completion(max(self.min_length, (self.n - 1) * self.ii + 1))
+        """Completion: ``start + cycles <= L``; the window ``(n-1) II < L <= n II``; ``L >= min_length``
+        (a range model: ``min_length <= L <= n II``)."""
+        if not self.upto:
+            self.completion(max(self.min_length, (self.n - 1) * self.ii + 1))
+            return
+        self.completion(self.min_length)
+        if self.ranged:
+            self.add(self.m.LE(self.length, self.ii_times(self.n)))
 
     def dependence(self) -> None:
         """``start[v] + δ II >= start[u] + d``, plus the hand-off cost when the groups differ."""
         super().dependence()
-        m, ii = self.m, self.ii
+        m = self.m
         for e in self.p.edges:
             if e.src == e.dst:
                 continue
             if e.cross and "handoff" not in self.p.options.relax:
                 self.add(m.Implies(m.Not(self.same(e.src, e.dst)),
-                                   self.before(e.src, e.latency + e.cross, e.dst, e.distance * ii)))
+                                   self.before(e.src, e.latency + e.cross, e.dst, 0, kv=e.distance)))
             if e.carrier == "register" and not self.p.options.cross_group:
                 self.add(self.same(e.src, e.dst))
 
@@ -181,10 +197,12 @@ class Encoder(ModularModel):
                 if o.name == v.name or o.issue_cycles == 0 or o.variable_latency != v.variable_latency:
                     continue
                 guard = m.And(must_wait, self.same(v.name, o.name))
-                if o.issue_cycles >= self.ii:
+                if o.issue_cycles >= self.ii_hi:  # its group issues at every moment
                     self.add(m.Not(guard))
                     continue
                 clear = self.no_overlap(v.name, 0, 1, o.name, 0, o.issue_cycles)
+                if o.issue_cycles >= self.ii:  # a range model whose range straddles the issue time
+                    clear.append(m.GT(self.II, self.int_(o.issue_cycles)))
                 self.add(m.Implies(guard, m.And(clear)))
 
     def groups(self) -> None:
@@ -263,7 +281,8 @@ class Encoder(ModularModel):
             self.add(m.LE(m.Plus(warps) if len(warps) > 1 else warps[0], self.int_(res.max_warps)))
 
     # ------------------------------------------------------------------------ liveness (lazy)
-    def refine(self, start: Mapping[str, int], group: Mapping[str, int], budgets: Mapping[int, int]) -> int:
+    def refine(self, start: Mapping[str, int], group: Mapping[str, int], budgets: Mapping[int, int],
+               ii: int | None = None) -> int:
         """Assert the liveness checks that the model (``start``, ``group``, ``budgets``) violates.
 
         Occupancy is computed exactly with :mod:`twill.liveness`; for each overfull resource (per group for
@@ -271,12 +290,15 @@ class Encoder(ModularModel):
         round keeps the formula small). Each check is implied by the full formulation, so adding it never
         removes a valid schedule, and the checks only grow toward the full model.
 
+        ``ii`` is the model's II (a range model's unknown); by default the fixed one.
+
         Returns
         -------
         int
             Checks added (0 means the model satisfies every liveness constraint).
         """
-        p, ii, res = self.p, self.ii, self.p.resources
+        p, res = self.p, self.p.resources
+        ii = self.ii if ii is None else ii
         excess: dict[str, list[int]] = {}  # occupancy above capacity per residue
         if "regs" in self.lazy:
             ivs = register_intervals(p, ii, start, group)
@@ -299,7 +321,7 @@ class Encoder(ModularModel):
                 key = f"regs/{group[it.holder]}" if lazy.per_group else resource
                 if key not in excess:
                     continue
-                over = excess[key][(start[it.op] + it.offset) % ii]
+                over = excess[key][(start[it.op] + it.offset + it.offset_k * ii) % ii]
                 if over > 0:
                     found.setdefault(key, []).append((over, resource, idx))
         added = 0
@@ -325,8 +347,8 @@ class Encoder(ModularModel):
         top = self.hi[name] + op.cycles
         self.add(m.GE(end, self.at(name, op.cycles)))
         for e in edges:
-            reach = m.GE(end, self.at(e.dst, e.distance * self.ii + hold(e)))
-            top = max(top, self.hi[e.dst] + e.distance * self.ii + hold(e))
+            reach = m.GE(end, self.at(e.dst, hold(e), e.distance))
+            top = max(top, self.hi[e.dst] + e.distance * self.ii_hi + hold(e))
             self.add(m.Implies(self.same(name, e.dst), reach) if same_group_only and e.dst != name else reach)
         self.add(m.LE(end, self.int_(top)))
         return end, top
@@ -360,22 +382,30 @@ class Encoder(ModularModel):
         self.lazy["regs"] = _Lazy(items, cap, res.group_overhead, True)
         self._accumulator_cuts(limit)
 
+    def _accumulators(self) -> list[str]:
+        """Ops whose register value is carried to themselves (live at every moment)."""
+        res = self.p.resources
+        return sorted(op.name for op in self.p.ops if res.tracked(op.regs) and any(
+            e.dst == op.name and e.distance >= 1 and e.carrier == "register"
+            for e in self.p.out_edges(op.name)))
+
+    def _held(self, w: int, accs: list[str]) -> Any:
+        """Registers per thread group ``w`` holds at every moment: its overhead and its accumulators."""
+        m = self.m
+        held = [m.Ite(self.opw[a][w], self.int_(self.p.op(a).regs), self.int_(0))
+                for a in accs if w in self.opw[a]]
+        return m.Plus([self.int_(self.p.resources.group_overhead), *held])
+
     def _accumulator_cuts(self, limit: int) -> None:
         """Eager implied constraints: a value carried to itself (an accumulator) is live at every moment,
         so its group's budget holds the overhead, all its accumulators and any one other value it starts.
         They repeat what the lazy checks would find, early and cheaply."""
         m, res = self.m, self.p.resources
-        accs = {op.name for op in self.p.ops if res.tracked(op.regs) and any(
-            e.dst == op.name and e.distance >= 1 and e.carrier == "register"
-            for e in self.p.out_edges(op.name))}
-        if not accs:
-            return
+        accs = self._accumulators()
         for w in range(self.pool):
-            held = [m.Ite(self.opw[a][w], self.int_(self.p.op(a).regs), self.int_(0))
-                    for a in sorted(accs) if w in self.opw[a]]
-            if not held:
+            if not any(w in self.opw[a] for a in accs):
                 continue
-            base = m.Plus([self.int_(res.group_overhead), *held])
+            base = self._held(w, accs)
             self.add(m.Implies(self.used[w], m.And(m.LE(base, self.budget[w]), m.LE(base, self.int_(limit)))))
             for op in self.p.ops:
                 if op.name in accs or w not in self.opw[op.name] or not res.tracked(op.regs):
@@ -388,13 +418,13 @@ class Encoder(ModularModel):
         """The lifetime of ``item`` as a term."""
         if item.end is None:
             return self.int_(item.length)
-        return self.m.Minus(item.end, self.at(item.op, item.offset))
+        return self.m.Minus(item.end, self.at(item.op, item.offset, item.offset_k))
 
     def area_cuts(self) -> None:
         """Eager implied constraints: the occupancy of a resource peaks at least at its mean over the II,
         so ``base * II + Σ weight * lifetime <= cap * II`` (per group for registers). A cheap global view
         the point checks lack; it refutes register- or memory-bound windows early."""
-        m, ii = self.m, self.ii
+        m = self.m
         for resource, lazy in self.lazy.items():
             if resource.startswith("unit/"):
                 continue
@@ -403,8 +433,8 @@ class Encoder(ModularModel):
                 area = self.times(it.weight, self._length(it))
                 terms.append(area if it.cond is None else m.Ite(it.cond, area, self.int_(0)))
             if not lazy.per_group:
-                total = m.Plus([self.int_(lazy.base * ii), *terms])
-                self.add(m.LE(total, self.int_(lazy.cap * ii)))
+                total = m.Plus([self.ii_times(lazy.base), *terms])
+                self.add(m.LE(total, self.ii_times(lazy.cap)))
                 continue
             limit = min(self.p.resources.max_regs, self.p.resources.setmaxnreg_max)
             for w in range(self.pool):
@@ -412,9 +442,11 @@ class Encoder(ModularModel):
                         for it, t in zip(lazy.items, terms, strict=True) if w in self.opw[it.holder]]
                 if not mine:
                     continue
-                total = m.Plus([self.int_(lazy.base * ii), *mine])
-                self.add(m.Implies(self.used[w], m.And(m.LE(total, self.times(ii, self.budget[w])),
-                                                       m.LE(total, self.int_(limit * ii)))))
+                total = m.Plus([self.ii_times(lazy.base), *mine])
+                within = [m.LE(total, self.ii_times(limit))]
+                if not self.ranged:  # budget * II is not linear when II is an unknown
+                    within.append(m.LE(total, self.times(self.ii, self.budget[w])))
+                self.add(m.Implies(self.used[w], m.And(within[::-1])))
 
     def symmetry_of_subtiles(self) -> None:
         """If swapping two parts of the graph (sub-tiles) maps it onto itself, order the two copies:
@@ -430,27 +462,26 @@ class Encoder(ModularModel):
         """SMEM and TMEM: live values, streaming-load buffers, staging buffers of register hand-offs."""
         m, p = self.m, self.p
         smem, tmem = [], []
-        pre_len = p.options.prefetch * self.ii
         for op in p.ops:
             for kind, need, out in (("smem", op.smem, smem), ("tmem", op.tmem, tmem)):
                 if not need or kind in p.options.relax:
                     continue
                 uses = [e for e in p.out_edges(op.name) if e.carrier == kind]
                 end, top = self._end(op.name, kind, uses, lambda e: p.op(e.dst).cycles, False)
-                pre = pre_len if kind == "smem" and op.name in p.streaming else 0
+                ahead = p.options.prefetch if kind == "smem" and op.name in p.streaming else 0
                 step = p.resources.tmem_alloc_step
                 if kind == "tmem" and step:
                     need = -(-need // step) * step
-                out.append(Item(op.name, -pre, need, end=end, end_hi=top))
+                out.append(Item(op.name, 0, need, end=end, end_hi=top, offset_k=-ahead))
         for e in p.edges:
             src = p.op(e.src)
             if e.carrier != "register" or e.src == e.dst or not src.result_bytes or "smem" in p.options.relax:
                 continue
             end = m.Symbol(f"staged[{e.index}]", INT)
             begin = src.cycles
-            top = self.hi[e.dst] + e.distance * self.ii + 1
+            top = self.hi[e.dst] + e.distance * self.ii_hi + 1
             self.add(m.GE(end, self.at(e.src, begin + 1)))
-            self.add(m.GE(end, self.at(e.dst, e.distance * self.ii + 1)))
+            self.add(m.GE(end, self.at(e.dst, 1, e.distance)))
             self.add(m.LE(end, self.int_(max(top, self.hi[e.src] + begin + 1))))
             smem.append(Item(e.src, begin, src.result_bytes, end=end,
                              end_hi=max(top, self.hi[e.src] + begin + 1),

@@ -18,7 +18,7 @@ from twill.encoding import Encoder
 from twill.problem import Problem
 from twill.smt import CheckResult, SmtSession
 
-__all__ = ["GOALS", "JointResult", "solve_joint"]
+__all__ = ["GOALS", "JointResult", "RangeResult", "solve_joint", "solve_range"]
 
 GOALS = ("length", "groups", "handoffs", "registers")
 """Secondary objectives at a fixed II, minimized in this order: the length ``L`` (shortest prologue and
@@ -135,6 +135,90 @@ def solve_joint(
                            build_s, enc.count, interrupted)
 
 
+@dataclass(frozen=True)
+class RangeResult:
+    """Outcome of one range query (:func:`solve_range`).
+
+    Attributes
+    ----------
+    lo, hi, stages : int
+        The II range ``[lo, hi]`` and the largest stage count (every ``L <= stages * II``).
+    status : CheckResult
+        ``UNSAT``: no joint schedule for any II of the range with ``L <= stages * II``; ``SAT``: ``ii``
+        is the least II of the range with one; ``TIMEOUT`` / ``INTERRUPTED``: undecided beyond
+        ``refuted``.
+    ii : int
+        With ``SAT``, the least II of the range that has a schedule (every II below it was refuted).
+    refuted : int
+        Every II of ``[lo, refuted]`` was refuted (``lo - 1``: none; ``hi`` when UNSAT).
+    checks : int
+        Solver calls.
+    wall_s, build_s : float
+        Seconds in total and in stating the formula.
+    """
+
+    lo: int
+    hi: int
+    stages: int
+    status: CheckResult
+    ii: int = 0
+    refuted: int = 0
+    checks: int = 0
+    wall_s: float = 0.0
+    build_s: float = 0.0
+
+
+def solve_range(problem: Problem, lo: int, hi: int, stages: int, *, min_length: int = 1,
+                backend: str = "yices", deadline: float | None = None) -> RangeResult:
+    """The least II in ``[lo, hi]`` that has a joint schedule with ``L <= stages * II``, if any.
+
+    The II is an unknown of one formula (:class:`~twill.encoding.Encoder` with ``ii_hi``), so one UNSAT
+    answer refutes the whole range, where the search would otherwise refute each II and stage window
+    separately. After a first model at some II, the least one is found by bisection on ``II <= mid``
+    in the same solver session (push/pop; the lazy liveness checks found on the way are kept, each
+    refined against its model's own II). ``min_length`` must be a lower bound on ``L`` valid at every II
+    of the range (the critical path).
+
+    Raises
+    ------
+    KeyboardInterrupt
+        Ctrl-C during a check (after the search was stopped).
+    """
+    start = time.monotonic()
+    with SmtSession(backend) as sess:
+        enc = Encoder(problem, lo, stages, sess, min_length, ii_hi=hi, upto=True)
+        enc.build()
+        build_s = time.monotonic() - start
+
+        def done(status: CheckResult, ii: int = 0, refuted: int = lo - 1) -> RangeResult:
+            return RangeResult(lo, hi, stages, status, ii, refuted, sess.checks, time.monotonic() - start,
+                               build_s)
+
+        status = _check(enc, sess, deadline)
+        if status == CheckResult.UNSAT:
+            return done(status, refuted=hi)
+        if status != CheckResult.SAT:
+            return done(status)
+        best = _extract(enc, sess)["ii"]
+        low = lo  # every II below ``low`` is refuted
+        while low < best:
+            mid = (low + best - 1) // 2
+            sess.push()
+            mark = len(enc.scoped)
+            sess.add(enc.m.LE(enc.II, enc.int_(mid)))
+            status = _check(enc, sess, deadline)
+            if status == CheckResult.SAT:
+                best = _extract(enc, sess)["ii"]
+            elif status == CheckResult.UNSAT:
+                low = mid + 1
+            else:
+                return done(status, refuted=low - 1)
+            sess.pop()
+            for formula in enc.scoped[mark:]:  # lazily found checks hold at every II: keep them
+                sess.add(formula)
+        return done(CheckResult.SAT, best, best - 1)
+
+
 def _check(enc: Encoder, sess: SmtSession, deadline: float | None) -> CheckResult:
     """Check, then add the liveness point checks the model violates, until a model satisfies them all
     (lazy constraint generation: the relaxation is sound, and it only grows toward the full model)."""
@@ -143,7 +227,7 @@ def _check(enc: Encoder, sess: SmtSession, deadline: float | None) -> CheckResul
         if status != CheckResult.SAT:
             return status
         model = _extract(enc, sess)
-        if not enc.refine(model["start"], model["group"], model["all_budgets"]):
+        if not enc.refine(model["start"], model["group"], model["all_budgets"], model["ii"]):
             return status
 
 
@@ -153,6 +237,7 @@ def _extract(enc: Encoder, sess: SmtSession) -> dict[str, Any]:
     used = sorted(set(group.values()))
     per = enc.p.resources.warps_per_group
     return {
+        "ii": sess.value(enc.II) if enc.ranged else enc.ii,
         "start": start,
         "group": group,
         "length": sess.value(enc.length),

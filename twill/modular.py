@@ -29,7 +29,8 @@ class Item:
     ``end`` is an INT term with bounds ``end_lo``/``end_hi`` (a value whose life depends on its uses) or
     ``None`` with a constant ``length``. ``cond`` is a Bool term when the item exists only sometimes
     (cross-group hand-offs); ``holder`` the op whose warp group holds it (per-group resources);
-    ``cross`` the edge whose crossing creates it.
+    ``cross`` the edge whose crossing creates it. ``offset_k`` adds ``offset_k * II`` to the start (a
+    streaming load's buffer, taken ``prefetch`` iterations ahead).
     """
 
     op: str
@@ -41,6 +42,7 @@ class Item:
     cond: Any = None
     holder: str | None = None
     cross: tuple[str, str] | None = None
+    offset_k: int = 0
 
 
 @dataclass
@@ -64,18 +66,30 @@ class ModularModel:
         Largest length ``L`` allowed (every op ends by it).
     session : SmtSession
         Receives the assertions.
+    ii_hi : int, optional
+        With ``ii_hi > ii`` the II is an unknown ``ii <= II <= ii_hi`` (a *range* model: one UNSAT answer
+        refutes every II of the range). Every constraint stays linear because the shifts ``k`` are
+        constants: a term ``k * II`` replaces the constant ``k * ii``. Start windows are computed at
+        ``ii_hi`` and shift ranges at ``ii`` (both the loosest over the range), so the range model
+        contains every schedule of every II in it. Without ``ii_hi`` the formulas are those of one II.
     """
 
-    def __init__(self, problem: Problem, ii: int, lmax: int, session: SmtSession) -> None:
+    def __init__(self, problem: Problem, ii: int, lmax: int, session: SmtSession,
+                 ii_hi: int | None = None) -> None:
         self.p, self.ii, self.lmax, self.sess = problem, ii, lmax, session
+        self.ii_hi = ii if ii_hi is None else max(ii, ii_hi)
+        self.ranged = self.ii_hi > ii
         self.m = session.mgr
         self.count = 0
         m = self.m
+        self.II = m.Symbol("II", INT) if self.ranged else m.Int(ii)
         self.s = {op.name: m.Symbol(f"start[{op.name}]", INT) for op in problem.ops}
         self.lo, self.hi = self._windows()
         self.feasible = all(self.lo[n] <= self.hi[n] for n in self.s)
         self.length = m.Symbol("L", INT)
         self.lazy: dict[str, _Lazy] = {}
+        if self.ranged:
+            self.add(m.And(m.GE(self.II, m.Int(ii)), m.LE(self.II, m.Int(self.ii_hi))))
 
     def _windows(self) -> tuple[dict[str, int], dict[str, int]]:
         """Earliest and latest start of each op implied by the dependences and ``lmax``.
@@ -86,7 +100,7 @@ class ModularModel:
         """
         lo = {op.name: 0 for op in self.p.ops}
         hi = {op.name: self.lmax - op.cycles for op in self.p.ops}
-        edges = [(e.src, e.dst, self.p.least_latency(e) - e.distance * self.ii) for e in self.p.edges]
+        edges = [(e.src, e.dst, self.p.least_latency(e) - e.distance * self.ii_hi) for e in self.p.edges]
         for _ in range(len(lo) + 1):
             changed = False
             for u, v, w in edges:
@@ -109,28 +123,60 @@ class ModularModel:
     def int_(self, value: int) -> Any:
         return self.m.Int(int(value))
 
-    def at(self, op: str, const: int = 0) -> Any:
-        """``start[op] + const``."""
-        return self.s[op] if const == 0 else self.m.Plus(self.s[op], self.int_(const))
+    def at(self, op: str, const: int = 0, k: int = 0) -> Any:
+        """``start[op] + const + k * II`` (``k * II`` folded into the constant when II is fixed)."""
+        if k and not self.ranged:
+            const, k = const + k * self.ii, 0
+        if not k:
+            return self.s[op] if const == 0 else self.m.Plus(self.s[op], self.int_(const))
+        parts = [self.s[op], self.times(k, self.II)]
+        return self.m.Plus([*parts, self.int_(const)] if const else parts)
 
     def times(self, k: int, term: Any) -> Any:
         return self.m.Times(self.int_(k), term)
+
+    def ii_times(self, k: int) -> Any:
+        """``k * II`` as a term."""
+        return self.int_(k * self.ii) if not self.ranged else self.times(k, self.II)
+
+    def k_span(self, k: int) -> tuple[int, int]:
+        """Least and largest ``k * II`` over the II range."""
+        return min(k * self.ii, k * self.ii_hi), max(k * self.ii, k * self.ii_hi)
+
+    def require_ii(self, least: int) -> None:
+        """``II >= least`` (a reservation longer than II, a self-loop latency): infeasible when even the
+        largest II is below it, one assertion on a range model whose range straddles it."""
+        if least > self.ii_hi:
+            self.feasible = False
+        elif least > self.ii:
+            self.add(self.m.GE(self.II, self.int_(least)))
 
     def same(self, u: str, v: str) -> Any:
         """Whether ``u`` and ``v`` share a warp group; without groups every op shares the one group."""
         return self.m.TRUE()
 
-    def before(self, u: str, cu: int, v: str, cv: int, strict: bool = False) -> Any:
-        """``start[u] + cu <= start[v] + cv`` (``<`` when strict), folded to a constant when ``u == v``."""
+    def before(self, u: str, cu: int, v: str, cv: int, strict: bool = False, ku: int = 0, kv: int = 0) -> Any:
+        """``start[u] + cu + ku II <= start[v] + cv + kv II`` (``<`` when strict); folded to a constant
+        when ``u == v`` and the answer is the same for every II."""
         m = self.m
+        if not self.ranged:
+            cu, cv, ku, kv = cu + ku * self.ii, cv + kv * self.ii, 0, 0
         if u == v:
-            return m.Bool(cu < cv if strict else cu <= cv)
-        left, right = self.at(u, cu), self.at(v, cv)
+            gap = cv - cu - (1 if strict else 0)  # holds iff (ku - kv) * II <= gap
+            low, high = self.k_span(ku - kv)
+            if high <= gap or low > gap:
+                return m.Bool(high <= gap)
+            return m.LE(self.times(ku - kv, self.II), self.int_(gap))
+        left, right = self.at(u, cu, ku), self.at(v, cv, kv)
         return m.LT(left, right) if strict else m.LE(left, right)
 
     def shifts(self, lo: int, hi: int) -> range:
-        """The ``k`` with ``lo <= k*II <= hi`` (``lo``, ``hi`` bound a difference of times)."""
-        return range(-((-lo) // self.ii), hi // self.ii + 1)
+        """The ``k`` with ``lo <= k*II <= hi`` for some II of the range (``lo``, ``hi`` bound a difference
+        of times)."""
+        a, b = self.ii, self.ii_hi
+        k_lo = -((-lo) // (a if lo < 0 else b))
+        k_hi = hi // (a if hi >= 0 else b)
+        return range(k_lo, k_hi + 1)
 
     # ------------------------------------------------------------------------ modulo tests
     def no_overlap(self, u: str, cu: int, lu: int, v: str, cv: int, lv: int) -> list[Any]:
@@ -140,25 +186,27 @@ class ModularModel:
         lo = self.lo[u] + cu - (self.hi[v] + cv) - lv + 1
         hi = self.hi[u] + cu + lu - 1 - (self.lo[v] + cv)
         for k in self.shifts(lo, hi):
-            apart = self.m.Or(self.before(u, cu + lu, v, cv + k * self.ii),
-                              self.before(v, cv + k * self.ii + lv, u, cu))
+            apart = self.m.Or(self.before(u, cu + lu, v, cv, kv=k),
+                              self.before(v, cv + lv, u, cu, ku=k))
             out.append(apart)
         return out
 
-    def copies_at(self, item: Item, p_op: str, p_const: int) -> Any:
-        """Copies of ``item`` live at time ``start[p_op] + p_const``: ``Σ_k [S <= P + kII < E]``."""
+    def copies_at(self, item: Item, p_op: str, p_const: int, p_k: int = 0) -> Any:
+        """Copies of ``item`` live at ``P = start[p_op] + p_const + p_k II``: ``Σ_k [S <= P + kII < E]``."""
         m = self.m
-        s_lo, s_hi = self.lo[item.op] + item.offset, self.hi[item.op] + item.offset
+        i_lo, i_hi = self.k_span(item.offset_k)
+        s_lo, s_hi = self.lo[item.op] + item.offset + i_lo, self.hi[item.op] + item.offset + i_hi
         e_hi = item.end_hi if item.end is not None else s_hi + item.length
-        p_lo, p_hi = self.lo[p_op] + p_const, self.hi[p_op] + p_const
+        q_lo, q_hi = self.k_span(p_k)
+        p_lo, p_hi = self.lo[p_op] + p_const + q_lo, self.hi[p_op] + p_const + q_hi
         terms = []
         for k in self.shifts(s_lo - p_hi, e_hi - 1 - p_lo):
-            shift = p_const + k * self.ii
-            starts = self.before(item.op, item.offset, p_op, shift)
+            starts = self.before(item.op, item.offset, p_op, p_const, ku=item.offset_k, kv=p_k + k)
             if item.end is None:
-                ends = self.before(p_op, shift, item.op, item.offset + item.length, strict=True)
+                ends = self.before(p_op, p_const, item.op, item.offset + item.length, strict=True,
+                                   ku=p_k + k, kv=item.offset_k)
             else:
-                ends = m.LT(self.at(p_op, shift), item.end)
+                ends = m.LT(self.at(p_op, p_const, p_k + k), item.end)
             parts = [f for f in (starts, ends) if not f.is_true()]
             if any(f.is_false() for f in parts):
                 continue
@@ -184,13 +232,14 @@ class ModularModel:
     def dependence(self) -> None:
         """``start[v] + δ II >= start[u] + d`` for every edge (``d`` plus the hand-off when the edge always
         crosses warp groups, see :meth:`Problem.least_latency`)."""
-        ii = self.ii
         for e in self.p.edges:
             if e.src == e.dst:
-                if e.distance * ii < e.latency:
+                if e.distance * self.ii_hi < e.latency:
                     self.feasible = False
+                elif e.distance:
+                    self.require_ii(-(-e.latency // e.distance))
                 continue
-            self.add(self.before(e.src, self.p.least_latency(e), e.dst, e.distance * ii))
+            self.add(self.before(e.src, self.p.least_latency(e), e.dst, 0, kv=e.distance))
 
     def capacity(self) -> None:
         """Unit capacity modulo II: pairwise for capacity-1 units, at every reservation start otherwise."""
@@ -209,8 +258,7 @@ class ModularModel:
 
     def _capacity_pairwise(self, res: list) -> None:
         for i, (u, a) in enumerate(res):
-            if a.cycles > self.ii:
-                self.feasible = False
+            self.require_ii(a.cycles)
             for v, b in res[i + 1:]:
                 for f in self.no_overlap(u, a.start, a.cycles, v, b.start, b.cycles):
                     self.add(f)
@@ -225,7 +273,7 @@ class ModularModel:
             present = [b.cond] if b.cond is not None else []
             if lazy.per_group and b is not at:
                 present.append(self.same(b.holder, at.holder))
-            weight = self.times(b.weight, self.copies_at(b, at.op, at.offset))
+            weight = self.times(b.weight, self.copies_at(b, at.op, at.offset, at.offset_k))
             terms.append(m.Ite(m.And(present), weight, self.int_(0)) if present else weight)
         limit = lazy.cap(at) if callable(lazy.cap) else self.int_(lazy.cap)
         body = m.LE(m.Plus(terms), limit)

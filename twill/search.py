@@ -5,6 +5,8 @@ For each II from ``max(ResMII, RecMII)``: the modulo ILP proves II infeasible or
 ``LEN(M)``; the joint SMT is then asked for any schedule with ``ceil(L / II) = ceil(LEN(M) / II)`` (one
 call covers the whole window, and is then tightened to the least ``L``). ``stage_slack`` widens the search
 to that many further windows per II. Every failure is recorded in the :class:`~twill.schedule.Certificate`.
+Runs of infeasible IIs are skipped with range queries (:func:`twill.joint.solve_range`: one formula with
+the II as an unknown refutes a whole range; docs/model.md §6), which changes the time, not the answer.
 
 The Twill-SWP variant (``strategy="swp"``) takes the modulo ILP's schedule as is and splits it with a fixed
 rule (variable-latency ops on a producer group, everything else on one consumer group), then keeps the
@@ -33,7 +35,8 @@ from twill.errors import (
 )
 from twill.graph import Graph
 from twill.ilp import SolveStatus
-from twill.joint import JointResult, solve_joint
+from twill.ims import iterative_modulo_schedule
+from twill.joint import JointResult, RangeResult, solve_joint, solve_range
 from twill.liveness import fold, memory_intervals, register_intervals
 from twill.machine import Machine, load_machine
 from twill.modulo import ModuloResult, modulo_schedule
@@ -48,6 +51,14 @@ __all__ = ["STRATEGIES", "schedule"]
 logger = logging.getLogger(__name__)
 STRATEGIES = ("joint", "swp")
 Progress = Callable[[dict[str, Any]], None]
+
+RANGE_FIRST = 4
+"""IIs in the first range query after a refuted II; each refuted range doubles the next (galloping)."""
+RANGE_MIN_SLICE_S = 1.0
+"""Least seconds a range query may take. Otherwise it gets what ``RANGE_SLICE_IIS`` IIs (or the IIs it
+covers, if fewer) have cost one by one so far (the mean per-II time of the search): a query that does not
+pay is stopped early, keeps what its bisection refuted, and the next one is narrower."""
+RANGE_SLICE_IIS = 16
 
 
 @dataclass
@@ -66,12 +77,17 @@ class _Run:
     interrupted: bool = False
     window_limit: float | None = None
     builds: list[tuple[int, float]] = field(default_factory=list)  # (stages, seconds) per joint formula
+    ranges: bool = True
+    per_ii: list[float] = field(default_factory=list)  # seconds of each II decided one by one
 
-    def note(self, attempt: Attempt) -> None:
+    def note(self, attempt: Attempt, quiet: bool = False) -> None:
+        """Record ``attempt``; report it (an ``attempt`` progress event) unless ``quiet``."""
         self.attempts.append(attempt)
         logger.debug("II=%d stages=%s %s %s in %.2fs %s", attempt.ii, attempt.stages, attempt.phase,
                      attempt.status, attempt.wall_s, attempt.reason)
-        self.emit("attempt", ii=attempt.ii, stages=attempt.stages, phase=attempt.phase, status=attempt.status)
+        if not quiet:
+            self.emit("attempt", ii=attempt.ii, stages=attempt.stages, phase=attempt.phase,
+                      status=attempt.status)
 
     def emit(self, event: str, **info: Any) -> None:
         if self.progress is not None:
@@ -127,6 +143,7 @@ def schedule(
     relax: frozenset[str] | set[str] | tuple[str, ...] = frozenset(),
     normalize_upper: int = 300,
     window_limit: float | None = None,
+    ranges: bool = True,
     progress: Progress | None = None,
 ) -> Schedule:
     """Find the optimal software-pipelined, warp-specialized schedule of a loop.
@@ -169,6 +186,10 @@ def schedule(
         undecided and the search goes on to the next one, so a hard window near the bound does not stop
         the search; the answer is then marked not proven optimal, and the certificate lists the
         undecided windows. Without it, every window is decided (or the whole ``time_limit`` runs out).
+    ranges : bool
+        Jump over runs of infeasible IIs with range queries (one SMT formula with the II as an unknown
+        refutes many IIs at once; see :func:`twill.joint.solve_range`). The answer and its proof are the
+        same either way; ``False`` decides every II on its own, as Algorithm 1 does.
     progress : callable, optional
         Called with a dict per event (``phase``, ``ii``, ``stages``, ``elapsed`` ...).
 
@@ -200,7 +221,8 @@ def schedule(
     def solve(depth: int, limit: float | None) -> Schedule:
         return _schedule(graph, mach, Options(**common, prefetch=depth), solver=solver, ilp=ilp,
                          modulo=modulo, strategy=strategy, time_limit=limit,
-                         normalize_upper=normalize_upper, window_limit=window_limit, progress=progress)
+                         normalize_upper=normalize_upper, window_limit=window_limit, ranges=ranges,
+                         progress=progress)
 
     if prefetch is not None:
         sched = solve(prefetch, time_limit)
@@ -269,7 +291,7 @@ def _noted(sched: Schedule, note: str) -> Schedule:
 
 def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp: str, modulo: str,
               strategy: str, time_limit: float | None, normalize_upper: int, window_limit: float | None,
-              progress: Progress | None) -> Schedule:
+              progress: Progress | None, ranges: bool = True) -> Schedule:
     """One search at fixed options (:func:`schedule` without the prefetch-depth loop)."""
     started = time.monotonic()
     raw = build_problem(graph, mach, options)
@@ -282,7 +304,8 @@ def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp
     problem, norm = normalize_problem(raw, upper=normalize_upper, backend=ilp, time_limit=norm_limit)
     t2 = time.monotonic()
     bound = bounds(problem)
-    run = _Run(problem, bound, deadline, progress, started, [], {}, {}, window_limit=window_limit)
+    run = _Run(problem, bound, deadline, progress, started, [], {}, {}, window_limit=window_limit,
+               ranges=ranges)
     run.spend("bounds", (t1 - t0) + (time.monotonic() - t2))
     run.spend("normalize", t2 - t1)
     run.emit("bounds", res_mii=bound.res_mii, rec_mii=bound.rec_mii, mii=bound.mii)
@@ -338,39 +361,113 @@ def _reached(run: _Run) -> int:
 
 
 def _search(run: _Run, limit_ii: int, solver: str, ilp: str, method: str, strategy: str) -> tuple | None:
-    opts = run.problem.options
-    for ii in range(run.bound.mii, limit_ii + 1):
+    """Algorithm 1 with range jumps: decide the least open II on its own; after a refuted one, ask one
+    range query (:func:`twill.joint.solve_range`) for the least II among the next ``width`` that has a
+    schedule. An UNSAT range is refuted at once and the next range is twice as wide; after a SAT one the
+    IIs below its least feasible II are refuted and that II is decided on its own; one that runs out of
+    its time slice keeps what it refuted and halves the width. The IIs are still decided in increasing
+    order, so the first schedule found has the least II."""
+    ii, width = run.bound.mii, RANGE_FIRST
+    while ii <= limit_ii:
         if run.expired():
             return None
-        run.emit("ii", ii=ii)
-        mod = _modulo(run, ii, method, ilp, solver)
-        if mod is None:
-            continue
-        first = math.ceil(mod.length / ii)
-        if strategy == "swp":
-            found = _swp(run, ii, mod)
-            if found is not None:
-                return found
-            continue
-        for stages in range(first, first + opts.stage_slack + 1):
-            if opts.max_stages is not None and stages > opts.max_stages:
-                run.note(Attempt(ii, stages, "joint", "skipped", 0.0,
-                                 f"{stages} stages > max_stages = {opts.max_stages}"))
+        began = time.monotonic()
+        found = _at_ii(run, ii, solver, ilp, method, strategy)
+        if found is not None:
+            return found
+        run.per_ii.append(time.monotonic() - began)
+        ii += 1
+        while strategy == "joint" and run.ranges and width > 1 and not run.expired():
+            hi = min(ii + width - 1, limit_ii)
+            res = _range(run, ii, hi, solver)
+            if res is None:
                 break
-            if run.expired():  # building the next window's formula alone can take seconds
-                run.note(Attempt(ii, stages, "joint", "timeout", 0.0,
-                                 "time limit reached before this window"))
-                return None
-            left, need = run.left(), run.build_estimate(stages)
-            if left is not None and need > left:  # it could not even be stated before the deadline
-                run.timed_out = True
-                run.note(Attempt(ii, stages, "joint", "timeout", 0.0,
-                                 f"time limit: {left:.1f} s left, and stating this window's formula takes "
-                                 f"about {need:.1f} s"))
-                return None
-            res = _joint(run, ii, stages, mod, solver)
-            if res is not None:
-                return ("joint", ii, res, mod)
+            if res.status == CheckResult.INTERRUPTED:
+                raise KeyboardInterrupt
+            ii = res.refuted + 1
+            if res.status == CheckResult.UNSAT:
+                width *= 2
+                continue
+            if res.status != CheckResult.SAT:  # out of its time slice: narrower from now on
+                width //= 2
+            break  # decide the least open II (the range's least feasible one after SAT) on its own
+    return None
+
+
+def _range_stages(run: _Run, lo: int, hi: int) -> tuple[int, int]:
+    """The largest stage count the search would try at any II of ``[lo, hi']``, and ``hi'``.
+
+    At each II the search tries ``ceil(LEN / II) .. + stage_slack`` stages, ``LEN`` the least modulo
+    length; the iterative modulo scheduler's length bounds ``LEN`` from above. The range stops before
+    the first II where the heuristic finds nothing (that II is then decided on its own).
+    """
+    opts = run.problem.options
+    most = 0
+    for ii in range(lo, hi + 1):
+        start = iterative_modulo_schedule(run.problem, ii)
+        if start is None:
+            return most, ii - 1
+        length = max(start[op.name] + op.cycles for op in run.problem.ops)
+        most = max(most, math.ceil(length / ii) + opts.stage_slack)
+    if opts.max_stages is not None:
+        most = min(most, opts.max_stages)
+    return most, hi
+
+
+def _range(run: _Run, lo: int, hi: int, solver: str) -> RangeResult | None:
+    """One range query over ``[lo, hi]``; an UNSAT answer is noted as a refutation of each II in it."""
+    stages, hi = _range_stages(run, lo, hi)
+    if hi <= lo or stages < 1:
+        return None
+    mean = sum(run.per_ii) / len(run.per_ii) if run.per_ii else RANGE_MIN_SLICE_S
+    slice_s = max(RANGE_MIN_SLICE_S, mean * min(hi - lo + 1, RANGE_SLICE_IIS))
+    deadline = time.monotonic() + slice_s
+    if run.deadline is not None:
+        deadline = min(deadline, run.deadline)
+    run.emit("phase", phase="range", lo=lo, hi=hi, stages=stages)
+    res = solve_range(run.problem, lo, hi, stages, min_length=run.bound.critical_path, backend=solver,
+                      deadline=deadline)
+    run.spend("range", res.wall_s, res.checks)
+    if res.refuted >= lo:
+        share = res.wall_s / (res.refuted - lo + 1)
+        for ii in range(lo, res.refuted + 1):
+            run.note(Attempt(ii, stages, "joint", "unsat", share,
+                             f"no joint schedule with L <= {stages} II for any II in [{lo}, {res.refuted}] "
+                             f"(range query over [{lo}, {hi}], {res.wall_s:.2f} s)"), quiet=True)
+    run.emit("range", lo=lo, hi=hi, stages=stages, status=res.status.value, least=res.ii or None,
+             refuted=res.refuted)
+    return res
+
+
+def _at_ii(run: _Run, ii: int, solver: str, ilp: str, method: str, strategy: str) -> tuple | None:
+    """Decide one II: the modulo phase, then the joint windows (or the SWP split)."""
+    opts = run.problem.options
+    run.emit("ii", ii=ii)
+    mod = _modulo(run, ii, method, ilp, solver)
+    if mod is None:
+        return None
+    first = math.ceil(mod.length / ii)
+    if strategy == "swp":
+        return _swp(run, ii, mod)
+    for stages in range(first, first + opts.stage_slack + 1):
+        if opts.max_stages is not None and stages > opts.max_stages:
+            run.note(Attempt(ii, stages, "joint", "skipped", 0.0,
+                             f"{stages} stages > max_stages = {opts.max_stages}"))
+            break
+        if run.expired():  # building the next window's formula alone can take seconds
+            run.note(Attempt(ii, stages, "joint", "timeout", 0.0,
+                             "time limit reached before this window"))
+            return None
+        left, need = run.left(), run.build_estimate(stages)
+        if left is not None and need > left:  # it could not even be stated before the deadline
+            run.timed_out = True
+            run.note(Attempt(ii, stages, "joint", "timeout", 0.0,
+                             f"time limit: {left:.1f} s left, and stating this window's formula takes "
+                             f"about {need:.1f} s"))
+            return None
+        res = _joint(run, ii, stages, mod, solver)
+        if res is not None:
+            return ("joint", ii, res, mod)
     return None
 
 

@@ -76,9 +76,16 @@ def _certificate(s: Schedule) -> Iterator[object]:
     t = Table(title="search (certificate)")
     for col in ("II", "stages", "phase", "status", "s", "reason"):
         t.add_column(col)
+    runs: list[list] = []  # IIs refuted by one range query share a row: [first, last, attempt, seconds]
     for a in cert.attempts:
-        t.add_row(str(a.ii), "" if a.stages is None else str(a.stages), a.phase, a.status, f"{a.wall_s:.2f}",
-                  a.reason)
+        last = runs[-1] if runs else None
+        if last and a.ii == last[1] + 1 and "range query" in a.reason and a.reason == last[2].reason:
+            last[1], last[3] = a.ii, last[3] + a.wall_s
+        else:
+            runs.append([a.ii, a.ii, a, a.wall_s])
+    for first, final, a, wall in runs:
+        t.add_row(str(first) if first == final else f"{first}..{final}",
+                  "" if a.stages is None else str(a.stages), a.phase, a.status, f"{wall:.2f}", a.reason)
     yield t
     for note in cert.notes:
         yield Text(f"note: {note}", style="yellow")
