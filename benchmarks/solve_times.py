@@ -39,6 +39,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import re
 import resource
 import statistics
 import subprocess
@@ -68,7 +69,7 @@ PLOT_OUT = ROOT / "docs" / "img" / "solve_times.svg"
 COMMAND = "python benchmarks/solve_times.py"
 MARK = "SOLVE_TIMES_RESULT "
 """Prefix of the worker's result line on its standard output."""
-PHASES = ("bounds", "normalize", "modulo", "joint", "joint_build")
+PHASES = ("bounds", "normalize", "modulo", "joint", "joint_build", "range")
 LR_REGISTER_LIMIT = 192
 """Per-thread register cap of the reduced-register Blackwell backward rerun (the paper's Twill-LR). The
 paper does not give its value; 192 is FA4's softmax budget (fact sheet §9, U5 estimates 160-192)."""
@@ -252,6 +253,7 @@ def solve_once(graph: Graph, case: Case, time_limit: float | None) -> dict[str, 
     rec["phases"] = {k: {"s": round(v["s"], 4), "calls": int(v["calls"])} for k, v in phases.items()}
     rec["checks"] = rec["phases"].get("joint", {}).get("calls", 0)
     rec["probes"] = rec["phases"].get("joint_build", {}).get("calls", 0)
+    rec["ranges"] = rec["phases"].get("range", {}).get("calls", 0)
     rec.update(bound)
     return rec
 
@@ -315,7 +317,7 @@ def summarize(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     med["wall_s"] = median([r["wall_s"] for r in runs])
     med["wall_min_s"] = round(min(r["wall_s"] for r in runs), 4)
     med["wall_max_s"] = round(max(r["wall_s"] for r in runs), 4)
-    for key in ("rss_mb", "rss_children_mb", "probes", "checks"):
+    for key in ("rss_mb", "rss_children_mb", "probes", "checks", "ranges"):
         med[key] = median([r[key] for r in runs if r.get(key) is not None])
     med["phases"] = {p: median([r["phases"][p]["s"] for r in runs if p in r.get("phases", {})])
                      for p in PHASES}
@@ -474,6 +476,10 @@ def _outcome(med: dict[str, Any], limit: float | None) -> str:
         return f"**timeout** at {limit:g} s: none found, II >= {med.get('reached_ii', '?')}"
     if status == "killed":
         return "**killed** (did not return)"
+    if status == "infeasible":
+        span = re.search(r"no schedule for II in \[(\d+), (\d+)\]", med.get("message", ""))
+        where = f" at any II in [{span[1]}, {span[2]}]" if span else ""
+        return f"proven: **no schedule**{where}"
     return f"{status}: {med.get('message', '')[:80]}"
 
 
@@ -529,7 +535,7 @@ def render(data: dict[str, Any], plot_rel: str = "../docs/img/solve_times.svg") 
             continue
         res = cases[name]
         med, g = res["median"], res["graph"]
-        met = med["status"] == "optimal" and med["wall_s"] <= case.target_s
+        met = med["status"] in ("optimal", "infeasible") and med["wall_s"] <= case.target_s
         paper = f"{case.paper_s[0]:g} / {case.paper_s[1]:g}" if case.paper_s else "–"
         lines.append(f"| {_title(case, res)} | {paper} | {case.target_s:g} | {_fmt(med['wall_s'])} | "
                      f"{'yes' if met else 'no'} | {_outcome(med, res.get('time_limit'))} | {g['ops']} | "
@@ -549,18 +555,19 @@ def render(data: dict[str, Any], plot_rel: str = "../docs/img/solve_times.svg") 
         "Seconds, median over the repetitions. `bounds` (ResMII, RecMII), `normalize` (the cost ILP), "
         "`modulo` (least modulo-schedule length per II), `joint` (the joint SMT, all windows, of which "
         "`build` is stating the formulas); `probes` = joint solves, one per (II, stage window); `checks` = "
-        "SMT calls. `limit` is the case's time limit. Memory in MB.",
+        "SMT calls of the joint windows; `range` = range queries (one formula refuting a run of IIs, "
+        "docs/model.md §6), seconds (queries). `limit` is the case's time limit. Memory in MB.",
         "",
         "| case | machine | ops | edges | graph s | limit | reps | total s (min-max) | bounds | normalize "
-        "| modulo | joint | build | probes | checks | peak MB | CBC MB | outcome |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| modulo | joint | build | probes | checks | range | peak MB | CBC MB | outcome |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, case in CASES.items():
         if name not in cases:
             continue
         res = cases[name]
         if "median" not in res:
-            lines.append(f"| {case.title} | {case.machine} |" + " |" * 16 + f" {res.get('error', '')} |")
+            lines.append(f"| {case.title} | {case.machine} |" + " |" * 17 + f" {res.get('error', '')} |")
             continue
         med, g, ph = res["median"], res["graph"], res["median"]["phases"]
         lines.append(
@@ -568,7 +575,8 @@ def render(data: dict[str, Any], plot_rel: str = "../docs/img/solve_times.svg") 
             f"{res['time_limit']:g} | {med['reps']} | {_fmt(med['wall_s'])} ({_fmt(med['wall_min_s'])}-"
             f"{_fmt(med['wall_max_s'])}) | {_fmt(ph.get('bounds'), 3)} | {_fmt(ph.get('normalize'), 3)} | "
             f"{_fmt(ph.get('modulo'))} | {_fmt(ph.get('joint'))} | {_fmt(ph.get('joint_build'))} | "
-            f"{_fmt(med.get('probes'), 0)} | {_fmt(med.get('checks'), 0)} | {_fmt(med.get('rss_mb'), 0)} | "
+            f"{_fmt(med.get('probes'), 0)} | {_fmt(med.get('checks'), 0)} | "
+            f"{_fmt(ph.get('range'))} ({_fmt(med.get('ranges'), 0)}) | {_fmt(med.get('rss_mb'), 0)} | "
             f"{_fmt(med.get('rss_children_mb'), 0)} | {_outcome(med, res.get('time_limit'))} |")
     lines += ["", f"![solve time against op count]({plot_rel})", ""]
     over = data.get("overshoot", {})
