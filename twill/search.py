@@ -79,6 +79,7 @@ class _Run:
     builds: list[tuple[int, float]] = field(default_factory=list)  # (stages, seconds) per joint formula
     ranges: bool = True
     per_ii: list[float] = field(default_factory=list)  # seconds of each II decided one by one
+    range_build: float = 0.0  # seconds to state the last range formula
 
     def note(self, attempt: Attempt, quiet: bool = False) -> None:
         """Record ``attempt``; report it (an ``attempt`` progress event) unless ``quiet``."""
@@ -404,6 +405,8 @@ def _range_stages(run: _Run, lo: int, hi: int) -> tuple[int, int]:
     opts = run.problem.options
     most = 0
     for ii in range(lo, hi + 1):
+        if run.deadline is not None and time.monotonic() >= run.deadline:
+            return most, ii - 1
         start = iterative_modulo_schedule(run.problem, ii)
         if start is None:
             return most, ii - 1
@@ -416,8 +419,11 @@ def _range_stages(run: _Run, lo: int, hi: int) -> tuple[int, int]:
 
 def _range(run: _Run, lo: int, hi: int, solver: str) -> RangeResult | None:
     """One range query over ``[lo, hi]``; an UNSAT answer is noted as a refutation of each II in it."""
+    left = run.left()
+    if left is not None and left <= run.range_build:  # it could not even be stated in time
+        return None
     stages, hi = _range_stages(run, lo, hi)
-    if hi <= lo or stages < 1:
+    if hi <= lo or stages < 1 or run.expired():
         return None
     mean = sum(run.per_ii) / len(run.per_ii) if run.per_ii else RANGE_MIN_SLICE_S
     slice_s = max(RANGE_MIN_SLICE_S, mean * min(hi - lo + 1, RANGE_SLICE_IIS))
@@ -428,6 +434,7 @@ def _range(run: _Run, lo: int, hi: int, solver: str) -> RangeResult | None:
     res = solve_range(run.problem, lo, hi, stages, min_length=run.bound.critical_path, backend=solver,
                       deadline=deadline)
     run.spend("range", res.wall_s, res.checks)
+    run.range_build = res.build_s
     if res.refuted >= lo:
         share = res.wall_s / (res.refuted - lo + 1)
         for ii in range(lo, res.refuted + 1):
