@@ -142,3 +142,22 @@ def test_hopper_backward_registers_keep_compute_within_one_iteration() -> None:
                           relax={"registers", "register_file"})
     assert free.ii < bound.ii
     assert len(_compute_stages(free)) >= 2
+
+
+@pytest.mark.slow
+def test_hopper_plain_backward_has_no_schedule_at_any_ii_because_of_registers() -> None:
+    """The plain (not sub-tiled) Hopper backward keeps one 128-row block's dK and dV accumulators and its
+    S, P and dP tiles on one warpgroup: at the default U = 300 there is no schedule at any II up to a
+    sequential iteration's length (each refuted, most by range queries), and there is one as soon as live
+    registers are not limited, so the register limit is the reason (why FA3 sub-tiles this kernel)."""
+    g = _graph("attn_bwd_sm90", "h100")
+    with pytest.raises(twill.InfeasibleError) as info:
+        twill.schedule(g, "h100", time_limit=300)
+    cert = info.value.certificate
+    assert not cert.proven_optimal and "time limit" not in str(info.value)
+    refuted = cert.ruled_out()
+    top = max(refuted)
+    assert set(refuted) == set(range(cert.lower_bound, top + 1)) and top > 4 * cert.lower_bound
+    assert any("range query" in a.reason for a in cert.attempts)
+    relaxed = twill.schedule(g, "h100", relax={"registers"}, time_limit=300)
+    assert relaxed.ii <= top
