@@ -54,11 +54,11 @@ Progress = Callable[[dict[str, Any]], None]
 
 RANGE_FIRST = 4
 """IIs in the first range query after a refuted II; each refuted range doubles the next (galloping)."""
-RANGE_MIN_SLICE_S = 1.0
+RANGE_MIN_SLICE_S = 2.0
 """Least seconds a range query may take. Otherwise it gets what ``RANGE_SLICE_IIS`` IIs (or the IIs it
 covers, if fewer) have cost one by one so far (the mean per-II time of the search): a query that does not
 pay is stopped early, keeps what its bisection refuted, and the next one is narrower."""
-RANGE_SLICE_IIS = 16
+RANGE_SLICE_IIS = 32
 
 
 @dataclass
