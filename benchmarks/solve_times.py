@@ -65,6 +65,8 @@ from twill.problem import Options, build_problem  # noqa: E402
 
 JSON_OUT = ROOT / "benchmarks" / "results" / "solve_times.json"
 MD_OUT = ROOT / "benchmarks" / "results.md"
+CHANGES = ROOT / "benchmarks" / "results" / "solve_times_changes.md"
+"""Hand-written before/after notes of the changes that moved the times, appended to the report."""
 PLOT_OUT = ROOT / "docs" / "img" / "solve_times.svg"
 COMMAND = "python benchmarks/solve_times.py"
 MARK = "SOLVE_TIMES_RESULT "
@@ -579,6 +581,8 @@ def render(data: dict[str, Any], plot_rel: str = "../docs/img/solve_times.svg") 
             f"{_fmt(ph.get('range'))} ({_fmt(med.get('ranges'), 0)}) | {_fmt(med.get('rss_mb'), 0)} | "
             f"{_fmt(med.get('rss_children_mb'), 0)} | {_outcome(med, res.get('time_limit'))} |")
     lines += ["", f"![solve time against op count]({plot_rel})", ""]
+    if CHANGES.exists():
+        lines += [CHANGES.read_text().rstrip(), ""]
     over = data.get("overshoot", {})
     if over:
         limits = sorted({float(t) for rows in over.values() for t in rows})
