@@ -176,8 +176,9 @@ def solve_range(problem: Problem, lo: int, hi: int, stages: int, *, min_length: 
     answer refutes the whole range, where the search would otherwise refute each II and stage window
     separately. After a first model at some II, the least one is found by bisection on ``II <= mid``
     in the same solver session (push/pop; the lazy liveness checks found on the way are kept, each
-    refined against its model's own II). ``min_length`` must be a lower bound on ``L`` valid at every II
-    of the range (the critical path).
+    refined against its model's own II). ``lo``, ``hi``, ``min_length`` and every time are in the
+    problem's (normalized) units; ``min_length`` must be a lower bound on ``L`` valid at every II of the
+    range (the critical path); ``deadline`` is a ``time.monotonic()`` value.
 
     Raises
     ------
@@ -199,24 +200,10 @@ def solve_range(problem: Problem, lo: int, hi: int, stages: int, *, min_length: 
             return done(status, refuted=hi)
         if status != CheckResult.SAT:
             return done(status)
-        best = _extract(enc, sess)["ii"]
-        low = lo  # every II below ``low`` is refuted
-        while low < best:
-            mid = (low + best - 1) // 2
-            sess.push()
-            mark = len(enc.scoped)
-            sess.add(enc.m.LE(enc.II, enc.int_(mid)))
-            status = _check(enc, sess, deadline)
-            if status == CheckResult.SAT:
-                best = _extract(enc, sess)["ii"]
-            elif status == CheckResult.UNSAT:
-                low = mid + 1
-            else:
-                return done(status, refuted=low - 1)
-            sess.pop()
-            for formula in enc.scoped[mark:]:  # lazily found checks hold at every II: keep them
-                sess.add(formula)
-        return done(CheckResult.SAT, best, best - 1)
+        best, low, status = _bisect(enc, sess, enc.II, 1, lo, _extract(enc, sess), "ii", deadline)
+        if status != CheckResult.SAT:
+            return done(status, refuted=low - 1)
+        return done(CheckResult.SAT, best["ii"], best["ii"] - 1)
 
 
 def _check(enc: Encoder, sess: SmtSession, deadline: float | None) -> CheckResult:
@@ -273,15 +260,31 @@ def _tighten(enc: Encoder, sess: SmtSession, goal: str, best: dict[str, Any],
     UNSAT proves the optimum is above ``mid``. Returns the best model and whether its value is proven
     minimal (False if the deadline stopped a probe; the session is then spent).
     """
-    m = enc.m
     term, step, low = _goal(enc, goal)
     key = {"length": "length", "groups": "n_groups", "handoffs": "handoffs", "registers": "reg_total"}[goal]
-    lo, hi = low // step, best[key] // step  # in units of step; the optimum lies in [lo, hi]
+    best, _, status = _bisect(enc, sess, term, step, low, best, key, deadline)
+    if status == CheckResult.SAT:
+        sess.add(enc.m.Equals(term, enc.int_(best[key])))
+    return best, status == CheckResult.SAT
+
+
+def _bisect(enc: Encoder, sess: SmtSession, term: Any, step: int, low: int, best: dict[str, Any], key: str,
+            deadline: float | None) -> tuple[dict[str, Any], int, CheckResult]:
+    """Least value of ``term`` (a multiple of ``step``, at least ``low``) over the models, by bisection
+    between ``low`` and the model ``best`` (whose value is ``best[key]``).
+
+    Each probe asserts ``term <= mid`` inside a push/pop: SAT lowers the upper end to the model's value,
+    UNSAT proves the least value is above ``mid``; lazily found liveness checks hold everywhere and are
+    kept after the pop. Returns the best model, the proven lower bound (a value, every smaller one
+    refuted) and ``SAT`` when the two met, else the status that stopped a probe (the deadline: the session
+    is then spent).
+    """
+    lo, hi = low // step, best[key] // step  # in units of step; the least value lies in [lo, hi]
     while lo < hi:
         mid = (lo + hi) // 2
         sess.push()
         mark = len(enc.scoped)
-        sess.add(m.LE(term, enc.int_(mid * step)))
+        sess.add(enc.m.LE(term, enc.int_(mid * step)))
         status = _check(enc, sess, deadline)
         if status == CheckResult.SAT:
             best = _extract(enc, sess)
@@ -289,9 +292,8 @@ def _tighten(enc: Encoder, sess: SmtSession, goal: str, best: dict[str, Any],
         elif status == CheckResult.UNSAT:
             lo = mid + 1
         else:
-            return best, False
+            return best, lo * step, status
         sess.pop()
-        for formula in enc.scoped[mark:]:  # lazily found checks hold everywhere: keep them
+        for formula in enc.scoped[mark:]:
             sess.add(formula)
-    sess.add(m.Equals(term, enc.int_(best[key])))
-    return best, True
+    return best, lo * step, CheckResult.SAT
