@@ -143,6 +143,7 @@ class Bwd:
     m: int  # query rows of one (sub-)tile
     n: int  # keys of one (sub-)tile
     d: int  # head dim
+    halves: int = 1  # 2 when the exponential and dS are computed per column half of S (attn_bwd_split)
 
     @property
     def suffixes(self) -> list[str]:
@@ -162,7 +163,8 @@ def _bwd(entry: str) -> Bwd:
         return Bwd(machine, "kv", c["BLOCK_M"], c["SUB_N"], c["HEAD_DIM"])
     if kernel == "attn_bwd_subtiled_q":
         return Bwd(machine, "q", c["SUB_M"], c["BLOCK_N"], c["HEAD_DIM"])
-    return Bwd(machine, "none", c["BLOCK_M"], c["BLOCK_N"], c["HEAD_DIM"])
+    halves = 2 if kernel == "attn_bwd_split" else 1
+    return Bwd(machine, "none", c["BLOCK_M"], c["BLOCK_N"], c["HEAD_DIM"], halves)
 
 
 def _subtile(name: str) -> str:
@@ -196,8 +198,8 @@ def test_backward_graph(entry: str) -> None:
     for var in b.dq_gemms:
         assert g.op(_gemm_named(g, var)).total_usage("tc") == _gemm_cycles(b.machine, b.m, b.d, b.n)
 
-    assert len(_tile_exps(g, b.machine, b.m, b.n)) == tiles
-    assert len([op for op in g.ops if op.kind == "exp"]) == tiles  # the only exponential
+    assert len(_tile_exps(g, b.machine, b.m, b.n // b.halves)) == tiles * b.halves
+    assert len([op for op in g.ops if op.kind == "exp"]) == tiles * b.halves  # the only exponential
 
     atomics = [op for op in g.ops if op.kind == "atomic"]
     assert len(atomics) == (2 if b.split == "q" else 1)

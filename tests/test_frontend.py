@@ -390,3 +390,65 @@ def test_tl_exp_pays_the_non_ftz_expansion_and_masked_loads_are_predicated():
         op = graph.op(name)
         assert [(r.unit, r.start, r.cycles) for r in op.rrt] == [("alu", 0, 64), ("lsu", 64, 512)]
         assert "predicated" in dict(op.attrs)
+
+
+# ------------------------------------------------------------------------------- split TMEM loads
+BWD = ROOT / "examples" / "flash_attention_bwd.py"
+
+
+def _final_loop_ttgir(entry: dict, target: int) -> str:
+    """The loop of Triton's own full sm_100 compile of ``entry`` (its final TTGIR, after pipelining)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    fn = getattr(_module(BWD), entry["kernel"])
+    src = triton.compiler.ASTSource(fn=fn, signature=entry["signature"], constexprs=entry["constexprs"])
+    kernel = triton.compile(src, target=GPUTarget("cuda", target, 32),
+                            options={"num_warps": entry["num_warps"], "num_stages": entry["num_stages"]})
+    text = kernel.asm["ttgir"]
+    start = text.index("scf.for")
+    return text[start:text.index("scf.yield", start)]
+
+
+def test_split_tmem_loads_are_the_loads_triton_emits():
+    """A tile split into column halves in registers is loaded from tensor memory half by half, as the
+    kernel Triton builds does (its OptimizeTMemLayouts runs after pipelining): one 64-register load per
+    half, ordered after the MMA that writes the buffer and before its next write, no layout round trip."""
+    entry = _module(BWD).TWILL_KERNELS["attn_bwd_split_sm100"]
+    final = _final_loop_ttgir(entry, 100)
+    half = "tensor<128x64xf32"
+    want = sum(1 for line in final.splitlines() if "ttng.tmem_load" in line and f"-> {half}" in line)
+    assert want == 4, "Triton loads S and dP by column halves"
+    converts = [line for line in final.splitlines() if "ttg.convert_layout" in line]
+    assert not [line for line in converts if "x2x" in line or "x64x2" in line], "joins and splits are free"
+
+    lowering = lower_loop(compile_to_ttgir(f"{BWD}::attn_bwd_split_sm100", target="sm_100").pre_swp, "b200")
+    g = lowering.graph
+    halves = [op for op in g.ops if op.kind == "tmem_load" and op.result_bytes == 128 * 64 * 4]
+    assert len(halves) == want
+    assert all(op.regs == 64 for op in halves), "128 x 64 fp32 over 128 threads"
+    assert len([op for op in g.ops if op.kind == "convert_layout"]) == len(converts)
+    for op in halves:
+        (writer,) = {e.src for e in g.in_edges(op.name) if e.carrier == "tmem"}
+        assert g.op(writer).kind == "gemm"
+        into = [e for e in g.in_edges(op.name) if e.src == writer]
+        back = [e for e in g.out_edges(op.name) if e.dst == writer]
+        assert [(e.distance, e.blocking) for e in into] == [(0, True)]
+        assert [e.distance for e in back] == [1]
+    exps = [op.name for op in g.ops if op.kind == "exp"]
+    readers = {e.dst for op in halves for e in g.out_edges(op.name) if e.dst in exps}
+    assert sorted(readers) == sorted(exps) and len(exps) == 2, "each exponential reads its own half"
+    assert not any(e.src == e.dst and g.op(e.src).kind == "gemm" and e.src.startswith(("s", "dp"))
+                   for e in g.edges), "an MMA with use_acc = false does not depend on its last result"
+
+
+def test_apply_refuses_a_kernel_whose_tmem_loads_twill_splits():
+    """The split loads exist only in twill's snapshot; a pipeliner could not order them (no token)."""
+    from twill import schedule as solve
+    from twill.apply import ApplyError, apply
+
+    graph = graph_from_kernel(f"{BWD}::attn_bwd_split_sm100", "b200")
+    schedule = solve(graph, "b200", relax={"smem", "registers", "register_file"}, normalize_upper=40,
+                     time_limit=120)
+    with pytest.raises(ApplyError, match="splits a tensor-memory tile"):
+        apply(schedule, f"{BWD}::attn_bwd_split_sm100", compile=False)

@@ -195,7 +195,8 @@ def apply(schedule: Schedule, kernel: Any, *, prefetch: int | None = None,
     Raises
     ------
     ApplyError
-        The schedule is for another loop, or Triton's emission order would break a dependence.
+        The schedule is for another loop, Triton's emission order would break a dependence, or the
+        kernel splits a tensor-memory tile (its graph's TTGIR is not one Triton can pipeline).
     FrontendError
         The kernel cannot be compiled (before or after the edit).
     """
@@ -208,6 +209,11 @@ def apply(schedule: Schedule, kernel: Any, *, prefetch: int | None = None,
     machine = load_machine(schedule.machine)
     target = target_for(machine)
     snaps = compile_to_ttgir(spec, target=target)
+    if snaps.split_tmem_loads:
+        raise ApplyError(f"{spec.name!r} splits a tensor-memory tile into halves: twill's graph of it "
+                         "loads the halves as Triton does after its pipeliner (docs/frontend.md §10), and "
+                         "those loads carry no token a pipeliner could order; apply does not support such "
+                         "kernels")
     lowering = lower_loop(parse_ttgir(snaps.scheduled), machine, name=spec.name)
     placement = plan_placement(schedule, lowering, prefetch=prefetch)
     plan = partition_plan(schedule, lowering, placement) if target == "sm_100" else None

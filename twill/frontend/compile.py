@@ -96,6 +96,9 @@ class TTGIRSnapshots:
         TTGIR before Triton's software pipelining and warp specialization (the graph's input).
     scheduled : str
         ``pre_swp`` after Triton's latency assignment and loop scheduling (``loop.stage`` attributes).
+    split_tmem_loads : bool
+        True when twill ran Triton's ``OptimizeTMemLayouts`` ahead of the pipeliner (sm_100 kernels that
+        split a tile; :func:`_split_tmem_loads`): right for the graph, not a TTGIR to pipeline.
     """
 
     kernel: str
@@ -106,6 +109,7 @@ class TTGIRSnapshots:
     ttir: str
     pre_swp: str
     scheduled: str
+    split_tmem_loads: bool = False
 
     def save(self, folder: str | os.PathLike[str]) -> dict[str, Path]:
         """Write ``<kernel>.<target>.{ttir,pre_swp.ttgir,scheduled.ttgir}`` into ``folder``.
@@ -298,6 +302,30 @@ def _pre_swp_passes(pm: Any, opt: Any, capability: int) -> None:
         nvidia.passes.ttnvgpuir.add_promote_lhs_to_tmem(pm)
 
 
+_TMEM_SPLIT = re.compile(r"=\s*tt\.split\b")
+"""A ``tt.split`` in the module: the kernel splits a tile into halves (see :func:`_split_tmem_loads`)."""
+
+
+def _split_tmem_loads(pm: Any) -> None:
+    """Triton's ``OptimizeTMemLayouts`` and a layout clean-up, on sm_100 kernels that split a tile.
+
+    A kernel that splits a tensor-memory accumulator into column halves in registers (the
+    ``reshape([M, 2, N/2])``, ``permute``, ``split`` idiom of Triton's Blackwell tutorials) gets, from
+    this pass, one ``tmem_load`` of a ``tmem_subslice`` per half and no layout conversion; Triton runs
+    it after its pipeliner, so without it the graph would show one whole load and a shared-memory
+    layout round trip that the compiled kernel does not have (checked on the final TTGIR of
+    ``examples/flash_attention_bwd.py::attn_bwd_split_sm100``, docs/frontend.md §10). The pass also
+    re-picks the layout of a ``tmem_load`` that feeds a reduction, so it runs only on kernels with a
+    ``tt.split``, leaving the graphs of the other kernels as they were. The per-half loads it creates
+    carry no async token; the graph orders them after the MMA writing their buffer by buffer
+    (``twill.frontend.lower``), and the whole load it leaves behind only for its token is folded.
+    """
+    from triton._C.libtriton import nvidia, passes
+
+    nvidia.passes.ttnvgpuir.add_optimize_tmem_layouts(pm)
+    passes.ttgpuir.add_remove_layout_conversions(pm)
+
+
 def _run(module: Any, add: Any, name: str) -> None:
     from triton._C.libtriton import ir
 
@@ -377,6 +405,9 @@ def _compile(spec: KernelSpec, src: Any, capability: int, num_warps: int, num_st
     module = stages["ttir"](module, {})
     ttir = module.str()
     _run(module, lambda pm: _pre_swp_passes(pm, options, capability), "twill_pre_swp")
+    split = capability // 10 >= 10 and bool(_TMEM_SPLIT.search(module.str()))
+    if split:
+        _run(module, _split_tmem_loads, "twill_split_tmem_loads")
     pre_swp = module.str()
 
     def schedule(pm: Any) -> None:
@@ -385,4 +416,4 @@ def _compile(spec: KernelSpec, src: Any, capability: int, num_warps: int, num_st
 
     _run(module, schedule, "twill_schedule")
     return TTGIRSnapshots(spec.name, spec.source, f"sm_{capability}", num_warps, num_stages, ttir, pre_swp,
-                          module.str())
+                          module.str(), split)

@@ -287,9 +287,10 @@ def _data_edges(body: LoopBody, specs: list[NodeSpec], edges: _EdgeSet) -> None:
             for k, value in body.inputs(member):
                 for src in body.sources(value):
                     producer = _producer(src, by_primary)
-                    if producer is spec and src.distance == 0:
-                        continue
                     accumulates = member.name in GEMM_OPS and k in accumulators
+                    fresh = accumulates and _overwrites(body, member)  # use_acc = false: not read
+                    if producer is spec and (src.distance == 0 or fresh):
+                        continue
                     chained = accumulates and producer.kind == "gemm"
                     edges.add(producer.name, spec.name, src.distance, carrier=_carrier(src.value),
                               blocking=producer.cost.blocking_result and not chained, source=where,
@@ -319,6 +320,35 @@ def _buffer_edges(body: LoopBody, specs: list[NodeSpec], edges: _EdgeSet) -> Non
                 where = f"TTGIR line {writer.primary.line}"
                 edges.add(writer.name, reader.name, first, blocking=False, carrier="smem", source=where)
                 edges.add(reader.name, writer.name, 1 - first, blocking=False, carrier="smem", source=where)
+
+
+def _overwrites(body: LoopBody, op: Op) -> bool:
+    written = body.tmem_written(op)
+    return written is not None and body.overwrites(op, body.buffer_root(written))
+
+
+def _tmem_edges(body: LoopBody, specs: list[NodeSpec], edges: _EdgeSet) -> None:
+    """Order a ``tmem_load`` without an async token (one half of a split load, docs/frontend.md §10)
+    after the ops writing its tensor-memory buffer (read after write; blocking when the writer's
+    result is, as an MMA's is), and before their next writes (write after read)."""
+    writers: dict[int, list[tuple[NodeSpec, int]]] = {}
+    readers: list[tuple[NodeSpec, int, int]] = []
+    for spec in specs:
+        for member in spec.members:
+            written = body.tmem_written(member)
+            if written is not None:
+                writers.setdefault(body.buffer_root(written).key, []).append((spec, body.index[member]))
+            if member.name == "ttng.tmem_load" and not any(v.type.kind == "token" for v in member.operands):
+                readers.append((spec, body.index[member], body.buffer_root(member.operands[0]).key))
+    for reader, r_at, root in readers:
+        for writer, w_at in writers.get(root, []):
+            if writer is reader:
+                continue
+            first = 0 if w_at < r_at else 1
+            where = f"TTGIR line {reader.primary.line}"
+            edges.add(writer.name, reader.name, first, blocking=writer.cost.blocking_result, carrier="tmem",
+                      source=where)
+            edges.add(reader.name, writer.name, 1 - first, blocking=False, carrier="tmem", source=where)
 
 
 def _fixed_memory(body: LoopBody, per_iteration: dict[int, Value]) -> tuple[int, int]:
@@ -393,6 +423,7 @@ def lower_loop(ttgir: str | os.PathLike[str] | TTGIRModule, machine: str | Machi
     edges = _EdgeSet()
     _data_edges(body, specs, edges)
     _buffer_edges(body, specs, edges)
+    _tmem_edges(body, specs, edges)
     edges.add_to(graph)
     graph.check(machine.unit_names)
     if body.if_converted:

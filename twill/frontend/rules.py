@@ -157,6 +157,8 @@ def classify(op: Op, ctx: LoweringContext) -> str:
         return "fold"
     if name == "ttg.convert_layout":
         return "fold" if convert_is_trivial(ctx.module, op) else "node"
+    if name == "ttng.tmem_load" and not any(v.users for v in op.results if v.type.kind == "tensor"):
+        return "fold"  # kept only for its async token (the split loads of a tile, docs/frontend.md §10)
     if name in ALU_OPS or name in MUFU_OPS or name in CONVERT_OPS:
         has_float_tile = any(t.kind == "tensor" and t.is_float for t in _data_types(op))
         return "elementwise" if has_float_tile else "fold"
