@@ -161,3 +161,29 @@ def test_hopper_plain_backward_has_no_schedule_at_any_ii_because_of_registers() 
     assert any("range query" in a.reason for a in cert.attempts)
     relaxed = twill.schedule(g, "h100", relax={"registers"}, time_limit=300)
     assert relaxed.ii <= top
+
+
+@pytest.mark.parametrize("kernel", ["attn_bwd_sm100", "attn_bwd_split_sm100"])
+def test_blackwell_backward_takes_fa4s_groups_once_shared_memory_allows(kernel: str) -> None:
+    """FA4's three groups, at a reduced register budget, once shared memory is not the limit (a what-if:
+    Triton's kernel stages P and dS through shared memory each iteration, FA4 keeps P in tensor memory).
+    The optimum is then at the MII, with a group of its own taking dQ out of tensor memory and converting
+    it for the atomic reduction, apart from the exponentials; in the split kernel (``attn_bwd_split``,
+    the exponential and dS by key halves) the two halves' exponentials are on different groups. With
+    shared memory limited the optimum is two compute groups far above the MII (the tests above and
+    docs/flash_attention.md, "Backward")."""
+    limit = 160
+    s = twill.schedule(_graph(kernel, "b200"), "b200", normalize_upper=COARSE, register_limit=limit,
+                       relax={"smem"}, time_limit=300)
+    twill.verify(s)
+    assert s.certificate.proven_optimal and s.ii == s.certificate.lower_bound
+    p = s.problem
+    exps = [op.name for op in p.ops if any(r.unit == "mufu" for r in op.rrt)]
+    assert len(exps) == (2 if "split" in kernel else 1)
+    assert len({s.group[n] for n in exps}) == len(exps)
+    staging = {s.group["dq"], s.group["dq_convert_layout"]}  # dQ's TMEM load and its layout change
+    assert len(staging) == 1 and staging.isdisjoint(s.group[n] for n in exps)
+    producer = [w for w in s.warp_groups if w.role == "producer"]
+    assert len(producer) == 1 and set(producer[0].ops) == {op.name for op in p.ops if op.variable_latency}
+    assert all(w.registers_needed <= limit for w in s.warp_groups)
+    assert len([w for w in s.warp_groups if w.role != "producer"]) >= 3
