@@ -7,7 +7,7 @@ compile to TMA loads on both sm_90 and sm_100.
 
 ``TWILL_KERNELS`` tells twill how to compile the kernel without running it::
 
-    twill graph examples/flash_attention_fwd.py --machine h100
+    twill schedule examples/flash_attention_fwd.py --machine h100
 
 ``python examples/flash_attention_fwd.py`` runs it on a GPU and compares with
 ``torch.nn.functional.scaled_dot_product_attention`` (needs torch and CUDA; importing this file does not).

@@ -36,8 +36,8 @@ B200: its TMEM allocator gives S0, S1, O0, O1 and the fp16 P0, P1 their own colu
 puts P over S) and three pipeline stages take 262,784 B of shared memory (> 232,448). Twill's graph
 charges each S buffer only while S is live (docs/frontend.md §6), which is what lets P reuse it::
 
-    twill graph examples/flash_attention_fwd_subtiled.py::attn_fwd_subtiled_sm90 --machine h100
-    twill graph examples/flash_attention_fwd_subtiled.py::attn_fwd_subtiled_sm100 --machine b200
+    twill schedule examples/flash_attention_fwd_subtiled.py::attn_fwd_subtiled_sm90 --machine h100
+    twill schedule examples/flash_attention_fwd_subtiled.py::attn_fwd_subtiled_sm100 --machine b200
 
 ``python examples/flash_attention_fwd_subtiled.py`` runs the sm_90 entry on a GPU and compares with
 ``torch.nn.functional.scaled_dot_product_attention`` (needs torch and CUDA; importing this file does not).

@@ -9,8 +9,8 @@ Two kernels with the same K loop:
 
 ``TWILL_KERNELS`` tells twill how to compile them without running them::
 
-    twill graph examples/gemm.py --machine h100
-    twill graph examples/gemm.py::matmul_ptr --machine b200
+    twill schedule examples/gemm.py --machine h100
+    twill schedule examples/gemm.py::matmul_ptr --machine b200
 
 ``python examples/gemm.py`` runs both on a GPU and compares with ``torch.matmul`` (needs torch and CUDA;
 importing this file does not).

@@ -164,3 +164,14 @@ def test_cli_apply_prints_the_report(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert code == 0
     assert "kept:" in text and "dropped or changed:" in text and "loop.cluster" in text
     assert (tmp_path / "out" / "applied.ttgir").is_file() and (tmp_path / "out" / "schedule.json").is_file()
+
+
+def test_cli_apply_refuses_a_split_tmem_kernel_before_solving(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --schedule the CLI would solve first; it refuses at once (a 1 s limit would otherwise end
+    in a time-limit message, not the refusal)."""
+    bwd = Path(__file__).resolve().parents[1] / "examples" / "flash_attention_bwd.py"
+    code = main(["apply", f"{bwd}::attn_bwd_split_sm100", "--machine", "b200", "-o", str(tmp_path / "out"),
+                 "--time-limit", "1", "--no-compile"])
+    assert code == 2
+    assert "splits a tensor-memory tile" in capsys.readouterr().err

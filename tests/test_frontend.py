@@ -452,3 +452,26 @@ def test_apply_refuses_a_kernel_whose_tmem_loads_twill_splits():
                      time_limit=120)
     with pytest.raises(ApplyError, match="splits a tensor-memory tile"):
         apply(schedule, f"{BWD}::attn_bwd_split_sm100", compile=False)
+
+
+SPLITS = DATA / "tmem_splits.py"
+
+
+def test_split_of_a_register_tile_leaves_the_graph_alone():
+    """A split of a tile that is not loaded from tensor memory does not trigger the early pass."""
+    snaps = compile_to_ttgir(f"{SPLITS}::register_halves", target="sm_100")
+    assert not snaps.split_tmem_loads
+    assert "ttng.tmem_subslice" not in snaps.pre_swp
+
+
+def test_split_the_early_pass_cannot_handle_falls_back_with_a_warning(recwarn):
+    """Triton's OptimizeTMemLayouts fails ahead of its pipeliner on an accumulator rescaled by halves;
+    twill then models the loads whole and warns, instead of failing the kernel."""
+    from twill.errors import TwillWarning
+
+    g = graph_from_kernel(f"{SPLITS}::rescale", "b200")
+    notes = [w for w in recwarn if issubclass(w.category, TwillWarning)]
+    assert notes and "OptimizeTMemLayouts" in str(notes[0].message) and "rescale" in str(notes[0].message)
+    loads = [op for op in g.ops if op.kind == "tmem_load"]
+    assert loads and all(op.result_bytes == 128 * 128 * 4 for op in loads), "whole 128 x 128 fp32 loads"
+    assert not compile_to_ttgir(f"{SPLITS}::rescale", target="sm_100").split_tmem_loads

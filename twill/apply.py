@@ -209,11 +209,7 @@ def apply(schedule: Schedule, kernel: Any, *, prefetch: int | None = None,
     machine = load_machine(schedule.machine)
     target = target_for(machine)
     snaps = compile_to_ttgir(spec, target=target)
-    if snaps.split_tmem_loads:
-        raise ApplyError(f"{spec.name!r} splits a tensor-memory tile into halves: twill's graph of it "
-                         "loads the halves as Triton does after its pipeliner (docs/frontend.md §10), and "
-                         "those loads carry no token a pipeliner could order; apply does not support such "
-                         "kernels")
+    _refuse_split_loads(snaps)
     lowering = lower_loop(parse_ttgir(snaps.scheduled), machine, name=spec.name)
     placement = plan_placement(schedule, lowering, prefetch=prefetch)
     plan = partition_plan(schedule, lowering, placement) if target == "sm_100" else None
@@ -314,6 +310,15 @@ def _check_partitions(ttgir: str, schedule: Schedule, plan: Any, lowering: Any) 
 
 
 # ------------------------------------------------------------------------------------------------ CLI
+def _refuse_split_loads(snaps: Any) -> None:
+    """Raise :class:`ApplyError` for a kernel whose graph was built with split tensor-memory loads."""
+    if snaps.split_tmem_loads:
+        raise ApplyError(f"{snaps.kernel!r} splits a tensor-memory tile into halves: twill's graph of it "
+                         "loads the halves as Triton does after its pipeliner (docs/frontend.md §10), and "
+                         "those loads carry no token a pipeliner could order; apply does not support such "
+                         "kernels")
+
+
 def add_parser(subparsers: Any) -> None:
     """Add the ``apply`` subcommand to an :mod:`argparse` subparsers object (``func=run``)."""
     p = subparsers.add_parser(
@@ -345,9 +350,13 @@ def run(args: argparse.Namespace) -> int:
             raise TwillError(f"no such file: {args.schedule}")
         sched = Schedule.from_json(path.read_text())
     else:
+        from twill.frontend.compile import compile_to_ttgir, load_kernel, target_for
         from twill.frontend.lower import graph_from_kernel
+        from twill.machine import load_machine
         from twill.search import schedule as solve
 
+        target = target_for(load_machine(args.machine))
+        _refuse_split_loads(compile_to_ttgir(load_kernel(args.file), target=target))  # before solving
         graph = graph_from_kernel(args.file, args.machine)
         with console.status(f"solving {graph.name} for {args.machine}..."):
             sched = solve(graph, args.machine, time_limit=args.time_limit)

@@ -10,7 +10,7 @@ Two ways to handle the partial final tile, for the predication/divergence cost t
   tile math; twill if-converts the ``scf.if`` and costs it as both sides, back to back (the divergence
   rule, ``CostModel.divergent``).
 
-``TWILL_KERNELS`` tells twill how to compile them on the CPU (``twill graph tests/data/masked_tail.py``).
+``TWILL_KERNELS`` tells twill how to compile them on the CPU (``twill schedule tests/data/masked_tail.py``).
 """
 
 import triton

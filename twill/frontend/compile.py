@@ -25,17 +25,19 @@ Both are printed with source locations (``loc(...)``, ``file:line:col`` of each 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
 import re
 import sys
-from collections.abc import Iterable, Mapping
+import warnings
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from twill.errors import FrontendError
+from twill.errors import FrontendError, TwillWarning
 from twill.machine import Machine
 
 __all__ = ["KernelSpec", "TTGIRSnapshots", "compile_to_ttgir", "default_divisible", "load_kernel",
@@ -302,8 +304,25 @@ def _pre_swp_passes(pm: Any, opt: Any, capability: int) -> None:
         nvidia.passes.ttnvgpuir.add_promote_lhs_to_tmem(pm)
 
 
-_TMEM_SPLIT = re.compile(r"=\s*tt\.split\b")
-"""A ``tt.split`` in the module: the kernel splits a tile into halves (see :func:`_split_tmem_loads`)."""
+_LAYOUT_ONLY = frozenset({"tt.trans", "tt.reshape", "ttg.convert_layout"})
+
+
+def _splits_a_tmem_load(text: str) -> bool:
+    """True when a ``tt.split`` inside a loop takes a ``ttng.tmem_load`` result (through transposes,
+    reshapes and layout conversions): a tensor-memory tile split into halves in registers."""
+    if "tt.split" not in text:
+        return False
+    from twill.frontend.ttgir import parse_ttgir
+
+    for op in parse_ttgir(text).ops():
+        if op.name != "tt.split" or not op.operands or not any(a.name == "scf.for" for a in op.ancestors()):
+            continue
+        value = op.operands[0]
+        while value.owner is not None and value.owner.name in _LAYOUT_ONLY and value.owner.operands:
+            value = value.owner.operands[0]
+        if value.owner is not None and value.owner.name == "ttng.tmem_load":
+            return True
+    return False
 
 
 def _split_tmem_loads(pm: Any) -> None:
@@ -315,8 +334,9 @@ def _split_tmem_loads(pm: Any) -> None:
     it after its pipeliner, so without it the graph would show one whole load and a shared-memory
     layout round trip that the compiled kernel does not have (checked on the final TTGIR of
     ``examples/flash_attention_bwd.py::attn_bwd_split_sm100``, docs/frontend.md §10). The pass also
-    re-picks the layout of a ``tmem_load`` that feeds a reduction, so it runs only on kernels with a
-    ``tt.split``, leaving the graphs of the other kernels as they were. The per-half loads it creates
+    re-picks the layout of a ``tmem_load`` that feeds a reduction, so it runs only on kernels that split a
+    ``tmem_load`` result (:func:`_splits_a_tmem_load`), leaving the graphs of the other kernels as they
+    were. The per-half loads it creates
     carry no async token; the graph orders them after the MMA writing their buffer by buffer
     (``twill.frontend.lower``), and the whole load it leaves behind only for its token is folded.
     """
@@ -365,6 +385,12 @@ def compile_to_ttgir(kernel: Any, *, target: str = "sm_90", signature: Mapping[s
     FrontendError
         Unknown target, missing argument types, a Triton version other than 3.6, or a Triton
         compilation error (its message is kept).
+
+    Warns
+    -----
+    TwillWarning
+        Triton's ``OptimizeTMemLayouts`` failed ahead of the pipeliner on a kernel that splits a
+        tensor-memory tile; the snapshot is then taken without it (:func:`_split_tmem_loads`).
     """
     import triton
 
@@ -379,7 +405,14 @@ def compile_to_ttgir(kernel: Any, *, target: str = "sm_90", signature: Mapping[s
     warps = num_warps if num_warps is not None else spec.num_warps
     stages = num_stages if num_stages is not None else spec.num_stages
     try:
-        return _compile(spec, _source(spec, values, hinted), capability, warps, stages)
+        try:
+            return _compile(spec, _source(spec, values, hinted), capability, warps, stages)
+        except _SplitPassFailed as exc:
+            warnings.warn(TwillWarning(
+                f"{spec.name}: Triton's OptimizeTMemLayouts fails when run ahead of its pipeliner on this "
+                f"kernel ({str(exc).strip()[:200]}); its split tensor-memory tiles are modeled as whole "
+                "loads and layout conversions (docs/frontend.md §10)"), stacklevel=2)
+            return _compile(spec, _source(spec, values, hinted), capability, warps, stages, split_loads=False)
     except FrontendError:
         raise
     except Exception as exc:  # Triton raises CompilationError, RuntimeError, AssertionError, ...
@@ -387,7 +420,26 @@ def compile_to_ttgir(kernel: Any, *, target: str = "sm_90", signature: Mapping[s
                             f"{type(exc).__name__}: {str(exc).strip()[:2000]}") from exc
 
 
-def _compile(spec: KernelSpec, src: Any, capability: int, num_warps: int, num_stages: int) -> TTGIRSnapshots:
+class _SplitPassFailed(Exception):
+    """Triton's ``OptimizeTMemLayouts`` failed when run ahead of the pipeliner."""
+
+
+@contextlib.contextmanager
+def _stderr_to(path: str) -> Iterator[None]:
+    """Send the process's file descriptor 2 (where MLIR writes) to ``path`` for the block."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(path, "w") as sink:
+            os.dup2(sink.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _compile(spec: KernelSpec, src: Any, capability: int, num_warps: int, num_stages: int,
+             split_loads: bool = True) -> TTGIRSnapshots:
     from triton._C.libtriton import ir, passes
     from triton.backends.compiler import GPUTarget
     from triton.compiler import make_backend
@@ -405,9 +457,13 @@ def _compile(spec: KernelSpec, src: Any, capability: int, num_warps: int, num_st
     module = stages["ttir"](module, {})
     ttir = module.str()
     _run(module, lambda pm: _pre_swp_passes(pm, options, capability), "twill_pre_swp")
-    split = capability // 10 >= 10 and bool(_TMEM_SPLIT.search(module.str()))
+    split = split_loads and capability // 10 >= 10 and _splits_a_tmem_load(module.str())
     if split:
-        _run(module, _split_tmem_loads, "twill_split_tmem_loads")
+        try:
+            with _stderr_to(os.devnull):  # MLIR prints its diagnostics and a reproducer on failure
+                _run(module, _split_tmem_loads, "twill_split_tmem_loads")
+        except Exception as exc:
+            raise _SplitPassFailed(str(exc)) from exc
     pre_swp = module.str()
 
     def schedule(pm: Any) -> None:
