@@ -336,9 +336,9 @@ def _split_tmem_loads(pm: Any) -> None:
     ``examples/flash_attention_bwd.py::attn_bwd_split_sm100``, docs/frontend.md §10). The pass also
     re-picks the layout of a ``tmem_load`` that feeds a reduction, so it runs only on kernels that split a
     ``tmem_load`` result (:func:`_splits_a_tmem_load`), leaving the graphs of the other kernels as they
-    were. The per-half loads it creates
-    carry no async token; the graph orders them after the MMA writing their buffer by buffer
-    (``twill.frontend.lower``), and the whole load it leaves behind only for its token is folded.
+    were. The per-half loads it creates carry no async token; the graph orders each after the MMA that
+    writes its buffer (``twill.frontend.lower``), and the whole load left behind only for its token is
+    folded.
     """
     from triton._C.libtriton import nvidia, passes
 
