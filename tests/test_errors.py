@@ -706,3 +706,13 @@ def test_cli_reports_each_range_query_once(cli: Callable[[list[str]], tuple[int,
     assert spans and all(lo <= hi for lo, hi in spans)
     singles = {int(m) for m in re.findall(r"II = (\d+): joint unsat", err)}
     assert not any(lo <= ii <= hi for ii in singles for lo, hi in spans)
+
+
+def test_cli_relax_is_a_marked_what_if(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--relax`` reaches the solver (the saved schedule carries it) and the output says it is a what-if."""
+    out = tmp_path / "what_if.json"
+    code = main(["schedule", f"{ROOT / 'twill' / 'paper.py'}::figure1_graph", "--relax", "handoff",
+                 "--relax", "smem", "--json", str(out)])
+    assert code == 0
+    assert "what-if: handoff, smem left out; not a schedule the machine can run" in capsys.readouterr().out
+    assert twill.Schedule.from_json(out.read_text()).problem.options.relax == {"handoff", "smem"}

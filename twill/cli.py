@@ -28,6 +28,7 @@ from typing import Any
 from rich.console import Console
 
 from twill.errors import FrontendError, InfeasibleError, InterruptedSolveError, TwillError, TwillWarning
+from twill.problem import RELAXABLE
 
 __all__ = ["load_graph", "main"]
 
@@ -153,7 +154,7 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
                 register_limit=args.register_limit, cross_group=not args.no_cross_group,
                 max_stages=args.max_stages, stage_slack=args.stage_slack, prefetch=args.prefetch,
                 normalize_upper=args.normalize_upper, window_limit=args.window_limit,
-                ranges=not args.no_ranges, progress=_progress(status))
+                ranges=not args.no_ranges, relax=frozenset(args.relax), progress=_progress(status))
     except InterruptedSolveError as exc:
         if exc.schedule is not None:  # the best schedule found before Ctrl-C, marked not proven
             console.print(render(exc.schedule))
@@ -162,6 +163,9 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
                 console.print(f"wrote {args.json} (the best schedule before the interrupt, not proven "
                               f"optimal)")
         raise
+    if args.relax:
+        console.print(f"[bold]what-if[/]: {', '.join(sorted(set(args.relax)))} left out; "
+                      "not a schedule the machine can run")
     console.print(render(sched))
     console.print(f"solved in {time.monotonic() - started:.1f}s")
     if args.json:
@@ -264,6 +268,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-ranges", action="store_true",
                    help="decide every II on its own instead of refuting runs of IIs with range queries "
                         "(same answer and proof; slower when the optimum lies far above the MII)")
+    p.add_argument("--relax", action="append", default=[], choices=sorted(RELAXABLE), metavar="FAMILY",
+                   help="what-if: leave out a constraint family (repeatable; one of "
+                        f"{', '.join(sorted(RELAXABLE))}); the answer is not a schedule the machine can run")
     p.set_defaults(func=_cmd_schedule)
     p = sub.add_parser("show", help="print a saved schedule")
     p.add_argument("file")
