@@ -254,7 +254,13 @@ class LoopBody:
             return None
         return next((v for v in candidates if v.type.kind == "memdesc" and v.type.space == "tmem"), None)
 
-    def overwrites(self, op: Op, root: Value) -> bool:
+    def overwrites_own_buffer(self, op: Op) -> bool:
+        """True when ``op`` replaces the whole content of the tensor-memory buffer it writes without
+        reading it (an MMA with ``use_acc = false``, a whole ``tmem_store``)."""
+        written = self.tmem_written(op)
+        return written is not None and self._overwrites(op, self.buffer_root(written))
+
+    def _overwrites(self, op: Op, root: Value) -> bool:
         """True when ``op`` replaces the whole content of buffer ``root`` without reading it."""
         written = self.tmem_written(op)
         if written is None or self.buffer_root(written).key != root.key:
@@ -288,7 +294,7 @@ class LoopBody:
                     if self.defined_before_loop(root) and root.key not in first:
                         first[root.key] = (root, inner)
         return {key: root for key, (root, op) in first.items()
-                if self.overwrites(op, root) and not self._read_after_loop(root)}
+                if self._overwrites(op, root) and not self._read_after_loop(root)}
 
     def _read_after_loop(self, root: Value) -> bool:
         """True when an op after the loop (in the loop's block) uses ``root`` or a view of it."""

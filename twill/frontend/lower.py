@@ -288,7 +288,7 @@ def _data_edges(body: LoopBody, specs: list[NodeSpec], edges: _EdgeSet) -> None:
                 for src in body.sources(value):
                     producer = _producer(src, by_primary)
                     accumulates = member.name in GEMM_OPS and k in accumulators
-                    fresh = accumulates and _overwrites(body, member)  # use_acc = false: not read
+                    fresh = accumulates and body.overwrites_own_buffer(member)  # use_acc = false
                     if producer is spec and (src.distance == 0 or fresh):
                         continue
                     chained = accumulates and producer.kind == "gemm"
@@ -297,10 +297,31 @@ def _data_edges(body: LoopBody, specs: list[NodeSpec], edges: _EdgeSet) -> None:
                               inplace=accumulates)
 
 
+_Accesses = dict[int, list[tuple[NodeSpec, int]]]
+"""Buffer key -> (graph op, body position) of each access."""
+
+
+def _order_accesses(writers: _Accesses, readers: _Accesses, edges: _EdgeSet, carrier: str,
+                    blocking: bool) -> None:
+    """Order every read of a buffer after the write before it (the same iteration if the write comes first
+    in the body, δ 0, else the previous one, δ 1) and before the next write (write after read).
+    ``blocking`` applies to the read-after-write edges."""
+    for root, written in writers.items():
+        for writer, w_at in written:
+            for reader, r_at in readers.get(root, []):
+                if reader is writer:
+                    continue
+                first = 0 if w_at < r_at else 1
+                where = f"TTGIR line {writer.primary.line}"
+                edges.add(writer.name, reader.name, first, blocking=blocking and writer.cost.blocking_result,
+                          carrier=carrier, source=where)
+                edges.add(reader.name, writer.name, 1 - first, blocking=False, carrier=carrier, source=where)
+
+
 def _buffer_edges(body: LoopBody, specs: list[NodeSpec], edges: _EdgeSet) -> None:
     """Order ``ttg.local_store`` writes and reads of the same mutable shared buffer (not SSA-visible)."""
-    writers: dict[int, list[tuple[NodeSpec, int]]] = {}
-    readers: dict[int, list[tuple[NodeSpec, int]]] = {}
+    writers: _Accesses = {}
+    readers: _Accesses = {}
     for spec in specs:
         for member in spec.members:
             at = body.index[member]
@@ -311,44 +332,24 @@ def _buffer_edges(body: LoopBody, specs: list[NodeSpec], edges: _EdgeSet) -> Non
             for value in reads:
                 if value.type.kind == "memdesc" and value.type.space == "smem":
                     readers.setdefault(body.buffer_root(value).key, []).append((spec, at))
-    for root, written in writers.items():
-        for writer, w_at in written:
-            for reader, r_at in readers.get(root, []):
-                if reader is writer:
-                    continue
-                first = 0 if w_at < r_at else 1
-                where = f"TTGIR line {writer.primary.line}"
-                edges.add(writer.name, reader.name, first, blocking=False, carrier="smem", source=where)
-                edges.add(reader.name, writer.name, 1 - first, blocking=False, carrier="smem", source=where)
-
-
-def _overwrites(body: LoopBody, op: Op) -> bool:
-    written = body.tmem_written(op)
-    return written is not None and body.overwrites(op, body.buffer_root(written))
+    _order_accesses(writers, readers, edges, "smem", blocking=False)
 
 
 def _tmem_edges(body: LoopBody, specs: list[NodeSpec], edges: _EdgeSet) -> None:
     """Order a ``tmem_load`` without an async token (one half of a split load, docs/frontend.md §10)
-    after the ops writing its tensor-memory buffer (read after write; blocking when the writer's
-    result is, as an MMA's is), and before their next writes (write after read)."""
-    writers: dict[int, list[tuple[NodeSpec, int]]] = {}
-    readers: list[tuple[NodeSpec, int, int]] = []
+    after the ops writing its tensor-memory buffer (blocking when the writer's result is, as an MMA's
+    is) and before their next writes."""
+    writers: _Accesses = {}
+    readers: _Accesses = {}
     for spec in specs:
         for member in spec.members:
+            at = body.index[member]
             written = body.tmem_written(member)
             if written is not None:
-                writers.setdefault(body.buffer_root(written).key, []).append((spec, body.index[member]))
+                writers.setdefault(body.buffer_root(written).key, []).append((spec, at))
             if member.name == "ttng.tmem_load" and not any(v.type.kind == "token" for v in member.operands):
-                readers.append((spec, body.index[member], body.buffer_root(member.operands[0]).key))
-    for reader, r_at, root in readers:
-        for writer, w_at in writers.get(root, []):
-            if writer is reader:
-                continue
-            first = 0 if w_at < r_at else 1
-            where = f"TTGIR line {reader.primary.line}"
-            edges.add(writer.name, reader.name, first, blocking=writer.cost.blocking_result, carrier="tmem",
-                      source=where)
-            edges.add(reader.name, writer.name, 1 - first, blocking=False, carrier="tmem", source=where)
+                readers.setdefault(body.buffer_root(member.operands[0]).key, []).append((spec, at))
+    _order_accesses(writers, readers, edges, "tmem", blocking=True)
 
 
 def _fixed_memory(body: LoopBody, per_iteration: dict[int, Value]) -> tuple[int, int]:
