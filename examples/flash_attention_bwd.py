@@ -19,7 +19,8 @@ preprocessing step; ``lse`` is in base 2, ``lse = log2(sum_j exp2(s_j * scale * 
 of fp32, a variable-latency op in the graph). Q and dO are read with tensor descriptors (TMA), ``lse``
 and ``delta`` with pointer loads; ``delta = rowsum(dO * O)`` is computed by the caller.
 
-Four kernels; ``TWILL_KERNELS`` has one plain and one sub-tiled entry per target, and the split one.
+Five kernels; ``TWILL_KERNELS`` has one plain and one sub-tiled entry per target, and the split and
+transposed ones.
 Sub-tiling splits the dimension whose GEMMs exceed the target's Tensor Core instruction M, so twill can
 schedule and assign the sub-tiles separately:
 
@@ -35,6 +36,11 @@ schedule and assign the sub-tiles separately:
     with its own ``tmem_load``, docs/frontend.md §10). Twill can then give the halves to different
     warp groups. The ``_sm90`` entry compiles the same code for Hopper so that its arithmetic can be
     checked on an H200 (``main``).
+``attn_bwd_transposed`` (entry ``attn_bwd_transposed_sm100``; also ``attn_bwd_transposed_sm90``)
+    The plain kernel computed transposed, as FA4's backward does: ``st = k @ q^T`` and ``dpt = v @ do^T``
+    are ``[BLOCK_N, BLOCK_M]`` tiles, so P^T and dS^T are the left operands of the dV and dK GEMMs, and
+    on sm_100 Triton hands them to those MMAs in tensor memory (``tmem_store``); only dS, for the dQ
+    GEMM, is staged in shared memory each iteration (the plain kernel stages P and dS there).
 ``attn_bwd_subtiled_kv`` (entry ``attn_bwd_subtiled_sm90``)
     On Hopper the plain kernel's S, dP and dQ GEMMs already have wgmma's M = 64 (query rows), but dV and
     dK have M = 128 (keys). This kernel splits the 128 keys into two sub-tiles of ``SUB_N = 64``, the way
@@ -64,7 +70,8 @@ two MMAs update per iteration, in two TMEM buffers and copies between them throu
 
 ``python examples/flash_attention_bwd.py`` runs the sm_90 entries on a GPU and compares dQ, dK and dV with
 PyTorch autograd (needs torch and CUDA; importing this file does not). On an H200 on 2026-11-30 every
-entry, ``attn_bwd_split_sm90`` included, was within 5e-4 of autograd (largest relative error).
+entry, ``attn_bwd_split_sm90`` and ``attn_bwd_transposed_sm90`` included, was within 5e-4 of autograd
+(largest relative error).
 """
 
 from __future__ import annotations
@@ -197,6 +204,56 @@ def attn_bwd_split(
         dv = tl.dot(tl.trans(p16), do, dv)
         dk = tl.dot(tl.trans(ds), q, dk)
         dq = tl.dot(ds, k)
+        tl.atomic_add(dq_ptr + (q_row + rows)[:, None] * HEAD_DIM + cols[None, :], dq, sem="relaxed")
+    dk_desc.store([kv_row, 0], dk.to(tl.float16))
+    dv_desc.store([kv_row, 0], dv.to(tl.float16))
+
+
+@triton.jit
+def attn_bwd_transposed(
+    q_desc,
+    k_desc,
+    v_desc,
+    do_desc,
+    dk_desc,
+    dv_desc,
+    dq_ptr,
+    lse_ptr,
+    delta_ptr,
+    sm_scale,
+    seq_len,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+):
+    """As :func:`attn_bwd`, computed transposed as FA4's backward does: ``st = k @ q^T`` and
+    ``dpt = v @ do^T`` are ``[BLOCK_N, BLOCK_M]``, so ``pt`` (P^T) and ``dst`` (dS^T) are the left
+    operands of the dV and dK GEMMs and Triton hands them over in tensor memory on sm_100; only dS
+    (for the dQ GEMM) goes through shared memory."""
+    tile_n = tl.program_id(0)
+    head = tl.program_id(1)
+    base = head * seq_len
+    kv_row = base + tile_n * BLOCK_N
+    k = k_desc.load([kv_row, 0])
+    v = v_desc.load([kv_row, 0])
+    scale2 = sm_scale * 1.4426950408889634
+    rows = tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, HEAD_DIM)
+    dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    for q_start in range(0, seq_len, BLOCK_M):
+        q_row = base + q_start
+        q = q_desc.load([q_row, 0])
+        do = do_desc.load([q_row, 0])
+        lse = tl.load(lse_ptr + q_row + rows)
+        delta = tl.load(delta_ptr + q_row + rows)
+        st = tl.dot(k, tl.trans(q))
+        pt = tl.math.exp2(st * scale2 - lse[None, :])
+        dpt = tl.dot(v, tl.trans(do))
+        dst = (pt * (dpt - delta[None, :]) * sm_scale).to(tl.float16)
+        dv = tl.dot(pt.to(tl.float16), do, dv)
+        dk = tl.dot(dst, q, dk)
+        dq = tl.dot(tl.trans(dst), k)
         tl.atomic_add(dq_ptr + (q_row + rows)[:, None] * HEAD_DIM + cols[None, :], dq, sem="relaxed")
     dk_desc.store([kv_row, 0], dk.to(tl.float16))
     dv_desc.store([kv_row, 0], dv.to(tl.float16))
@@ -343,13 +400,14 @@ def attn_bwd_subtiled_q(
 
 
 _KERNELS = {"attn_bwd": attn_bwd, "attn_bwd_split": attn_bwd_split,
-            "attn_bwd_subtiled_kv": attn_bwd_subtiled_kv, "attn_bwd_subtiled_q": attn_bwd_subtiled_q}
+            "attn_bwd_transposed": attn_bwd_transposed, "attn_bwd_subtiled_kv": attn_bwd_subtiled_kv,
+            "attn_bwd_subtiled_q": attn_bwd_subtiled_q}
 
 
 def _entry(kernel: str, target: str, *, default: bool = False) -> dict[str, Any]:
     rows = TC_M[target]
     plain = {"BLOCK_M": rows, "BLOCK_N": HEAD_DIM}
-    sub = {"attn_bwd": plain, "attn_bwd_split": plain,
+    sub = {"attn_bwd": plain, "attn_bwd_split": plain, "attn_bwd_transposed": plain,
            "attn_bwd_subtiled_kv": {"BLOCK_M": rows, "SUB_N": HEAD_DIM // 2},
            "attn_bwd_subtiled_q": {"SUB_M": rows, "BLOCK_N": HEAD_DIM}}[kernel]
     q_rows = sub.get("BLOCK_M", sub.get("SUB_M"))
@@ -376,6 +434,8 @@ TWILL_KERNELS = {
     "attn_bwd_subtiled_sm100": _entry("attn_bwd_subtiled_q", "sm_100"),
     "attn_bwd_subtiled_q_sm90": _entry("attn_bwd_subtiled_q", "sm_90"),
     "attn_bwd_split_sm90": _entry("attn_bwd_split", "sm_90"),
+    "attn_bwd_transposed_sm100": _entry("attn_bwd_transposed", "sm_100"),
+    "attn_bwd_transposed_sm90": _entry("attn_bwd_transposed", "sm_90"),
 }
 """How twill compiles each variant (argument types in Triton signature form); see the module docstring."""
 
@@ -450,7 +510,7 @@ def main() -> int:  # pragma: no cover - needs a GPU
     o = of.detach().to(torch.float16)
     worst = 0.0
     for entry in ("attn_bwd_sm90", "attn_bwd_subtiled_sm90", "attn_bwd_subtiled_q_sm90",
-                  "attn_bwd_split_sm90"):
+                  "attn_bwd_split_sm90", "attn_bwd_transposed_sm90"):
         got = run_backward(q, k, v, o, do, lse2, scale, entry)
         for name, value, want in zip(("dq", "dk", "dv"), got, (qf.grad, kf.grad, vf.grad), strict=True):
             err = ((value.float() - want).abs().max() / want.abs().max()).item()

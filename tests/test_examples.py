@@ -144,6 +144,7 @@ class Bwd:
     n: int  # keys of one (sub-)tile
     d: int  # head dim
     halves: int = 1  # 2 when the exponential and dS are computed per column half of S (attn_bwd_split)
+    transposed: bool = False  # S^T = K Q^T and dP^T = V dO^T, kernel variables st, dpt (attn_bwd_transposed)
 
     @property
     def suffixes(self) -> list[str]:
@@ -164,7 +165,8 @@ def _bwd(entry: str) -> Bwd:
     if kernel == "attn_bwd_subtiled_q":
         return Bwd(machine, "q", c["SUB_M"], c["BLOCK_N"], c["HEAD_DIM"])
     halves = 2 if kernel == "attn_bwd_split" else 1
-    return Bwd(machine, "none", c["BLOCK_M"], c["BLOCK_N"], c["HEAD_DIM"], halves)
+    return Bwd(machine, "none", c["BLOCK_M"], c["BLOCK_N"], c["HEAD_DIM"], halves,
+               transposed=kernel == "attn_bwd_transposed")
 
 
 def _subtile(name: str) -> str:
@@ -191,6 +193,8 @@ def test_backward_graph(entry: str) -> None:
     assert len(gemms) == 5 * tiles
     assert all(dict(op.attrs)["mma"] == MMA[b.machine] for op in gemms)
     shapes = {"s": (b.m, b.n, b.d), "dp": (b.m, b.n, b.d), "dv": (b.n, b.d, b.m), "dk": (b.n, b.d, b.m)}
+    if b.transposed:  # [keys, queries] score tiles
+        shapes = {"st": (b.n, b.m, b.d), "dpt": (b.n, b.m, b.d), "dv": shapes["dv"], "dk": shapes["dk"]}
     for var, (rows, cols, inner) in shapes.items():
         for i in b.suffixes:
             op = g.op(_gemm_named(g, f"{var}{i}"))
@@ -221,7 +225,8 @@ def test_backward_graph(entry: str) -> None:
     # dK and dV accumulate across iterations: each of their GEMMs is on a dependence cycle of distance 1
     accumulators = [_gemm_named(g, f"{var}{i}") for var in ("dv", "dk") for i in b.suffixes]
     assert all(_carried_cycle_distance(g, name) == 1 for name in accumulators)
-    fresh = [_gemm_named(g, f"{var}{i}") for var in ("s", "dp") for i in b.suffixes]
+    scores = ("st", "dpt") if b.transposed else ("s", "dp")
+    fresh = [_gemm_named(g, f"{var}{i}") for var in scores for i in b.suffixes]
     fresh += [_gemm_named(g, var) for var in b.dq_gemms]
     register_carried = [e for e in g.edges if e.distance and e.carrier == "register"]
     assert all(e.src in accumulators and e.dst in accumulators for e in register_carried)
@@ -255,6 +260,25 @@ def test_backward_query_subtiles_share_only_the_accumulators() -> None:
     crossing = {(e.src, e.dst, e.distance) for e in g.edges if _subtile(e.src) != _subtile(e.dst)}
     # sub-tile 1 adds to dK/dV after sub-tile 0 in the iteration; sub-tile 0 continues from sub-tile 1
     assert crossing == {("dv0", "dv1", 0), ("dv1", "dv0", 1), ("dk0", "dk1", 0), ("dk1", "dk0", 1)}
+
+
+def test_transposed_backward_hands_p_and_ds_to_the_mmas_in_tensor_memory() -> None:
+    """FA4's formulation: P^T and dS^T are the left operands of the dV and dK MMAs, which tcgen05 reads
+    from tensor memory, so per iteration only dS (for the dQ MMA) is staged in shared memory, where
+    the plain kernel stages P and dS."""
+    tile = 128 * 128 * 2  # one fp16 [BLOCK_M, BLOCK_N] tile, bytes
+
+    def staged(g: Graph) -> list[int]:  # shared memory written per iteration by ops other than loads
+        return sorted(op.smem for op in g.ops if op.smem and not g.is_streaming(op.name))
+
+    plain, transposed = _graph(BWD, "attn_bwd_sm100"), _graph(BWD, "attn_bwd_transposed_sm100")
+    assert staged(plain) == [tile, tile]
+    assert staged(transposed) == [tile]
+    for mma in ("dv", "dk"):
+        stores = [g_src for g_src in transposed.nx.predecessors(mma)
+                  if transposed.op(g_src).kind == "tmem_store"]
+        assert len(stores) == 1, mma  # its left operand, written to TMEM by the issuing warps
+        assert transposed.op(stores[0]).tmem == tile // (4 * 128)  # fp16 packed two per 32-bit column
 
 
 def test_every_entry_names_its_target() -> None:
