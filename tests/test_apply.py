@@ -128,6 +128,7 @@ def test_schedule_of_another_loop_is_rejected() -> None:
         edge.update({end: "beta" for end in ("src", "dst") if edge[end] == "alpha"})
     data["warp_groups"] = [{**g, "ops": ["beta" if o == "alpha" else o for o in g["ops"]]}
                            for g in data["warp_groups"]]
+    data["buffer_depths"] = {("beta" if k == "alpha" else k): v for k, v in data["buffer_depths"].items()}
     with pytest.raises(ApplyError, match="beta"):
         apply(Schedule.from_dict(data), KERNEL, compile=False)
 

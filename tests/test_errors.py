@@ -275,6 +275,11 @@ def test_register_plan_over_the_register_file(no_solver: None) -> None:
     ("max_ii", 2.5, r"max_ii=2\.5 must be an integer >= 1 \(or None\)"),
     ("max_groups", 0, r"max_groups=0 must be an integer >= 1 \(or None\)"),
     ("relax", {"gravity"}, r"relax: gravity not among registers, register_file"),
+    ("normalize_upper", 0, r"normalize_upper=0 must be an integer >= 1"),
+    ("time_limit", -5, r"time_limit=-5 must be a number of seconds > 0 \(or None\)"),
+    ("time_limit", float("nan"), r"time_limit=nan must be a number of seconds > 0"),
+    ("window_limit", 0, r"window_limit=0 must be a number of seconds > 0"),
+    ("register_limit", 100_000, r"register_limit=100000 is above h100's 255 registers per thread"),
 ])
 def test_options_out_of_range(no_solver: None, option: str, value: Any, message: str) -> None:
     with pytest.raises(OptionsError, match=message) as info:
@@ -418,6 +423,17 @@ JSON_CASES: dict[str, tuple[Any, str]] = {
                              r"warp_groups\[0\]\.ops is str, not a JSON list"),
     "unknown option": (lambda d: d["problem"]["options"].update(bogus=1),
                        r"unexpected keyword argument 'bogus'"),
+    # the summary fields the file repeats for readers must agree with the schedule (II 2, L 4: 2 stages)
+    "stages edited": (lambda d: d.update(stages=9),
+                      r"stages is 9, but the schedule \(II 2, L 4, its ops and problem\) gives 2"),
+    "total length edited": (lambda d: d.update(total_length=1), r"total_length is 1, but .* gives 6"),
+    "II in cycles edited": (lambda d: d.update(ii_cycles=1), r"ii_cycles is 1, but II 2 x 1\.0 cycles"),
+    "buffer depths edited": (lambda d: d.update(buffer_depths={"S": 3}),
+                             r"buffer_depths is \{'S': 3\}, but .* gives \{\}"),
+    "machine edited": (lambda d: d.update(machine="a100"), r"machine is 'a100', but .* gives 'h100'"),
+    "unknown strategy": (lambda d: d.update(strategy="bogus"), r"strategy 'bogus' is not one of joint, swp"),
+    "bound above the II": (lambda d: d["certificate"].update(lower_bound=500),
+                           r"certificate\.lower_bound 500 is above the schedule's II 2"),
 }
 
 
@@ -450,12 +466,27 @@ def test_binary_or_missing_file_exits_2(tmp_path: Path, command: str, cli: Any) 
 
 def test_valid_but_violating_json_exits_3(saved: dict[str, Any], tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
-    # Well-formed data that breaks a constraint is verify's business (exit 3), not a malformed file.
+    # Well-formed data that breaks a constraint is verify's business (exit 3), not a malformed file
+    # (the summary fields the file repeats are changed with L, so that they agree).
     path = tmp_path / "schedule.json"
-    path.write_text(_corrupt(saved, lambda d: d.update(length=0)))
+    path.write_text(_corrupt(saved, lambda d: d.update(length=0, stages=1, total_length=0)))
     assert main(["verify", str(path)]) == 3
     out = " ".join(capsys.readouterr().out.split())
     assert "violation completion: op 'S' ends at 0 + 1 = 1 > L = 0" in out
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    ({"warps": 3}, "group_shape: warp group 0 has 3 warps, not a multiple of a warpgroup (4 warps)"),
+    ({"role": "producer"},
+     "consistency: warp group 0 is labelled 'producer'; with its ops it is a 'compute'"),
+    ({"registers_needed": 8}, "registers: warp group 0 says it needs 8 registers per thread; its peak of"),
+])
+def test_edited_warp_group_fields_are_violations(saved: dict[str, Any], tmp_path: Path, edit: dict[str, Any],
+                                                 message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "schedule.json"
+    path.write_text(_corrupt(saved, lambda d: d["warp_groups"][0].update(edit)))
+    assert main(["verify", str(path)]) == 3
+    assert message in " ".join(capsys.readouterr().out.split())
 
 
 def test_schedule_json_round_trips_strictly(saved: dict[str, Any]) -> None:
@@ -716,3 +747,161 @@ def test_cli_relax_is_a_marked_what_if(tmp_path: Path, capsys: pytest.CaptureFix
     assert code == 0
     assert "what-if: handoff, smem left out; not a schedule the machine can run" in capsys.readouterr().out
     assert twill.Schedule.from_json(out.read_text()).problem.options.relax == {"handoff", "smem"}
+
+
+# ------------------------------------------------------------------------- found by a new user's trial
+def _gemm() -> Graph:
+    return twill.graph_from_kernel(f"{ROOT / 'examples' / 'gemm.py'}", machine="h100")
+
+
+def test_one_warp_group_for_a_loop_with_loads_is_rejected_before_solving(no_solver: None) -> None:
+    g = _gemm()  # TMA loads (variable latency) and a GEMM
+    with pytest.raises(OptionsError, match=r"max_groups=1 offers one warp group, but the variable-latency "
+                                           r"ops \(a, b\) need a group of their own") as info:
+        twill.schedule(g, "h100", max_groups=1)
+    assert info.value.option == "max_groups"
+
+
+def test_one_warp_group_is_fine_without_warp_specialization() -> None:
+    assert twill.schedule(_gemm(), "h100", max_groups=1, strategy="swp").ii > 0
+
+
+def test_loop_invariant_tensor_memory_on_a_machine_without_it(no_solver: None) -> None:
+    g = figure1_graph()
+    g.fixed_tmem = 100
+    with pytest.raises(ResourceError, match=r"tmem: values live for the whole loop need 100 loop-invariant "
+                                            r"= 100 columns > capacity 0 columns"):
+        twill.schedule(g, "h100")
+
+
+def test_a_graph_argument_that_is_not_a_graph(no_solver: None) -> None:
+    with pytest.raises(GraphError, match=r"graph must be a twill\.Graph, got str 'x\.py'"):
+        twill.schedule("x.py", "h100")  # type: ignore[arg-type]
+
+
+def test_no_normalization_note_when_no_ilp_ran() -> None:
+    s = twill.schedule(figure1_graph(), "h100")
+    assert s.normalization["status"] == "exact"
+    assert not any("time limit stopped the cost-normalization" in n for n in s.certificate.notes)
+
+
+def test_unwritable_outputs_are_refused_before_solving(no_solver: None, tmp_path: Path, saved: dict[str, Any],
+                                                      cli: Any) -> None:
+    missing = tmp_path / "no_such_folder" / "out.json"
+    code, err = cli(["schedule", str(ROOT / "examples" / "gemm.py"), "--json", str(missing)])
+    assert (code, err) == (2, f"error (TwillError): cannot write {missing}: there is no folder "
+                              f"{missing.parent}")
+    code, err = cli(["schedule", str(ROOT / "examples" / "gemm.py"), "--json", str(tmp_path)])
+    assert (code, err) == (2, f"error (TwillError): cannot write {tmp_path}: it is a folder; give a file "
+                              f"name")
+    schedule = tmp_path / "s.json"
+    schedule.write_text(json.dumps(saved))
+    code, err = cli(["plot", str(schedule), "-o", str(tmp_path / "nope" / "x.svg")])
+    assert code == 2 and "there is no folder" in err
+    code, err = cli(["apply", str(ROOT / "examples" / "gemm.py"), "--schedule", str(schedule), "-o",
+                     str(schedule), "--no-compile"])
+    assert (code, err) == (2, f"error (TwillError): cannot write into {schedule}: it exists and is not a "
+                              f"folder")
+
+
+def test_schedule_json_is_written_before_the_table(tmp_path: Path) -> None:
+    """A reader that closes the pipe early (``| head -1``) must not cost the saved schedule."""
+    out = tmp_path / "s.json"
+    proc = subprocess.run(f"{sys.executable} -m twill.cli schedule {ROOT / 'examples' / 'gemm.py'} "
+                          f"--json {out} | head -1", shell=True, capture_output=True, text=True, timeout=300)
+    assert proc.stdout.startswith("matmul: 3 ops")
+    assert Schedule.from_json(out.read_text()).ii > 0
+
+
+@pytest.fixture
+def builders(tmp_path: Path) -> Path:
+    path = tmp_path / "builders.py"
+    path.write_text("def boom():\n    raise RuntimeError('boom')\n\n\ndef needs(x):\n    return x\n")
+    return path
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    ("boom", "{path}::boom: the graph builder raised RuntimeError: boom"),
+    ("needs", "{path}::needs: a graph builder is called with no arguments, but needs(x) needs some"),
+    ("nothere", "{path} has no function or kernel entry 'nothere' (functions: boom, needs)"),
+])
+def test_graph_builder_errors_name_the_builder(builders: Path, name: str, message: str, cli: Any) -> None:
+    code, err = cli(["schedule", f"{builders}::{name}"])
+    assert (code, err) == (2, "error (FrontendError): " + message.format(path=builders))
+
+
+def test_constexpr_for_no_argument_is_named(no_solver: None) -> None:
+    with pytest.raises(FrontendError, match=r"kernel 'matmul' has no argument\(s\) 'FOO' for the constexpr "
+                                            r"value\(s\) given; its arguments are a_desc, b_desc"):
+        twill.graph_from_kernel(f"{ROOT / 'examples' / 'gemm.py'}", machine="h100", constexprs={"FOO": 1})
+
+
+def test_machine_path_that_is_a_folder(tmp_path: Path) -> None:
+    with pytest.raises(MachineError, match=r"is a folder, not a machine \.toml file"):
+        load_machine(tmp_path)
+
+
+@pytest.mark.parametrize("flags", [["--latency-scale", "nan"], ["--latency-scale", "-1"],
+                                   ["--latency", "-3"]])
+def test_simulate_rejects_meaningless_latencies(saved: dict[str, Any], tmp_path: Path, flags: list[str],
+                                               cli: Any) -> None:
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(saved))
+    code, err = cli(["simulate", str(path), *flags])
+    assert code == 2 and err.startswith(f"error (TwillError): {flags[0]} ")
+    assert "must be a finite number" in err
+
+
+def test_bracketed_text_in_an_error_reaches_the_terminal(tmp_path: Path, cli: Any) -> None:
+    """rich would read ``[memory]`` as markup and drop it; messages are printed escaped."""
+    path = _h100_with(tmp_path, "smem_per_cta = { value = 232448,", "smem_per_ctb = { value = 232448,")
+    code, err = cli(["schedule", str(ROOT / "examples" / "gemm.py"), "--machine", str(path)])
+    assert code == 2 and "[memory] takes smem_per_cta" in err
+
+
+def test_loop_flag_picks_a_sibling_loop_and_compile_flags_need_a_kernel(
+        cli: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    ttgir = DATA / "sibling_loops.ttgir"
+    code, err = cli(["schedule", str(ttgir)])
+    assert code == 2 and "pass loop_index (twill schedule --loop N) to pick one" in err
+    assert main(["schedule", str(ttgir), "--loop", "1"]) == 0
+    assert "sibling_loops.ttgir:12)" in " ".join(capsys.readouterr().out.split())  # the second loop
+    code, err = cli(["schedule", str(ttgir), "--num-warps", "4"])
+    assert (code, err) == (2, f"error (FrontendError): --num-warps applies only to a Triton kernel; "
+                              f"{ttgir}: a TTGIR file is compiled already")
+    code, err = cli(["schedule", str(ROOT / "examples" / "gemm.py"), "--num-warps", "3"])
+    assert (code, err) == (2, "error (FrontendError): --num-warps 3 must be a power of two >= 1 (Triton's "
+                              "warps per CTA)")
+
+
+def test_an_op_issued_by_more_warps_than_a_cta_has(no_solver: None) -> None:
+    g = figure1_graph()
+    g.replace_op(replace(g.op("S"), warps=1000))
+    with pytest.raises(ResourceError, match=r"op 'S' is issued by 1000 warps > 32 warps per CTA"):
+        twill.schedule(g, "h100")
+
+
+def test_negative_loop_invariant_memory_is_a_graph_error(no_solver: None) -> None:
+    g = figure1_graph()
+    g.fixed_smem = -100
+    with pytest.raises(GraphError, match=r"fixed_smem=-100 must be a non-negative integer \(bytes"):
+        twill.schedule(g, "h100")
+
+
+def test_machine_file_of_another_schema(tmp_path: Path) -> None:
+    path = _h100_with(tmp_path, "schema = 1", "schema = 7")
+    with pytest.raises(MachineError, match=r"schema = 7: this twill reads machine files of schema 1"):
+        load_machine(path)
+
+
+def test_apply_refuses_a_schedule_for_another_machine(tmp_path: Path, cli: Any) -> None:
+    path = tmp_path / "b200.json"
+    path.write_text(twill.schedule(_gemm_b200(), "b200").to_json())
+    code, err = cli(["apply", str(ROOT / "examples" / "gemm.py"), "--schedule", str(path), "--machine",
+                     "h100", "-o", str(tmp_path / "out"), "--no-compile"])
+    assert (code, err) == (2, f"error (TwillError): {path} is a schedule for b200, not h100; drop --machine "
+                              f"or solve again for h100")
+
+
+def _gemm_b200() -> Graph:
+    return twill.graph_from_kernel(f"{ROOT / 'examples' / 'gemm.py'}", machine="b200")

@@ -241,7 +241,8 @@ def test_nested_loops_name_both_lines():
 
 
 def test_sibling_loops_need_loop_index():
-    with pytest.raises(FrontendError, match="lines 8, 12; pass loop_index"):
+    with pytest.raises(FrontendError, match=r"lines 8, 12 in .*sibling_loops\.ttgir; pass loop_index "
+                                            r"\(twill schedule --loop N\)"):
         graph_from_ttgir(DATA / "sibling_loops.ttgir", "h100")
     second = lower_loop(DATA / "sibling_loops.ttgir", "h100", loop_index=1)
     assert second.loop.line == 12

@@ -327,7 +327,8 @@ def add_parser(subparsers: Any) -> None:
                     "into Triton's scheduled TTGIR, finish the compile to a cubin and save it as a "
                     "launchable kernel; prints what was kept and what was dropped.")
     p.add_argument("file", help="FILE.py[::KERNEL] with a TWILL_KERNELS entry")
-    p.add_argument("--machine", default="h100", help="machine to solve for (default h100)")
+    p.add_argument("--machine", default=None,
+                   help="machine to solve for (default h100; with --schedule, the schedule's machine)")
     p.add_argument("--schedule", metavar="JSON", help="use this saved schedule instead of solving")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="folder for the compiled kernel")
     p.add_argument("--prefetch", type=int, help="stages between a streaming load and its consumer")
@@ -341,15 +342,23 @@ def run(args: argparse.Namespace) -> int:
     """Run ``twill apply``: solve or load the schedule, apply it, save the kernel, print the report."""
     from rich.console import Console
 
+    from twill.cli import check_output
     from twill.errors import TwillError
 
     console = Console()
+    out = check_output(args.output, folder=True)
     if args.schedule:
         path = Path(args.schedule)
         if not path.is_file():
             raise TwillError(f"no such file: {args.schedule}")
         sched = Schedule.from_json(path.read_text())
+        from twill.machine import load_machine
+
+        if args.machine is not None and load_machine(args.machine).name != sched.machine:
+            raise TwillError(f"{args.schedule} is a schedule for {sched.machine}, not {args.machine}; drop "
+                             f"--machine or solve again for {args.machine}")
     else:
+        args.machine = args.machine or "h100"
         from twill.frontend.compile import compile_to_ttgir, load_kernel, target_for
         from twill.frontend.lower import graph_from_kernel
         from twill.machine import load_machine
@@ -362,7 +371,6 @@ def run(args: argparse.Namespace) -> int:
             sched = solve(graph, args.machine, time_limit=args.time_limit)
     result = apply(sched, args.file, prefetch=args.prefetch, output_dir=args.output,
                    compile=not args.no_compile, baseline=not args.no_baseline)
-    out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     (out / "schedule.json").write_text(sched.to_json())
     (out / "applied.ttgir").write_text(result.ttgir)

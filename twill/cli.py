@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import inspect
+import os
 import sys
 import time
 import warnings
@@ -26,13 +28,44 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from twill.errors import FrontendError, InfeasibleError, InterruptedSolveError, TwillError, TwillWarning
 from twill.problem import RELAXABLE
 
-__all__ = ["load_graph", "main"]
+__all__ = ["check_output", "load_graph", "main"]
 
 _err = Console(stderr=True)
+
+
+def check_output(path: str | os.PathLike[str], *, folder: bool = False) -> Path:
+    """``path`` as a :class:`~pathlib.Path` once it looks writable; checked before a solve, so that a long
+    solve is not lost to a typo in the output name.
+
+    A file needs an existing, writable parent folder and must not be a folder itself; a ``folder`` may
+    not exist yet (it is created), but its nearest existing ancestor must be a writable folder.
+
+    Raises
+    ------
+    TwillError
+        Naming the path and what is wrong with it.
+    """
+    p = Path(path)
+    if folder:
+        if p.exists() and not p.is_dir():
+            raise TwillError(f"cannot write into {path}: it exists and is not a folder")
+        base = next(a for a in (p, *p.parents) if a.exists())
+    else:
+        if p.is_dir():
+            raise TwillError(f"cannot write {path}: it is a folder; give a file name")
+        base = p.parent
+        if not base.is_dir():
+            raise TwillError(f"cannot write {path}: there is no folder {base}")
+        if p.exists() and not os.access(p, os.W_OK):
+            raise TwillError(f"cannot write {path}: permission denied")
+    if not base.is_dir() or not os.access(base, os.W_OK):
+        raise TwillError(f"cannot write {path}: {base} is not a writable folder")
+    return p
 
 
 def _constexprs(pairs: Sequence[str]) -> dict[str, Any]:
@@ -58,15 +91,26 @@ def _builder(path: Path, name: str) -> Any:
         raise FrontendError(f"cannot import {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # the user's file: any error it raises is bad input, named with its file
+        raise FrontendError(f"cannot import {path}: {type(exc).__name__}: {exc}") from exc
     attr = getattr(module, name, None)
+    entries = getattr(module, "TWILL_KERNELS", None)
+    if attr is None and not (isinstance(entries, dict) and name in entries):
+        functions = sorted(k for k, v in vars(module).items() if not k.startswith("_") and (
+            (inspect.isfunction(v) and v.__module__ == spec.name) or hasattr(v, "fn")))
+        listed = f"; TWILL_KERNELS entries: {', '.join(sorted(entries))}" if isinstance(entries, dict) else ""
+        raise FrontendError(f"{path} has no function or kernel entry {name!r} (functions: "
+                            f"{', '.join(functions) or 'none'}{listed})")
     if attr is None or not callable(attr) or hasattr(attr, "run") or hasattr(attr, "fn"):
         return None
     return attr
 
 
 def load_graph(target: str, machine: str, constexprs: dict[str, Any] | None = None,
-               num_warps: int | None = None, num_stages: int | None = None) -> Any:
+               num_warps: int | None = None, num_stages: int | None = None,
+               loop_index: int | None = None) -> Any:
     """The loop graph named on the command line: a kernel, a TTGIR file, a graph JSON or a builder function.
 
     Raises
@@ -80,10 +124,20 @@ def load_graph(target: str, machine: str, constexprs: dict[str, Any] | None = No
     path = Path(path_text)
     if not path.is_file():
         raise FrontendError(f"no such file: {path_text}")
+    if num_warps is not None and (num_warps < 1 or num_warps & (num_warps - 1)):
+        raise FrontendError(f"--num-warps {num_warps} must be a power of two >= 1 (Triton's warps per CTA)")
+    if num_stages is not None and num_stages < 1:
+        raise FrontendError(f"--num-stages {num_stages} must be >= 1")
+    if loop_index is not None and loop_index < 0:
+        raise FrontendError(f"--loop {loop_index} must be >= 0 (the loop's index among sibling loops)")
+    given = {"--constexpr": bool(constexprs), "--num-warps": num_warps is not None,
+             "--num-stages": num_stages is not None}
+    compile_only = [flag for flag, used in given.items() if used]
     if path.suffix == ".ttgir":
         from twill.frontend.lower import graph_from_ttgir
 
-        return graph_from_ttgir(path, machine)
+        _refuse(compile_only, target, "a TTGIR file is compiled already")
+        return graph_from_ttgir(path, machine, loop_index=loop_index)
     if path.suffix == ".json":
         import json
 
@@ -94,24 +148,47 @@ def load_graph(target: str, machine: str, constexprs: dict[str, Any] | None = No
         if isinstance(data, dict) and data.get("kind") == "twill.schedule":
             raise FrontendError(f"{path_text} is a saved schedule, not a graph; use twill show or "
                                 f"twill verify")
+        _refuse([*compile_only, *(["--loop"] if loop_index is not None else [])], target,
+                "a graph JSON is not compiled")
         return Graph.from_dict(data)
     if path.suffix != ".py":
         raise FrontendError(f"{path_text}: expected a .py kernel file, a .ttgir file or a graph .json")
     if name:
         builder = _builder(path, name)
         if builder is not None:
-            graph = builder()
+            _refuse([*compile_only, *(["--loop"] if loop_index is not None else [])], target,
+                    "a graph builder is not compiled")
+            try:
+                inspect.signature(builder).bind()
+            except TypeError as exc:
+                raise FrontendError(f"{target}: a graph builder is called with no arguments, but "
+                                    f"{name}{inspect.signature(builder)} needs some") from exc
+            try:
+                graph = builder()
+            except TwillError:
+                raise
+            except Exception as exc:  # the user's builder: its error is bad input, named with its place
+                raise FrontendError(f"{target}: the graph builder raised {type(exc).__name__}: "
+                                    f"{exc}") from exc
             if not isinstance(graph, Graph):
                 raise FrontendError(f"{target} returned {type(graph).__name__}, not a twill.Graph")
             return graph
     from twill.frontend.lower import graph_from_kernel
 
     options: dict[str, Any] = {}
-    if num_warps:
+    if num_warps is not None:
         options["num_warps"] = num_warps
-    if num_stages:
+    if num_stages is not None:
         options["num_stages"] = num_stages
-    return graph_from_kernel(target, machine, constexprs=constexprs or None, **options)
+    return graph_from_kernel(target, machine, constexprs=constexprs or None, loop_index=loop_index, **options)
+
+
+def _refuse(flags: list[str], target: str, why: str) -> None:
+    """:class:`FrontendError` if compile flags were given for an input that is not compiled (they would be
+    ignored otherwise)."""
+    if flags:
+        verb = "applies" if len(flags) == 1 else "apply"
+        raise FrontendError(f"{' and '.join(flags)} {verb} only to a Triton kernel; {target}: {why}")
 
 
 def _progress(status: Any) -> Any:
@@ -141,7 +218,9 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
     from twill.search import schedule
     from twill.show import render
 
-    graph = load_graph(args.file, args.machine, _constexprs(args.constexpr), args.num_warps, args.num_stages)
+    out = check_output(args.json) if args.json else None
+    graph = load_graph(args.file, args.machine, _constexprs(args.constexpr), args.num_warps, args.num_stages,
+                       args.loop)
     console = Console()
     console.print(f"[bold]{graph.name}[/]: {len(graph.ops)} ops, {len(graph.edges)} edges "
                   f"(from {graph.source or args.file})")
@@ -157,20 +236,21 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
                 ranges=not args.no_ranges, relax=frozenset(args.relax), progress=_progress(status))
     except InterruptedSolveError as exc:
         if exc.schedule is not None:  # the best schedule found before Ctrl-C, marked not proven
+            if out is not None:
+                out.write_text(exc.schedule.to_json())
             console.print(render(exc.schedule))
-            if args.json:
-                Path(args.json).write_text(exc.schedule.to_json())
-                console.print(f"wrote {args.json} (the best schedule before the interrupt, not proven "
-                              f"optimal)")
+            if out is not None:
+                console.print(f"wrote {out} (the best schedule before the interrupt, not proven optimal)")
         raise
     if args.relax:
         console.print(f"[bold]what-if[/]: {', '.join(sorted(set(args.relax)))} left out; "
                       "not a schedule the machine can run")
+    if out is not None:  # saved before printing: a closed pipe must not lose the solve
+        out.write_text(sched.to_json())
     console.print(render(sched))
     console.print(f"solved in {time.monotonic() - started:.1f}s")
-    if args.json:
-        Path(args.json).write_text(sched.to_json())
-        console.print(f"wrote {args.json}")
+    if out is not None:
+        console.print(f"wrote {out}")
     return 0
 
 
@@ -244,6 +324,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--constexpr", action="append", default=[], metavar="K=V", help="override a constexpr")
     p.add_argument("--num-warps", type=int, help="compile with this many warps")
     p.add_argument("--num-stages", type=int, help="compile with this num_stages")
+    p.add_argument("--loop", type=int, metavar="N", help="schedule the N-th of sibling loops (0-based, in "
+                   "program order; default: the only loop)")
     p.add_argument("--json", metavar="OUT", help="write the schedule as JSON")
     p.add_argument("--solver", default="yices", choices=("yices", "z3"), help="SMT backend")
     p.add_argument("--ilp", default="cbc", choices=("cbc", "highs"), help="MILP backend")
@@ -301,7 +383,7 @@ def _showing_notes(previous: Callable[..., None]) -> Callable[..., None]:
     def show(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
              line: str | None = None) -> None:
         if issubclass(category, TwillWarning):
-            _err.print(f"[yellow]note[/]: {message}", highlight=False)
+            _err.print(f"[yellow]note[/]: {escape(str(message))}", highlight=False)
         else:
             previous(message, category, filename, lineno, file, line)
 
@@ -311,21 +393,31 @@ def _showing_notes(previous: Callable[..., None]) -> Callable[..., None]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code."""
     args = _parser().parse_args(argv)
+    if not sys.stdout.isatty() and "COLUMNS" not in os.environ:
+        # rich lays tables out for 80 columns when stdout is a pipe or file, cutting op names and notes;
+        # a reader there scrolls instead (COLUMNS, when set, still decides)
+        os.environ["COLUMNS"] = "160"
     previous = warnings.showwarning
     warnings.showwarning = _showing_notes(previous)
     try:
         return int(args.func(args) or 0)
     except InterruptedSolveError as exc:
-        _err.print(f"[yellow]interrupted[/]: {exc}")
+        _err.print(f"[yellow]interrupted[/]: {escape(str(exc))}")
         return 130
     except KeyboardInterrupt:
         _err.print("[yellow]interrupted[/]")
         return 130
     except InfeasibleError as exc:
-        _err.print(f"[red]no schedule[/]: {exc}")
+        _err.print(f"[red]no schedule[/]: {escape(str(exc))}")
         return 1
     except TwillError as exc:
-        _err.print(f"[red]error[/] ({type(exc).__name__}): {exc}")
+        _err.print(f"[red]error[/] ({type(exc).__name__}): {escape(str(exc))}")
+        return 2
+    except BrokenPipeError:  # the reader of stdout went away (| head): stop quietly, as a shell tool does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except OSError as exc:  # a file that could not be written after all (a full disk, a /proc path)
+        _err.print(f"[red]error[/] ({type(exc).__name__}): {escape(str(exc))}")
         return 2
     finally:
         warnings.showwarning = previous

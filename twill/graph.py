@@ -475,7 +475,8 @@ class Graph:
         """Reject a malformed graph with a :class:`GraphError` naming the op or edge.
 
         Checks: every op has a non-empty RRT with positive integer entries and non-negative integer
-        costs; when ``units`` is given, every unit exists; every edge joins ops of the graph and has a
+        costs; the loop-invariant ``fixed_smem`` / ``fixed_tmem`` are non-negative integers; when ``units``
+        is given, every unit exists; every edge joins ops of the graph and has a
         non-negative integer latency and distance; no dependence cycle has total distance 0 (such a loop
         could never run, and RecMII would divide by zero).
 
@@ -486,6 +487,12 @@ class Graph:
         """
         if len(self) == 0:
             raise GraphError(f"graph {self.name!r} has no ops")
+        for name in ("fixed_smem", "fixed_tmem"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                unit = "bytes" if name == "fixed_smem" else "TMEM columns"
+                raise GraphError(f"graph {self.name!r}: {name}={value!r} must be a non-negative integer "
+                                 f"({unit} held for the whole loop)")
         unit_list = list(units) if units is not None else None
         for op in self.ops:
             check_op(op, unit_list)

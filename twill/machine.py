@@ -28,6 +28,8 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 __all__ = ["Constant", "Machine", "Unit", "known_machines", "load_machine"]
 
+MACHINE_SCHEMA = 1
+"""Version of the machine TOML format this twill reads (the ``schema`` key of a machine file)."""
 _TOP_KEYS = {"schema", "base", "name", "description", "arch", "family", "chip", "units", "issue",
              "registers", "memory", "tmem", "warps", "handoff", "cost"}
 _REQUIRED = {
@@ -176,8 +178,18 @@ class Machine:
 
 def known_machines() -> list[str]:
     """Names of the bundled machines, sorted."""
-    folder = resources.files("twill.machines")
+    folder = _bundled()
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def _bundled() -> Any:
+    """The folder of bundled machine files: the installed ``twill.machines`` package, or, when ``twill`` is
+    imported from a source checkout that is not installed in place (Python started in the repository
+    root after ``pip install .``), the checkout's ``machines/`` folder beside the ``twill/`` package."""
+    try:
+        return resources.files("twill.machines")
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parent.parent / "machines"
 
 
 def _read_toml(name_or_path: str | Path) -> tuple[dict[str, Any], str]:
@@ -185,10 +197,11 @@ def _read_toml(name_or_path: str | Path) -> tuple[dict[str, Any], str]:
     if text_path.endswith(".toml") or "/" in text_path or Path(text_path).suffix:
         path = Path(text_path)
         if not path.is_file():
-            raise MachineError(f"machine file {text_path!r} does not exist")
+            what = "is a folder, not a machine .toml file" if path.is_dir() else "does not exist"
+            raise MachineError(f"machine file {text_path!r} {what}")
         data, where = path.read_bytes(), str(path)
     else:
-        resource = resources.files("twill.machines") / f"{text_path}.toml"
+        resource = _bundled() / f"{text_path}.toml"
         if not resource.is_file():
             raise MachineError(f"unknown machine {text_path!r}; known machines: "
                                f"{', '.join(known_machines())}")
@@ -305,6 +318,9 @@ def load_machine(machine: str | Path | Machine) -> Machine:
     if isinstance(machine, Machine):
         return machine
     raw, where = _load_raw(machine)
+    if raw.get("schema", MACHINE_SCHEMA) != MACHINE_SCHEMA:
+        raise MachineError(f"schema = {raw['schema']!r}: this twill reads machine files of schema "
+                           f"{MACHINE_SCHEMA}", key="schema", file=where)
     unknown = set(raw) - _TOP_KEYS
     if unknown:
         raise MachineError(f"unknown top-level key(s) {', '.join(sorted(unknown))}; allowed: "

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 
 import pulp
 
-from twill.errors import SolverError
+from twill.errors import OptionsError, SolverError
 from twill.graph import Op
 from twill.ilp import SolveStatus, solve_ilp
 from twill.problem import Edge, Problem
@@ -172,8 +172,8 @@ def normalize_costs(
     if sum(k * c for k, c in zip(mult, reduced, strict=True)) <= upper:
         return Normalization(raw, tuple(reduced), 0, upper, True, "exact", 0.0, tuple(mult))
     if keep_positive and sum(mult) > upper:
-        raise ValueError(f"{sum(mult)} counted costs cannot each keep a positive value with U = {upper}; "
-                         f"raise U")
+        raise OptionsError(f"{sum(mult)} counted costs cannot each keep a positive value with U = {upper}; "
+                           f"raise U", option="normalize_upper")
     return _solve(raw, reduced, mult, upper, keep_positive, backend, time_limit)
 
 

@@ -248,6 +248,9 @@ def run(args: argparse.Namespace) -> int:
     path = Path(args.file)
     if not path.is_file():
         raise TwillError(f"no such file: {args.file}")
+    from twill.cli import check_output
+
+    check_output(args.output)
     out = save(Schedule.from_json(path.read_text()), args.output, title=args.title, width=args.width)
     Console().print(f"wrote {out}")
     return 0

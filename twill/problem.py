@@ -440,6 +440,7 @@ def check_resources(problem: Problem) -> None:
     * a register plan: every budget a legal ``setmaxnreg`` value, and their sum over threads within the
       register file;
     * a single value needing more registers per thread than any warp group may hold;
+    * an op issued by more warps than a CTA has;
     * loop-invariant SMEM/TMEM plus values that are live at every moment (accumulators, carried to
       themselves) above the capacity, or any single value that cannot fit beside the invariant part.
     """
@@ -450,6 +451,9 @@ def check_resources(problem: Problem) -> None:
     if opts.register_plan:
         cap = min(cap, max(opts.register_plan))
     for op in problem.ops:
+        if op.warps > res.max_warps and "groups" not in opts.relax:
+            raise ResourceError(f"op {op.name!r} is issued by {op.warps} warps > {res.max_warps} warps per "
+                                f"CTA (source {op.source or '?'})", resource="warps")
         need = op.regs + res.group_overhead
         if need > cap and "registers" not in opts.relax:
             raise ResourceError(
@@ -458,7 +462,7 @@ def check_resources(problem: Problem) -> None:
     if "smem" not in opts.relax:
         _check_memory(problem, "smem", res.smem, problem.fixed_smem, "bytes")
         _check_rings(problem)
-    if (res.tmem or any(op.tmem for op in problem.ops)) and "tmem" not in opts.relax:
+    if (res.tmem or problem.fixed_tmem or any(op.tmem for op in problem.ops)) and "tmem" not in opts.relax:
         _check_memory(problem, "tmem", res.tmem, problem.fixed_tmem, "columns")
 
 

@@ -564,6 +564,10 @@ def run(args: argparse.Namespace) -> int:
     """Run ``twill regs``: print the table, the register cliff and the spilling rows; returns 0."""
     from rich.console import Console
 
+    from twill.cli import check_output
+
+    if args.json:
+        check_output(args.json)
     reports = sweep(args.file, target=args.target, num_warps=args.num_warps, num_stages=args.num_stages,
                     constexprs=parse_constexprs(args.constexpr),
                     signature=parse_constexprs(args.signature, flag="--signature"))
@@ -596,7 +600,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run(args)
     except TwillError as exc:
-        Console(stderr=True).print(f"[red]error[/] ({type(exc).__name__}): {exc}")
+        from rich.markup import escape
+
+        Console(stderr=True).print(f"[red]error[/] ({type(exc).__name__}): {escape(str(exc))}")
         return 2
 
 

@@ -19,8 +19,8 @@ from twill.errors import TwillError
 from twill.liveness import memory_intervals, register_intervals
 from twill.problem import Problem
 
-__all__ = ["MAX_STAGES_READ", "SANITY_LIMIT", "SCHEMA_VERSION", "Attempt", "Certificate", "OpSlot",
-           "PhaseStats", "Schedule", "WarpGroup"]
+__all__ = ["MAX_STAGES_READ", "SANITY_LIMIT", "SCHEMA_VERSION", "STRATEGIES", "Attempt", "Certificate",
+           "OpSlot", "PhaseStats", "Schedule", "WarpGroup"]
 
 SCHEMA_VERSION = 1
 SANITY_LIMIT = 10**6
@@ -28,6 +28,9 @@ SANITY_LIMIT = 10**6
 enough that checking or printing the schedule takes no noticeable time or memory."""
 MAX_STAGES_READ = 1000
 """Largest number of stages ``ceil(L / II)`` a schedule file may have."""
+STRATEGIES = ("joint", "swp")
+"""How a schedule was found: ``joint`` (Algorithm 1, SWP and WS together) or ``swp`` (the modulo schedule
+with a fixed warp split)."""
 
 
 @dataclass(frozen=True)
@@ -356,10 +359,17 @@ class Schedule:
                                                                                    "certificate.notes")))
             stats = tuple(_stat(row, f"stats[{i}]")
                           for i, row in enumerate(_rows(data.get("stats", []), "stats")))
-            return cls(problem, ii, length, slots, tuple(groups), cert, stats,
-                       _text(data.get("strategy", "joint"), "strategy"),
-                       dict(_table(data.get("normalization", {}), "normalization")),
-                       dict(_table(data.get("bounds_cycles", {}), "bounds_cycles")))
+            strategy = _text(data.get("strategy", "joint"), "strategy")
+            if strategy not in STRATEGIES:
+                raise ValueError(f"strategy {strategy!r} is not one of {', '.join(STRATEGIES)}")
+            if cert.lower_bound > ii:
+                raise ValueError(f"certificate.lower_bound {cert.lower_bound} is above the schedule's II "
+                                 f"{ii}")
+            sched = cls(problem, ii, length, slots, tuple(groups), cert, stats, strategy,
+                        dict(_table(data.get("normalization", {}), "normalization")),
+                        dict(_table(data.get("bounds_cycles", {}), "bounds_cycles")))
+            _check_summary(sched, data)
+            return sched
         except KeyError as exc:
             raise TwillError(f"schedule JSON is malformed: missing field {exc.args[0]!r}") from exc
         except (TypeError, ValueError, AttributeError) as exc:
@@ -438,6 +448,24 @@ def _stat(row: Any, where: str) -> PhaseStats:
     return PhaseStats(_text(row["phase"], f"{where}.phase"), _number(row["wall_s"], f"{where}.wall_s"),
                       _whole(row.get("calls", 1), f"{where}.calls", low=0),
                       _text(row.get("detail", ""), f"{where}.detail"))
+
+
+def _check_summary(sched: Schedule, data: Mapping[str, Any]) -> None:
+    """The fields a file repeats for readers (machine, stages, total length, II in cycles, buffer depths)
+    must be what the schedule gives; a file that disagrees was edited or is corrupt, and silently
+    recomputing them would hide that. ``ValueError`` naming the field and both values."""
+    derived: dict[str, Any] = {"machine": sched.machine, "stages": sched.stages,
+                               "total_length": sched.total_length, "buffer_depths": sched.buffer_depths()}
+    for key, want in derived.items():
+        if key in data and data[key] != want:
+            raise ValueError(f"{key} is {data[key]!r}, but the schedule (II {sched.ii}, L {sched.length}, "
+                             f"its ops and problem) gives {want!r}")
+    if "ii_cycles" in data:
+        stored = data["ii_cycles"]
+        if isinstance(stored, bool) or not isinstance(stored, (int, float)) \
+                or abs(stored - sched.ii_cycles) > 0.051:
+            raise ValueError(f"ii_cycles is {stored!r}, but II {sched.ii} x {sched.problem.cycles_per_unit} "
+                             f"cycles per unit = {round(sched.ii_cycles, 1)}")
 
 
 def make_groups(problem: Problem, start: Mapping[str, int], group: Mapping[str, int],

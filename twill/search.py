@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twill.bounds import Bounds, bounds
+from twill.encoding import pool_size
 from twill.errors import (
+    GraphError,
     InfeasibleError,
     InterruptedSolveError,
     OptionsError,
@@ -42,14 +44,13 @@ from twill.machine import Machine, load_machine
 from twill.modulo import ModuloResult, modulo_schedule
 from twill.normalize import Normalization, normalize_problem
 from twill.problem import Options, Problem, build_problem, check_resources
-from twill.schedule import Attempt, Certificate, PhaseStats, Schedule, make_groups, slots_from
+from twill.schedule import STRATEGIES, Attempt, Certificate, PhaseStats, Schedule, make_groups, slots_from
 from twill.smt import CheckResult
 from twill.verify import violations
 
 __all__ = ["STRATEGIES", "schedule"]
 
 logger = logging.getLogger(__name__)
-STRATEGIES = ("joint", "swp")
 Progress = Callable[[dict[str, Any]], None]
 
 RANGE_FIRST = 4
@@ -215,8 +216,15 @@ def schedule(
     """
     if strategy not in STRATEGIES:
         raise OptionsError(f"strategy {strategy!r} is not one of {', '.join(STRATEGIES)}", option="strategy")
+    if not isinstance(graph, Graph):
+        raise GraphError(f"graph must be a twill.Graph, got {type(graph).__name__} {graph!r:.60}; build one "
+                         "with twill.graph_from_kernel('FILE.py::KERNEL') or twill.Graph")
+    _check_numbers(normalize_upper=normalize_upper, time_limit=time_limit, window_limit=window_limit)
     started = time.monotonic()
     mach = load_machine(machine)
+    if register_limit is not None and register_limit > mach.max_regs_per_thread:
+        raise OptionsError(f"register_limit={register_limit} is above {mach.name}'s "
+                           f"{mach.max_regs_per_thread} registers per thread", option="register_limit")
     common = dict(max_groups=max_groups, register_limit=register_limit,
                   register_plan=tuple(register_plan) if register_plan else None, cross_group=cross_group,
                   max_stages=max_stages, stage_slack=stage_slack, max_ii=max_ii, relax=frozenset(relax))
@@ -299,6 +307,8 @@ def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp
     started = time.monotonic()
     raw = build_problem(graph, mach, options)
     check_resources(raw)
+    if strategy == "joint":
+        _check_pool(raw)
     deadline = None if time_limit is None else started + time_limit
     t0 = time.monotonic()
     raw_bounds = bounds(raw)
@@ -336,6 +346,43 @@ def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp
             f"interrupted while tightening the schedule at II {sched.ii}; it is the best found so far",
             schedule=sched)
     return sched
+
+
+def _check_numbers(*, normalize_upper: Any, time_limit: Any, window_limit: Any) -> None:
+    """:class:`OptionsError` unless ``normalize_upper`` is an integer >= 1 and the limits are ``None`` or
+    finite numbers of seconds > 0."""
+    if isinstance(normalize_upper, bool) or not isinstance(normalize_upper, int) or normalize_upper < 1:
+        raise OptionsError(f"normalize_upper={normalize_upper!r} must be an integer >= 1 (the bound U on the "
+                           "normalized cost sum)", option="normalize_upper")
+    for name, value in (("time_limit", time_limit), ("window_limit", window_limit)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or value <= 0:
+            raise OptionsError(f"{name}={value!r} must be a number of seconds > 0 (or None)", option=name)
+
+
+def _check_pool(problem: Problem) -> None:
+    """Reject a warp-group pool that cannot hold the loop: variable-latency ops take a group of their own
+    (variable-latency isolation, paper §5.3), so with any compute op the joint search needs two groups.
+
+    Raises
+    ------
+    OptionsError
+        ``max_groups`` (or the register plan's length) is 1 and the loop has both kinds of op.
+    """
+    vl = [op.name for op in problem.ops if op.variable_latency]
+    compute = [op.name for op in problem.ops if not op.variable_latency]
+    if not vl or not compute or pool_size(problem) >= 2:
+        return
+    plan = problem.options.register_plan is not None
+    option = "register_plan" if plan else "max_groups"
+    given = f"register_plan {list(problem.options.register_plan)}" if plan else "max_groups=1"
+    raise OptionsError(
+        f"{given} offers one warp group, but the variable-latency ops ({', '.join(vl)}) need a group of "
+        f"their own (paper §5.3) besides the {len(compute)} compute ops ({', '.join(compute[:4])}"
+        f"{', ...' if len(compute) > 4 else ''}); offer at least 2 groups, or use strategy='swp' "
+        f"(software pipelining without warp specialization)", option=option)
 
 
 def _sequential_ii(problem: Problem) -> int:
@@ -585,7 +632,7 @@ def _finish(run: _Run, found: tuple, norm: Normalization | None, raw_bounds: Any
     notes = []
     if norm is not None:
         notes += [f"normalization: {c}" for c in norm.collapses()]
-        if norm.status != "optimal":
+        if norm.status == "feasible":
             notes.append("normalization: the time limit stopped the cost-normalization ILP, so the time "
                          "unit is a feasible scaling, not the least-error one; optimality holds for the "
                          "problem in these units")

@@ -802,6 +802,10 @@ def run(args: argparse.Namespace) -> int:
     sched = Schedule.from_json(path.read_text())
     latencies: Latencies = None
     scale = args.latency_scale
+    if not math.isfinite(scale) or scale <= 0:
+        raise TwillError(f"--latency-scale {scale} must be a finite number > 0 (a factor on the latencies)")
+    if args.latency is not None and (not math.isfinite(args.latency) or args.latency < 0):
+        raise TwillError(f"--latency {args.latency} must be a finite number of cycles >= 0")
     if args.latency is not None:
         latencies = args.latency * scale
     elif scale != 1.0:

@@ -174,6 +174,14 @@ def _groups(s: Schedule) -> Iterator[ScheduleError]:
         if g.warps < need or (shapes and g.warps != need):
             yield ScheduleError(f"warp group {g.index} has {g.warps} warps; its ops need {need}",
                                 family="group_shape")
+        if g.warps % res.warps_per_group:  # setmaxnreg and the role split act on whole warpgroups
+            yield ScheduleError(f"warp group {g.index} has {g.warps} warps, not a multiple of a warpgroup "
+                                f"({res.warps_per_group} warps)", family="group_shape")
+        kinds = {p.op(n).variable_latency for n in g.ops}
+        role = "producer" if kinds == {True} else ("consumer" if p.has_vl else "compute")
+        if len(kinds) == 1 and g.role != role:  # a mixed group is a variable_latency violation already
+            yield ScheduleError(f"warp group {g.index} is labelled {g.role!r}; with its ops it is a {role!r}",
+                                family="consistency")
         if not res.budget_ok(g.registers):
             yield ScheduleError(f"warp group {g.index}: setmaxnreg {g.registers} is not a multiple of "
                                 f"{res.setmaxnreg_step} in [{res.setmaxnreg_min}, {res.setmaxnreg_max}]",
@@ -198,6 +206,11 @@ def _registers(s: Schedule) -> Iterator[ScheduleError]:
         occ = fold(mine, s.ii, res.group_overhead)
         limit = min(g.registers, res.max_regs)
         peak = max(occ)
+        need = min(res.setmaxnreg_max, res.round_budget(peak))
+        if peak <= limit and not need <= g.registers_needed <= g.registers:
+            yield ScheduleError(f"warp group {g.index} says it needs {g.registers_needed} registers per "
+                                f"thread; its peak of {peak} live ({res.group_overhead} overhead) rounds to "
+                                f"{need}, and its setmaxnreg budget is {g.registers}", family="registers")
         if peak > limit:
             t = occ.index(peak)
             live = [f"{iv.what} ({iv.weight})" for iv in mine if _covers(iv.start, iv.end, t, s.ii)]

@@ -271,6 +271,10 @@ def _source(spec: KernelSpec, constexprs: Mapping[str, Any], divisible: Iterable
     if missing:
         raise FrontendError(f"kernel {spec.name!r}: no type or constexpr value for argument(s) "
                             f"{', '.join(missing)}")
+    unknown = [k for k in constexprs if k not in fn.arg_names]
+    if unknown:
+        raise FrontendError(f"kernel {spec.name!r} has no argument(s) {', '.join(map(repr, unknown))} "
+                            f"for the constexpr value(s) given; its arguments are {', '.join(fn.arg_names)}")
     signature = {a: "constexpr" if a in constexprs else spec.signature[a] for a in fn.arg_names}
     wanted = set(divisible)
     attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if a in wanted}

@@ -114,7 +114,8 @@ def find_loop(module: TTGIRModule, loop_index: int | None = None) -> Op:
                                 line=loop.line, location=str(loop.loc) or None)
     if len(candidates) > 1:
         raise FrontendError(f"{len(loops)} sibling scf.for loops, at TTGIR lines "
-                            f"{', '.join(str(lp.line) for lp in loops)}; pass loop_index to pick one")
+                            f"{', '.join(str(lp.line) for lp in loops)} in {module.source}; pass "
+                            f"loop_index (twill schedule --loop N) to pick one")
     return candidates[0]
 
 
