@@ -133,6 +133,7 @@ def load_graph(target: str, machine: str, constexprs: dict[str, Any] | None = No
     given = {"--constexpr": bool(constexprs), "--num-warps": num_warps is not None,
              "--num-stages": num_stages is not None}
     compile_only = [flag for flag, used in given.items() if used]
+    not_compiled = compile_only + (["--loop"] if loop_index is not None else [])  # flags a graph ignores
     if path.suffix == ".ttgir":
         from twill.frontend.lower import graph_from_ttgir
 
@@ -148,16 +149,14 @@ def load_graph(target: str, machine: str, constexprs: dict[str, Any] | None = No
         if isinstance(data, dict) and data.get("kind") == "twill.schedule":
             raise FrontendError(f"{path_text} is a saved schedule, not a graph; use twill show or "
                                 f"twill verify")
-        _refuse([*compile_only, *(["--loop"] if loop_index is not None else [])], target,
-                "a graph JSON is not compiled")
+        _refuse(not_compiled, target, "a graph JSON is not compiled")
         return Graph.from_dict(data)
     if path.suffix != ".py":
         raise FrontendError(f"{path_text}: expected a .py kernel file, a .ttgir file or a graph .json")
     if name:
         builder = _builder(path, name)
         if builder is not None:
-            _refuse([*compile_only, *(["--loop"] if loop_index is not None else [])], target,
-                    "a graph builder is not compiled")
+            _refuse(not_compiled, target, "a graph builder is not compiled")
             try:
                 inspect.signature(builder).bind()
             except TypeError as exc:

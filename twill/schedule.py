@@ -20,7 +20,7 @@ from twill.liveness import memory_intervals, register_intervals
 from twill.problem import Problem
 
 __all__ = ["MAX_STAGES_READ", "SANITY_LIMIT", "SCHEMA_VERSION", "STRATEGIES", "Attempt", "Certificate",
-           "OpSlot", "PhaseStats", "Schedule", "WarpGroup"]
+           "OpSlot", "PhaseStats", "Schedule", "WarpGroup", "group_role"]
 
 SCHEMA_VERSION = 1
 SANITY_LIMIT = 10**6
@@ -468,6 +468,14 @@ def _check_summary(sched: Schedule, data: Mapping[str, Any]) -> None:
                              f"cycles per unit = {round(sched.ii_cycles, 1)}")
 
 
+def group_role(problem: Problem, ops: Sequence[str]) -> str:
+    """A warp group's role from its ops: ``producer`` (only variable-latency ops: loads, atomics),
+    ``consumer`` (fixed-latency ops beside a producer) or ``compute`` (a loop without variable latency)."""
+    if all(problem.op(n).variable_latency for n in ops):
+        return "producer"
+    return "consumer" if problem.has_vl else "compute"
+
+
 def make_groups(problem: Problem, start: Mapping[str, int], group: Mapping[str, int],
                 warps: Mapping[int, int], needed: Mapping[int, int]) -> tuple[WarpGroup, ...]:
     """Warp groups with a ``setmaxnreg`` plan that hands spare registers to the compute groups.
@@ -497,9 +505,7 @@ def make_groups(problem: Problem, start: Mapping[str, int], group: Mapping[str, 
     out = []
     for g in used:
         ops = tuple(sorted((n for n in group if group[n] == g), key=lambda n: (start[n], n)))
-        vl = all(problem.op(n).variable_latency for n in ops)
-        out.append(WarpGroup(g, ops, warps[g], plan[g], needed[g],
-                             "producer" if vl else ("consumer" if problem.has_vl else "compute")))
+        out.append(WarpGroup(g, ops, warps[g], plan[g], needed[g], group_role(problem, ops)))
     return tuple(out)
 
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 from twill.errors import ScheduleError
 from twill.liveness import fold, memory_intervals, register_intervals
-from twill.schedule import Schedule
+from twill.schedule import Schedule, group_role
 
 __all__ = ["FAMILIES", "verify", "violations"]
 
@@ -177,9 +177,9 @@ def _groups(s: Schedule) -> Iterator[ScheduleError]:
         if g.warps % res.warps_per_group:  # setmaxnreg and the role split act on whole warpgroups
             yield ScheduleError(f"warp group {g.index} has {g.warps} warps, not a multiple of a warpgroup "
                                 f"({res.warps_per_group} warps)", family="group_shape")
-        kinds = {p.op(n).variable_latency for n in g.ops}
-        role = "producer" if kinds == {True} else ("consumer" if p.has_vl else "compute")
-        if len(kinds) == 1 and g.role != role:  # a mixed group is a variable_latency violation already
+        role = group_role(p, g.ops)
+        mixed = len({p.op(n).variable_latency for n in g.ops}) > 1  # a variable_latency violation already
+        if not mixed and g.role != role:
             yield ScheduleError(f"warp group {g.index} is labelled {g.role!r}; with its ops it is a {role!r}",
                                 family="consistency")
         if not res.budget_ok(g.registers):
