@@ -905,3 +905,91 @@ def test_apply_refuses_a_schedule_for_another_machine(tmp_path: Path, cli: Any) 
 
 def _gemm_b200() -> Graph:
     return twill.graph_from_kernel(f"{ROOT / 'examples' / 'gemm.py'}", machine="b200")
+
+
+@pytest.mark.parametrize("strategy", ["joint", "swp"])
+def test_a_two_warp_kernel_schedules(strategy: str) -> None:
+    """decode_attention.py compiles with num_warps = 2: its ops are issued by 2 warps, and a warp group is
+    whole warpgroups (4 warps), so their group has 4; verify had demanded exactly 2 and refused every
+    schedule of the bundled example."""
+    g = twill.graph_from_kernel(str(ROOT / "examples" / "decode_attention.py"), "h100")
+    assert {op.warps for op in g.ops} >= {2}
+    s = twill.schedule(g, "h100", strategy=strategy, time_limit=120)
+    twill.verify(s)
+    assert s.ii == s.certificate.lower_bound  # the loads' LSU time bounds it (ResMII)
+    assert all(w.warps == 4 for w in s.warp_groups)
+
+
+def test_ii_in_cycles_never_claims_less_than_the_unnormalized_bound() -> None:
+    g = twill.graph_from_kernel(str(ROOT / "examples" / "decode_attention.py"), "h100")
+    s = twill.schedule(g, "h100", time_limit=120)
+    bound = max(s.bounds_cycles["res_mii"], s.bounds_cycles["rec_mii"])
+    assert s.ii_cycles_scaled < bound  # the rounded costs: 164 units x 6.16 = 1011 < 1024 cycles
+    assert s.ii_cycles == bound
+
+
+@pytest.fixture(scope="module")
+def what_if(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """FA forward on h100 solved with live registers left out (a what-if), saved."""
+    g = twill.graph_from_kernel(str(ROOT / "examples" / "flash_attention_fwd.py"), "h100")
+    path = tmp_path_factory.mktemp("whatif") / "r.json"
+    path.write_text(twill.schedule(g, "h100", relax={"registers"}, time_limit=120).to_json())
+    return path
+
+
+def test_verify_checks_a_what_if_against_the_machine(what_if: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["verify", str(what_if)]) == 3
+    out = " ".join(capsys.readouterr().out.split())
+    assert "a what-if schedule, solved with registers left out; against the machine:" in out
+    assert "violation registers: warp group" in out
+
+
+def test_show_marks_a_what_if(what_if: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["show", str(what_if)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "proven optimal for the what-if (registers left out)" in out
+    assert "what-if registers left out: not a schedule the machine can run" in out
+
+
+def test_apply_refuses_a_what_if(what_if: Path, tmp_path: Path, cli: Any) -> None:
+    code, err = cli(["apply", str(ROOT / "examples" / "flash_attention_fwd.py"), "--schedule", str(what_if),
+                     "-o", str(tmp_path / "out"), "--no-compile"])
+    assert (code, err) == (2, "error (ApplyError): the schedule is a what-if (registers left out): not a "
+                              "schedule the machine can run; solve again without relax")
+
+
+def test_apply_with_a_machine_file(tmp_path: Path, cli: Any) -> None:
+    machine = tmp_path / "slowtma.toml"
+    machine.write_text('schema = 1\nbase = "h100"\nname = "h100-slowtma"\ndescription = "test"\n[cost]\n'
+                       'tma_bytes_per_cycle = { value = 24, source = "a what-if" }\n')
+    saved = tmp_path / "s.json"
+    saved.write_text(twill.schedule(twill.graph_from_kernel(str(ROOT / "examples" / "gemm.py"), machine),
+                                    machine).to_json())
+    kernel = str(ROOT / "examples" / "gemm.py")
+    code, err = cli(["apply", kernel, "--schedule", str(saved), "-o", str(tmp_path / "a"), "--no-compile"])
+    assert (code, err) == (2, "error (ApplyError): the schedule was solved for machine 'h100-slowtma', which "
+                              "is not bundled; pass its TOML file (machine=, twill apply --machine "
+                              "FILE.toml)")
+    assert main(["apply", kernel, "--schedule", str(saved), "--machine", str(machine), "-o",
+                 str(tmp_path / "b"), "--no-compile"]) == 0
+    assert (tmp_path / "b" / "applied.ttgir").is_file()
+
+
+def test_apply_refuses_a_schedule_of_another_kernel_with_the_same_op_names(tmp_path: Path, cli: Any) -> None:
+    saved = tmp_path / "s.json"
+    saved.write_text(twill.schedule(_gemm(), "h100").to_json())  # matmul: TMA loads a, b
+    code, err = cli(["apply", f"{ROOT / 'examples' / 'gemm.py'}::matmul_ptr", "--schedule", str(saved), "-o",
+                     str(tmp_path / "out"), "--no-compile"])
+    assert code == 2
+    assert err.startswith("error (ApplyError): the schedule (of 'matmul') does not belong to this kernel's "
+                          "loop: same op names, other ops: a (tma_load in the schedule, load in the loop)")
+
+
+@pytest.mark.parametrize("width", ["-3", "0", "nan"])
+def test_plot_width_out_of_range(saved: dict[str, Any], tmp_path: Path, width: str, cli: Any) -> None:
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(saved))
+    code, err = cli(["plot", str(path), "-o", str(tmp_path / "p.svg"), "--width", width])
+    assert code == 2 and "must be a number of inches in [2, 100]" in err
+    assert not (tmp_path / "p.svg").exists()

@@ -165,3 +165,18 @@ def test_cli_explain(tmp_path, capsys):
     assert code == 0
     out = capsys.readouterr().out
     assert "binds: II 4 -> 2 cycles" in out and "does not bind" in out
+
+
+def test_a_bound_that_includes_forced_hand_offs_is_said_to() -> None:
+    """A recurrence through a variable-latency op crosses warp groups twice, so its RecMII includes two
+    hand-offs; explain must not say that no family holds the II up when leaving hand-offs out lowers it."""
+    g = twill.Graph("vl")
+    g.add_op("idx", "alu", busy={"alu": 5}, regs=1)
+    g.add_op("ld", "load", busy={"lsu": 10}, latency=10, variable_latency=True, regs=8)
+    g.add_op("use", "alu", busy={"alu": 10}, regs=8)
+    g.add_edge("idx", "ld")
+    g.add_edge("ld", "use")
+    g.add_edge("use", "idx", distance=1)
+    lines = twill.explain(g, "h100", time_limit=60).lines()
+    assert "the bound itself includes a cost a family below prices" in lines[1]
+    assert any(line.startswith("binds: II 331 -> 25 cycles") and "hand-offs" in line for line in lines)

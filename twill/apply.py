@@ -30,6 +30,7 @@ from twill.apply_compile import CompileStats, compiled_stats, finish_compile, pa
 from twill.apply_kernel import AppliedKernel
 from twill.apply_map import ApplyError, OpSlot, partition_plan, plan_placement
 from twill.apply_rewrite import read_slots, rewrite_ttgir
+from twill.machine import Machine
 from twill.schedule import Schedule
 
 __all__ = ["AppliedKernelResult", "ApplyError", "ApplyReport", "add_parser", "apply", "run"]
@@ -144,11 +145,11 @@ def _kept_dropped(schedule: Schedule, target: str, rewrite: Any, prefetch: int, 
     dropped = ["exact start times: only the order of issue survives (Triton emits no delays; the hardware "
                "and ptxas set the timing)",
                "ops twill folded take their first consumer's slot; every member of a merged chain takes its "
-               "chain's slot (listed above)",
-               f"TMA prefetch depth: twill counted {schedule.problem.options.prefetch} extra buffer(s) per "
-               "streaming load; Triton allocates one buffer per stage of distance, plus one while an "
-               "asynchronous wgmma may still read it (see the buffers line)"]
+               "chain's slot (listed above)"]
     if target == "sm_90":
+        dropped.append(f"TMA prefetch depth: twill counted {schedule.problem.options.prefetch} extra "
+                       "buffer(s) per streaming load; Triton allocates one buffer per stage of distance, "
+                       "plus one while an asynchronous wgmma may still read it (see the buffers line)")
         dropped.append(f"warp specialization: the {groups} warp group(s) and their setmaxnreg budgets "
                        f"({', '.join(f'g{g.index}={g.registers}' for g in schedule.warp_groups)}) are not "
                        "expressed; Triton 3.6's Hopper warp specialization is unreliable (ignored at 8 "
@@ -170,7 +171,8 @@ def _kept_dropped(schedule: Schedule, target: str, rewrite: Any, prefetch: int, 
 
 def apply(schedule: Schedule, kernel: Any, *, prefetch: int | None = None,
           output_dir: str | os.PathLike[str] | None = None, compile: bool = True,
-          baseline: bool = True) -> AppliedKernelResult:
+          baseline: bool = True,
+          machine: str | os.PathLike[str] | Machine | None = None) -> AppliedKernelResult:
     """Map ``schedule`` onto ``kernel``'s scheduled TTGIR, finish the compile and load the kernel.
 
     Parameters
@@ -187,6 +189,9 @@ def apply(schedule: Schedule, kernel: Any, *, prefetch: int | None = None,
         False stops after writing and checking the TTGIR (no cubin, ``kernel`` is None).
     baseline : bool
         Also compile Triton's own schedule of the kernel the same way, for the report.
+    machine : str, path or Machine, optional
+        The machine the schedule was solved for, when it is not a bundled one (a TOML file); default
+        the bundled machine of ``schedule.machine``.
 
     Returns
     -------
@@ -195,18 +200,30 @@ def apply(schedule: Schedule, kernel: Any, *, prefetch: int | None = None,
     Raises
     ------
     ApplyError
-        The schedule is for another loop, Triton's emission order would break a dependence, or the
-        kernel splits a tensor-memory tile (its graph's TTGIR is not one Triton can pipeline).
+        The schedule is for another loop, Triton's emission order would break a dependence, the kernel
+        splits a tensor-memory tile (its graph's TTGIR is not one Triton can pipeline), the schedule is a
+        what-if (a constraint family left out), or its machine is neither bundled nor given.
     FrontendError
         The kernel cannot be compiled (before or after the edit).
     """
     from twill.frontend.compile import KernelSpec, compile_to_ttgir, load_kernel, target_for
     from twill.frontend.lower import lower_loop
     from twill.frontend.ttgir import parse_ttgir
-    from twill.machine import load_machine
+    from twill.machine import known_machines, load_machine
 
+    relaxed = schedule.problem.options.relax
+    if relaxed:
+        raise ApplyError(f"the schedule is a what-if ({', '.join(sorted(relaxed))} left out): not a schedule "
+                         "the machine can run; solve again without relax")
+    if machine is None:
+        if schedule.machine not in known_machines():
+            raise ApplyError(f"the schedule was solved for machine {schedule.machine!r}, which is not "
+                             "bundled; pass its TOML file (machine=, twill apply --machine FILE.toml)")
+        machine = schedule.machine
+    machine = load_machine(machine)
+    if machine.name != schedule.machine:
+        raise ApplyError(f"the schedule was solved for {schedule.machine!r}, not {machine.name!r}")
     spec = kernel if isinstance(kernel, KernelSpec) else load_kernel(os.fspath(kernel))
-    machine = load_machine(schedule.machine)
     target = target_for(machine)
     snaps = compile_to_ttgir(spec, target=target)
     _refuse_split_loads(snaps)
@@ -370,7 +387,7 @@ def run(args: argparse.Namespace) -> int:
         with console.status(f"solving {graph.name} for {args.machine}..."):
             sched = solve(graph, args.machine, time_limit=args.time_limit)
     result = apply(sched, args.file, prefetch=args.prefetch, output_dir=args.output,
-                   compile=not args.no_compile, baseline=not args.no_baseline)
+                   compile=not args.no_compile, baseline=not args.no_baseline, machine=args.machine)
     out.mkdir(parents=True, exist_ok=True)
     (out / "schedule.json").write_text(sched.to_json())
     (out / "applied.ttgir").write_text(result.ttgir)

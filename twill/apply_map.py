@@ -151,6 +151,11 @@ def _check_names(schedule: Schedule, lowering: Lowering) -> None:
         raise ApplyError("the schedule does not belong to this kernel's loop: "
                          + (f"scheduled ops not in the loop: {', '.join(missing)}; " if missing else "")
                          + (f"loop ops not in the schedule: {', '.join(extra)}" if extra else ""))
+    other = [f"{n} ({schedule.problem.op(n).kind} in the schedule, {lowering.graph.op(n).kind} in the loop)"
+             for n in sorted(sched_ops) if schedule.problem.op(n).kind != lowering.graph.op(n).kind]
+    if other:
+        raise ApplyError(f"the schedule (of {schedule.problem.name!r}) does not belong to this kernel's "
+                         f"loop: same op names, other ops: {'; '.join(other)}")
 
 
 def plan_placement(schedule: Schedule, lowering: Lowering, *, prefetch: int | None = None) -> Placement:

@@ -214,12 +214,16 @@ def save(schedule: Schedule, path: str | Path, **options: Any) -> Path:
     Raises
     ------
     TwillError
-        The suffix is not a format matplotlib writes.
+        The suffix is not a format matplotlib writes, or ``width`` (inches) is not a number in
+        [2, 100].
     """
     out = Path(path)
     fmt = out.suffix.lstrip(".").lower()
     if fmt not in ("svg", "png", "pdf"):
         raise TwillError(f"{path}: the picture format must be .svg, .png or .pdf")
+    width = options.get("width", 13.0)
+    if isinstance(width, bool) or not isinstance(width, (int, float)) or not 2 <= width <= 100:
+        raise TwillError(f"width {width!r} must be a number of inches in [2, 100]")
     import matplotlib
 
     # no dates and fixed element ids: the same schedule gives the same file

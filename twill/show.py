@@ -22,7 +22,12 @@ def _summary(s: Schedule) -> Table:
     t = Table(title=f"{s.problem.name} on {s.machine} ({s.strategy})", show_header=False, box=None)
     t.add_column(style="bold")
     t.add_column()
-    t.add_row("II", f"{s.ii} units = {s.ii_cycles:.0f} cycles ({s.problem.cycles_per_unit:.1f} cycles/unit)")
+    cpu = s.problem.cycles_per_unit
+    if s.ii_cycles > s.ii_cycles_scaled:  # the rounded costs put II x cycles/unit under the true MII
+        t.add_row("II", f"{s.ii} units = {s.ii_cycles:.0f} cycles, the unnormalized MII ({s.ii} x {cpu:.2f} "
+                        f"cycles/unit = {s.ii_cycles_scaled:.0f} with the rounded costs)")
+    else:
+        t.add_row("II", f"{s.ii} units = {s.ii_cycles:.0f} cycles ({cpu:.1f} cycles/unit)")
     t.add_row("L, T, stages", f"L = {s.length}, T = {s.total_length}, {s.stages} stage(s)")
     t.add_row("lower bound", f"{cert.lower_bound} (ResMII {cert.res_mii}, RecMII {cert.rec_mii})")
     if s.bounds_cycles:
@@ -30,7 +35,13 @@ def _summary(s: Schedule) -> Table:
         t.add_row("bounds in cycles", f"ResMII {b.get('res_mii')}, RecMII {b.get('rec_mii')}, "
                                       f"critical path {b.get('critical_path')}")
     proof = "proven optimal" if cert.proven_optimal else "NOT proven optimal"
-    t.add_row("certificate", Text(proof, style="green" if cert.proven_optimal else "red"))
+    relaxed = sorted(s.problem.options.relax)
+    if relaxed:
+        proof += f" for the what-if ({', '.join(relaxed)} left out)"
+    t.add_row("certificate", Text(proof, style="green" if cert.proven_optimal and not relaxed else "red"))
+    if relaxed:
+        t.add_row("what-if", Text(f"{', '.join(relaxed)} left out: not a schedule the machine can run",
+                                  style="red"))
     return t
 
 

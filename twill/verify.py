@@ -166,7 +166,10 @@ def _groups(s: Schedule) -> Iterator[ScheduleError]:
                                 f"{s.slots[op.name].warp_group}", family="variable_latency", op=op.name)
     total_regs = total_warps = 0
     for g in s.warp_groups:
-        shapes = {p.op(n).warps for n in g.ops if p.op(n).warps > 1}
+        # an op of k > 1 warps takes whole warpgroups: ceil(k / warps_per_group) of them (the encoding's
+        # group shape); ops of one warp fit any group
+        per = res.warps_per_group
+        shapes = {per * -(-p.op(n).warps // per) for n in g.ops if p.op(n).warps > 1}
         if len(shapes) > 1:
             yield ScheduleError(f"warp group {g.index} mixes ops of {sorted(shapes)} warps",
                                 family="group_shape")
