@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from twill.errors import FrontendError, UnsupportedOpError
+from twill.errors import FrontendError, TwillWarning, UnsupportedOpError
 from twill.frontend import (
     compile_to_ttgir,
     graph_from_kernel,
@@ -479,3 +479,53 @@ def test_split_the_early_pass_cannot_handle_falls_back_with_a_warning(recwarn):
     loads = [op for op in g.ops if op.kind == "tmem_load"]
     assert loads and all(op.result_bytes == 128 * 128 * 4 for op in loads), "whole 128 x 128 fp32 loads"
     assert not compile_to_ttgir(f"{SPLITS}::rescale", target="sm_100").split_tmem_loads
+
+
+INT_DATA = DATA / "int_data.py"
+
+
+def test_integer_tile_data_is_costed_and_index_math_folds():
+    """Unpacking int4 weights (shift, and, subtract, xor, multiply, then sitofp for the MMA) is ALU work
+    over the whole 64 x 128 tile; it used to fold like pointer arithmetic and cost nothing. The pointer
+    offsets of the same loop still fold."""
+    machine = load_machine("h100")
+    g = graph_from_kernel(f"{INT_DATA}::int4_dequant_gemm", "h100")
+    alu = [op for op in g.ops if op.kind == "alu"]
+    assert len(alu) == 1  # the chain from the loaded integers to the fp16 MMA operand, one op
+    tile = 64 * 128
+    per_op = tile // int(machine.const("cost.alu_per_cycle"))  # one ALU op over the tile, cycles
+    # shrsi, andi, subi, andi, xori, muli on i32 (TTGIR), then sitofp to fp16 at the conversion rate
+    assert alu[0].total_usage("alu") == 6 * per_op + tile // int(machine.const("cost.convert_per_cycle"))
+    assert not any(op.kind == "alu" and op.total_usage("alu") < per_op for op in g.ops)  # no index math
+
+
+def test_scalar_integer_division_folds():
+    g = graph_from_kernel(f"{INT_DATA}::scaled_by_block", "h100")  # scale = s[k0 // GROUP]
+    assert sorted(op.kind for op in g.ops) == ["alu", "load", "load"]
+
+
+def test_layout_conversion_of_a_broadcast_moves_only_the_distinct_values():
+    """A [64] row scale broadcast to [64, 64] and converted to another layout: Triton converts the 64
+    values before broadcasting, so the conversion moves 64 x 4 bytes through shared memory (a store and a
+    load), not the 16 KB tile."""
+    machine = load_machine("h100")
+    g = graph_from_ttgir(DATA / "broadcast_convert.ttgir", "h100")
+    (convert,) = [op for op in g.ops if op.kind == "convert_layout"]
+    rate = float(machine.const("cost.smem_bytes_per_cycle"))
+    assert convert.total_usage("smem") == round(2 * 64 * 4 / rate)
+
+
+def test_a_loop_that_loads_what_it_stores_is_warned_about():
+    """y[i] = y[i-1] + x[i]: the dependence runs through global memory, which the graph has no edge for."""
+    with pytest.warns(TwillWarning, match=r"running_sum_rows: the loop loads \(TTGIR line \d+\) and stores "
+                                          r"\(TTGIR line \d+, .*memory_dependence\.py:\d+:\d+\) through the "
+                                          r"same pointer"):
+        graph_from_kernel(f"{DATA / 'memory_dependence.py'}::running_sum_rows", "h100")
+
+
+def test_the_examples_raise_no_memory_dependence_warning(recwarn: pytest.WarningsRecorder):
+    examples = [("gemm.py", "h100"), ("flash_attention_fwd.py", "h100"), ("decode_attention.py", "h100"),
+                ("flash_attention_bwd.py::attn_bwd_sm100", "b200")]
+    for spec, machine in examples:
+        graph_from_kernel(str(ROOT / "examples" / spec), machine)
+    assert not [w for w in recwarn if "same pointer" in str(w.message)]

@@ -23,7 +23,7 @@ def _summary(s: Schedule) -> Table:
     t.add_column(style="bold")
     t.add_column()
     cpu = s.problem.cycles_per_unit
-    if s.ii_cycles > s.ii_cycles_scaled:  # the rounded costs put II x cycles/unit under the true MII
+    if round(s.ii_cycles) > round(s.ii_cycles_scaled):  # rounded costs put II x cycles/unit under the MII
         t.add_row("II", f"{s.ii} units = {s.ii_cycles:.0f} cycles, the unnormalized MII ({s.ii} x {cpu:.2f} "
                         f"cycles/unit = {s.ii_cycles_scaled:.0f} with the rounded costs)")
     else:

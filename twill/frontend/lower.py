@@ -247,15 +247,17 @@ class _EdgeSet:
         self.edges: dict[tuple[str, str, int], dict[str, Any]] = {}
 
     def add(self, src: str, dst: str, distance: int, *, blocking: bool, carrier: str, source: str,
-            inplace: bool = False) -> None:
+            inplace: bool = False, latency: int | None = None) -> None:
         key = (src, dst, distance)
         old = self.edges.get(key)
         if old is None:
             self.edges[key] = {"blocking": blocking, "carrier": carrier, "source": source,
-                               "inplace": inplace}
+                               "inplace": inplace, "latency": latency}
             return
         old["blocking"] = old["blocking"] or blocking
         old["inplace"] = old["inplace"] and inplace
+        # the producer's full latency (None) unless every part is a shorter chained-accumulation edge
+        old["latency"] = None if old["latency"] is None or latency is None else max(old["latency"], latency)
         if _CARRIER_PRIORITY.index(carrier) < _CARRIER_PRIORITY.index(old["carrier"]):
             old["carrier"] = carrier
 
@@ -265,6 +267,17 @@ class _EdgeSet:
         for (src, dst, distance), info in self.edges.items():
             kwargs = info if with_inplace else {k: v for k, v in info.items() if k != "inplace"}
             graph.add_edge(src, dst, distance=distance, **kwargs)
+
+
+def _chained_latency(producer: NodeSpec) -> int:
+    """``d`` of an edge from a GEMM to the next GEMM accumulating into the same accumulator: the cycles the
+    first holds the Tensor Cores. MMAs on one accumulator are issued back to back and applied in order
+    (PTX ISA: accumulator accesses across wgmma.mma_async of the same shape need no wgmma.fence, their
+    order is kept by default; tcgen05.mma operations of one thread execute in issue order), so the second
+    waits for the first's throughput time, not for its result to be readable (``tc_latency`` more), which
+    only the accumulator's readers wait for."""
+    busy = [r.start + r.cycles for r in producer.cost.rrt if r.unit == "tc"]
+    return max(busy) if busy else producer.cost.latency
 
 
 def _producer(source: Source, by_primary: dict[Op, list[NodeSpec]]) -> NodeSpec:
@@ -286,7 +299,9 @@ def _data_edges(body: LoopBody, specs: list[NodeSpec], edges: _EdgeSet) -> None:
             accumulators = body.accumulator_operands(member)
             where = str(member.loc) or f"TTGIR line {member.line}"
             for k, value in body.inputs(member):
-                for src in body.sources(value):
+                # in body order: a set's order would change the graph's edge order between runs
+                order = sorted(body.sources(value), key=lambda s: (body.index[s.op], s.distance, s.value.key))
+                for src in order:
                     producer = _producer(src, by_primary)
                     accumulates = member.name in GEMM_OPS and k in accumulators
                     fresh = accumulates and body.overwrites_own_buffer(member)  # use_acc = false
@@ -295,7 +310,7 @@ def _data_edges(body: LoopBody, specs: list[NodeSpec], edges: _EdgeSet) -> None:
                     chained = accumulates and producer.kind == "gemm"
                     edges.add(producer.name, spec.name, src.distance, carrier=_carrier(src.value),
                               blocking=producer.cost.blocking_result and not chained, source=where,
-                              inplace=accumulates)
+                              inplace=accumulates, latency=_chained_latency(producer) if chained else None)
 
 
 _Accesses = dict[int, list[tuple[NodeSpec, int]]]
@@ -434,8 +449,41 @@ def lower_loop(ttgir: str | os.PathLike[str] | TTGIRModule, machine: str | Machi
         warnings.warn(f"{graph.name}: scf.if at TTGIR line(s) {lines} if-converted: the branches have no "
                       f"side effect, so both run and the result is selected (graph op(s) {into})",
                       TwillWarning, stacklevel=2)
+    _warn_memory_dependences(loop, graph.name)
     members = {spec.name: list(spec.members) for spec in specs}
     return Lowering(graph, module, loop, members, body.folded(), list(body.if_converted))
+
+
+_POINTER_VIEWS = frozenset({"tt.addptr", "tt.splat", "tt.broadcast", "tt.expand_dims", "tt.reshape",
+                            "ttg.convert_layout", "tt.advance"})
+"""Ops whose result points into the same buffer as their first operand."""
+
+
+def _base_pointer(value: Value) -> Value:
+    """The kernel argument (or other root) a pointer or pointer tensor is derived from."""
+    while value.owner is not None and value.owner.name in _POINTER_VIEWS and value.owner.operands:
+        value = value.owner.operands[0]
+    return value
+
+
+def _warn_memory_dependences(loop: Op, name: str) -> None:
+    """Warn when the loop stores through a pointer argument it also loads from: a value passed from one
+    iteration to the next through global memory is not an edge of the graph (twill, like Triton's
+    pipeliner, assumes loads and stores of different iterations do not alias)."""
+    loads: dict[int, list[Op]] = {}
+    stores: dict[int, list[Op]] = {}
+    for op in loop.walk():
+        if op.name in ("tt.load", "tt.descriptor_load") and op.operands:
+            loads.setdefault(_base_pointer(op.operands[0]).key, []).append(op)
+        elif op.name in ("tt.store", "tt.atomic_rmw", "tt.descriptor_store") and op.operands:
+            stores.setdefault(_base_pointer(op.operands[0]).key, []).append(op)
+    for key in sorted(set(loads) & set(stores)):
+        read, written = loads[key][0], stores[key][0]
+        where = str(written.loc) or f"TTGIR line {written.line}"
+        warnings.warn(f"{name}: the loop loads (TTGIR line {read.line}) and stores (TTGIR line "
+                      f"{written.line}, {where}) through the same pointer; if an iteration reads what an "
+                      "earlier one wrote, that dependence through global memory is not in the graph and "
+                      "the schedule may reorder them", TwillWarning, stacklevel=3)
 
 
 def graph_from_ttgir(text_or_path: str | os.PathLike[str], machine: str | Machine, *,

@@ -69,6 +69,10 @@ ALU_OPS: dict[str, float] = {
     "arith.shli": 1, "arith.shrsi": 1, "arith.shrui": 1, "arith.maxsi": 1, "arith.minsi": 1,
     "arith.maxui": 1, "arith.minui": 1, "arith.cmpi": 1, "arith.extsi": 1, "arith.extui": 1,
     "arith.trunci": 1, "math.absi": 1,
+    # estimate: GPUs have no integer divider; ptxas expands a 32-bit division or remainder into a
+    # reciprocal-and-correction sequence of about 20 instructions (a scalar one folds like any index math)
+    "arith.divsi": 20, "arith.divui": 20, "arith.remsi": 20, "arith.remui": 20, "arith.ceildivsi": 20,
+    "arith.ceildivui": 20, "arith.floordivsi": 20,
 }
 """Elementwise ops on the FP32/INT32 pipes: ALU operations per element."""
 
@@ -134,6 +138,44 @@ def _data_types(op: Op) -> list[TType]:
     return [v.type for v in (*op.operands, *op.results)]
 
 
+_DATA_SINKS = GEMM_OPS | CONVERT_OPS | frozenset({"tt.reduce", "tt.atomic_rmw", "tt.store",
+                                                  "tt.descriptor_store", "ttg.local_store", "ttg.local_alloc",
+                                                  "ttng.tmem_store"})
+"""Uses that make an integer tile data rather than address or mask arithmetic: a conversion to float,
+an MMA operand, a reduction, a value stored (to global, shared or tensor memory). A tile only carried to
+the next iteration (offsets advanced by a stride) stays index math."""
+
+
+def _integer_data(op: Op) -> bool:
+    """True when ``op`` computes an integer tile that is data (dequantized weights, bit tricks feeding a
+    conversion or an MMA) rather than pointer offsets or masks: some chain of integer ops and layout
+    changes from its result reaches a :data:`_DATA_SINKS` use (as the stored value, not the address).
+    Index and mask arithmetic folds; data costs ALU time like a float tile."""
+    if not any(v.type.kind == "tensor" for v in op.results):
+        return False
+    seen: set[int] = set()
+    todo = [v for v in op.results if v.type.kind == "tensor"]
+    while todo:
+        value = todo.pop()
+        for user in value.users:
+            if id(user) in seen:
+                continue
+            seen.add(id(user))
+            if user.name in ("tt.store", "tt.descriptor_store", "tt.atomic_rmw"):
+                # tt.store / tt.atomic_rmw: (pointers, value, mask); a descriptor store's only tensor
+                # operand besides the descriptor is its value (the indices are scalars)
+                stored = user.operands[1] if user.name != "tt.descriptor_store" else next(
+                    (o for o in user.operands[1:] if o.type.kind == "tensor"), None)
+                if stored is value:
+                    return True
+                continue
+            if user.name in _DATA_SINKS:
+                return True
+            if user.name in ALU_OPS or user.name in LAYOUT_OPS or user.name == "ttg.convert_layout":
+                todo.extend(v for v in user.results if v.type.kind == "tensor")
+    return False
+
+
 def is_pure(op: Op) -> bool:
     """True when ``op`` (and everything nested in it) may run unconditionally (if-conversion)."""
     return all(inner.name in IF_CONVERTIBLE for inner in op.walk())
@@ -161,7 +203,7 @@ def classify(op: Op, ctx: LoweringContext) -> str:
         return "fold"  # kept only for its async token (the split loads of a tile, docs/frontend.md §10)
     if name in ALU_OPS or name in MUFU_OPS or name in CONVERT_OPS:
         has_float_tile = any(t.kind == "tensor" and t.is_float for t in _data_types(op))
-        return "elementwise" if has_float_tile else "fold"
+        return "elementwise" if has_float_tile or _integer_data(op) else "fold"
     if name in NODE_OPS:
         return "node"
     raise _unsupported(op, "no cost rule for it (see docs/frontend.md for the supported ops)")
@@ -263,6 +305,30 @@ def _memory_cost(op: Op, ctx: LoweringContext) -> OpCost | None:
     return None
 
 
+_REPLICATING = frozenset({"tt.broadcast", "tt.splat"})
+"""Layout ops whose result repeats its operand's elements."""
+_SHAPE_ONLY = _REPLICATING | frozenset({"tt.expand_dims", "tt.reshape", "tt.trans"})
+"""Layout ops that only reshape or repeat their one operand (``tt.addptr`` and the like combine values)."""
+
+
+def _distinct_bytes(value: Value, nbytes: int) -> int:
+    """Bytes a layout conversion of ``value`` really moves: when ``value`` is a broadcast (or splat) of a
+    smaller tensor, seen through shape-only ops, the smaller tensor's bytes; Triton converts that one
+    before broadcasting (its RemoveLayoutConversions pass moves the conversion up), so a ``[128, 1]`` row
+    scale broadcast to ``[128, 128]`` costs 128 elements, not the tile. Else ``nbytes``."""
+    seen = value
+    while seen.owner is not None and seen.owner.name in _SHAPE_ONLY and seen.owner.operands:
+        source = seen.owner.operands[0]
+        if seen.owner.name in _REPLICATING:
+            if source.type.kind != "tensor":  # a splat of a scalar: one element per thread
+                return min(nbytes, max(1, seen.type.nbytes // max(1, seen.type.elements)))
+            return min(nbytes, source.type.nbytes)
+        if source.type.kind != "tensor":
+            break
+        seen = source
+    return nbytes
+
+
 def _copy_cost(op: Op, ctx: LoweringContext) -> OpCost | None:
     cm, name = ctx.costs, op.name
     tensors = [v.type for v in (*op.operands, *op.results) if v.type.kind == "tensor"]
@@ -271,7 +337,7 @@ def _copy_cost(op: Op, ctx: LoweringContext) -> OpCost | None:
     tile = tensors[0]
     warps = ctx.warps(tile.rows)
     if name == "ttg.convert_layout":
-        return cm.layout_convert(tile.nbytes, warps=warps)
+        return cm.layout_convert(_distinct_bytes(op.operands[0], tile.nbytes), warps=warps)
     if name in ("ttg.local_alloc", "ttg.local_store"):
         return cm.smem_copy(tile.nbytes, kind="local_store", warps=warps)
     if name == "ttg.local_load":
