@@ -993,3 +993,14 @@ def test_plot_width_out_of_range(saved: dict[str, Any], tmp_path: Path, width: s
     code, err = cli(["plot", str(path), "-o", str(tmp_path / "p.svg"), "--width", width])
     assert code == 2 and "must be a number of inches in [2, 100]" in err
     assert not (tmp_path / "p.svg").exists()
+
+
+def test_a_signature_type_triton_cannot_read_names_the_argument(tmp_path: Path) -> None:
+    text = (ROOT / "examples" / "gemm.py").read_text()
+    old = '"a_desc": f"tensordesc<fp16[{TILE_M}, {TILE_K}]>"'
+    assert text.count(old) == 1
+    path = tmp_path / "bad_signature.py"
+    path.write_text(text.replace(old, '"a_desc": "fp8"'))
+    with pytest.raises(FrontendError, match=r"kernel 'matmul': argument 'a_desc' has type 'fp8', which "
+                                            r"Triton cannot read \(KeyError: 'fp8'\); types look like fp16"):
+        twill.graph_from_kernel(f"{path}::matmul", machine="h100")

@@ -263,6 +263,23 @@ def _resolve(kernel: Any, signature: Mapping[str, str] | None) -> KernelSpec:
     return KernelSpec(kernel, kernel.__name__, "", dict(signature))
 
 
+def _check_types(kernel: str, signature: Mapping[str, str]) -> None:
+    """:class:`FrontendError` naming the argument whose signature type Triton cannot read (Triton itself
+    fails later with a bare ``KeyError: 'fp8'``)."""
+    from triton.language import str_to_ty
+
+    for arg, text in signature.items():
+        if text == "constexpr":
+            continue
+        try:
+            str_to_ty(text, None)
+        except Exception as exc:  # Triton's parser raises KeyError, ValueError or IndexError
+            raise FrontendError(
+                f"kernel {kernel!r}: argument {arg!r} has type {text!r}, which Triton cannot read "
+                f"({type(exc).__name__}: {exc}); types look like fp16, bf16, fp32, fp8e4nv, fp8e5, i32, i64, "
+                f"*fp16 (a pointer) or tensordesc<fp16[128, 64]>") from exc
+
+
 def _source(spec: KernelSpec, constexprs: Mapping[str, Any], divisible: Iterable[str]) -> Any:
     from triton.compiler.compiler import ASTSource
 
@@ -276,6 +293,7 @@ def _source(spec: KernelSpec, constexprs: Mapping[str, Any], divisible: Iterable
         raise FrontendError(f"kernel {spec.name!r} has no argument(s) {', '.join(map(repr, unknown))} "
                             f"for the constexpr value(s) given; its arguments are {', '.join(fn.arg_names)}")
     signature = {a: "constexpr" if a in constexprs else spec.signature[a] for a in fn.arg_names}
+    _check_types(spec.name, signature)
     wanted = set(divisible)
     attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if a in wanted}
     return ASTSource(fn, signature, dict(constexprs), attrs)
