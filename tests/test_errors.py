@@ -164,6 +164,9 @@ def test_zero_distance_cycle_is_rejected_before_any_solver(no_solver: None) -> N
                                          r"distance 0") as info:
         twill.schedule(g, "h100")
     assert info.value.edge is not None and set(info.value.edge) <= {"A", "B", "C"}
+    # each edge of the cycle is named with the line that made it (one of them needs a distance)
+    for edge in ("A->B", "B->C", "C->A"):
+        assert re.search(rf"{edge} at test_errors\.py:\d+", str(info.value)), str(info.value)
 
 
 @pytest.mark.parametrize(("build", "message", "where"), [

@@ -512,10 +512,13 @@ class Graph:
         except nx.NetworkXNoCycle:
             return
         names = [u for u, _ in cycle] + [cycle[0][0]]
-        first = self.op(names[0])
+        # every edge of the cycle with where it was made: one of them needs a distance
+        deps = [next(d for d in self.edges if (d.src, d.dst, d.distance) == (u, v, 0)) for u, v in cycle]
+        made = [f"{d.src}->{d.dst} at {d.source}" for d in deps if d.source]
+        where = f"; edges: {', '.join(made)}" if made else ""
         raise GraphError(f"dependence cycle {'->'.join(names)} has total distance 0: no iteration could "
-                         f"ever start (a loop-carried edge needs distance >= 1)",
-                         edge=(cycle[0][0], cycle[0][1]), source=first.source)
+                         f"ever start (a loop-carried edge needs distance >= 1){where}",
+                         edge=(deps[0].src, deps[0].dst), source=deps[0].source or self.op(names[0]).source)
 
     # ----------------------------------------------------------------------------------------- copying
     def map_ops(self, fn: Any, *, name: str | None = None) -> Graph:
