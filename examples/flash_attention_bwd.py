@@ -19,16 +19,17 @@ preprocessing step; ``lse`` is in base 2, ``lse = log2(sum_j exp2(s_j * scale * 
 of fp32, a variable-latency op in the graph). Q and dO are read with tensor descriptors (TMA), ``lse``
 and ``delta`` with pointer loads; ``delta = rowsum(dO * O)`` is computed by the caller.
 
-Five kernels; ``TWILL_KERNELS`` has one plain and one sub-tiled entry per target, and the split and
-transposed ones.
+Three kernels; ``attn_bwd`` computes a step in one of three forms (its ``FORM`` constexpr, a
+compile-time choice: the loop holds only that form's ops). ``TWILL_KERNELS`` has one plain and one
+sub-tiled entry per target, and the split and transposed ones.
 Sub-tiling splits the dimension whose GEMMs exceed the target's Tensor Core instruction M, so twill can
 schedule and assign the sub-tiles separately:
 
-``attn_bwd`` (plain; entries ``attn_bwd_sm90``, ``attn_bwd_sm100``)
+``attn_bwd``, ``FORM = "plain"`` (entries ``attn_bwd_sm90``, ``attn_bwd_sm100``)
     ``BLOCK_N = 128`` keys per program, ``BLOCK_M`` query rows per step: 64 on sm_90 (a 64 x 128 tile, the
     power-of-two neighbour of FA3's 80 x 128 that the paper's §6.3 mentions), 128 on sm_100 (FA4's 1-CTA
     128 x 128 tile).
-``attn_bwd_split`` (entry ``attn_bwd_split_sm100``; also ``attn_bwd_split_sm90``)
+``attn_bwd``, ``FORM = "split"`` (entry ``attn_bwd_split_sm100``; also ``attn_bwd_split_sm90``)
     The plain kernel with its elementwise work split by the column halves of S and dP, the way FA4's
     backward gives each half of the score tile to its own warpgroup: the five GEMMs stay whole, each
     half is loaded from tensor memory, exponentiated and turned into dS on its own, and the halves are
@@ -36,7 +37,7 @@ schedule and assign the sub-tiles separately:
     with its own ``tmem_load``, docs/frontend.md §10). Twill can then give the halves to different
     warp groups. The ``_sm90`` entry compiles the same code for Hopper so that its arithmetic can be
     checked on an H200 (``main``).
-``attn_bwd_transposed`` (entry ``attn_bwd_transposed_sm100``; also ``attn_bwd_transposed_sm90``)
+``attn_bwd``, ``FORM = "transposed"`` (entry ``attn_bwd_transposed_sm100``; also ``_sm90``)
     The plain kernel computed transposed, as FA4's backward does: ``st = k @ q^T`` and ``dpt = v @ do^T``
     are ``[BLOCK_N, BLOCK_M]`` tiles, so P^T and dS^T are the left operands of the dV and dK GEMMs, and
     on sm_100 Triton hands them to those MMAs in tensor memory (``tmem_store``); only dS, for the dQ
@@ -91,6 +92,18 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
+def _column_halves(x, M: tl.constexpr, N: tl.constexpr):
+    """``x[:, :N/2], x[:, N/2:]`` of an ``[M, N]`` tile (the idiom of Triton's Blackwell tutorials)."""
+    return tl.split(tl.permute(tl.reshape(x, [M, 2, N // 2]), (0, 2, 1)))
+
+
+@triton.jit
+def _join_columns(a, b, M: tl.constexpr, N: tl.constexpr):
+    """The ``[M, N]`` tile whose column halves are ``a`` and ``b``."""
+    return tl.reshape(tl.permute(tl.join(a, b), (0, 2, 1)), [M, N])
+
+
+@triton.jit
 def attn_bwd(
     q_desc,
     k_desc,
@@ -106,8 +119,16 @@ def attn_bwd(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     HEAD_DIM: tl.constexpr,
+    FORM: tl.constexpr,
 ):
-    """dK, dV of one block of ``BLOCK_N`` keys and its share of dQ (atomically added), one (batch, head)."""
+    """dK, dV of one block of ``BLOCK_N`` keys and its share of dQ (atomically added), one (batch, head).
+
+    ``FORM`` picks how one step computes the scores (a compile-time choice; the loop holds only its ops):
+    ``"plain"`` as the module docstring writes it; ``"split"`` with the exponential and dS on the column
+    halves of S and dP (FA4's split), joined again for the GEMMs; ``"transposed"`` as FA4's backward does,
+    ``st = k @ q^T`` and ``dpt = v @ do^T`` (``[BLOCK_N, BLOCK_M]``), so ``pt`` (P^T) and ``dst`` (dS^T) are
+    the left operands of the dV and dK GEMMs, which Triton hands over in tensor memory on sm_100.
+    """
     tile_n = tl.program_id(0)
     head = tl.program_id(1)
     base = head * seq_len
@@ -127,133 +148,37 @@ def attn_bwd(
         do = do_desc.load([q_row, 0])
         lse = tl.load(lse_ptr + q_row + rows)
         delta = tl.load(delta_ptr + q_row + rows)
-        s = tl.dot(q, kt)
-        p = tl.math.exp2(s * scale2 - lse[:, None])
-        dp = tl.dot(do, vt)
-        ds = (p * (dp - delta[:, None]) * sm_scale).to(tl.float16)
-        p16 = p.to(tl.float16)
-        dv = tl.dot(tl.trans(p16), do, dv)
-        dk = tl.dot(tl.trans(ds), q, dk)
-        dq = tl.dot(ds, k)
-        tl.atomic_add(dq_ptr + (q_row + rows)[:, None] * HEAD_DIM + cols[None, :], dq, sem="relaxed")
-    dk_desc.store([kv_row, 0], dk.to(tl.float16))
-    dv_desc.store([kv_row, 0], dv.to(tl.float16))
-
-
-@triton.jit
-def _column_halves(x, M: tl.constexpr, N: tl.constexpr):
-    """``x[:, :N/2], x[:, N/2:]`` of an ``[M, N]`` tile (the idiom of Triton's Blackwell tutorials)."""
-    return tl.split(tl.permute(tl.reshape(x, [M, 2, N // 2]), (0, 2, 1)))
-
-
-@triton.jit
-def _join_columns(a, b, M: tl.constexpr, N: tl.constexpr):
-    """The ``[M, N]`` tile whose column halves are ``a`` and ``b``."""
-    return tl.reshape(tl.permute(tl.join(a, b), (0, 2, 1)), [M, N])
-
-
-@triton.jit
-def attn_bwd_split(
-    q_desc,
-    k_desc,
-    v_desc,
-    do_desc,
-    dk_desc,
-    dv_desc,
-    dq_ptr,
-    lse_ptr,
-    delta_ptr,
-    sm_scale,
-    seq_len,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-):
-    """As :func:`attn_bwd`, with the elementwise work on the column halves of S and dP (FA4's split):
-    the five GEMMs are whole, the exponential and dS are computed per half of the keys, and the
-    halves are joined again for the dV, dK and dQ GEMMs."""
-    tile_n = tl.program_id(0)
-    head = tl.program_id(1)
-    base = head * seq_len
-    kv_row = base + tile_n * BLOCK_N
-    k = k_desc.load([kv_row, 0])
-    v = v_desc.load([kv_row, 0])
-    kt = tl.trans(k)
-    vt = tl.trans(v)
-    scale2 = sm_scale * 1.4426950408889634
-    rows = tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, HEAD_DIM)
-    dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
-    dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
-    for q_start in range(0, seq_len, BLOCK_M):
-        q_row = base + q_start
-        q = q_desc.load([q_row, 0])
-        do = do_desc.load([q_row, 0])
-        lse = tl.load(lse_ptr + q_row + rows)
-        delta = tl.load(delta_ptr + q_row + rows)
-        s = tl.dot(q, kt)
-        s0, s1 = _column_halves(s, BLOCK_M, BLOCK_N)
-        p0 = tl.math.exp2(s0 * scale2 - lse[:, None])
-        p1 = tl.math.exp2(s1 * scale2 - lse[:, None])
-        dp = tl.dot(do, vt)
-        dp0, dp1 = _column_halves(dp, BLOCK_M, BLOCK_N)
-        ds0 = (p0 * (dp0 - delta[:, None]) * sm_scale).to(tl.float16)
-        ds1 = (p1 * (dp1 - delta[:, None]) * sm_scale).to(tl.float16)
-        p16 = _join_columns(p0.to(tl.float16), p1.to(tl.float16), BLOCK_M, BLOCK_N)
-        ds = _join_columns(ds0, ds1, BLOCK_M, BLOCK_N)
-        dv = tl.dot(tl.trans(p16), do, dv)
-        dk = tl.dot(tl.trans(ds), q, dk)
-        dq = tl.dot(ds, k)
-        tl.atomic_add(dq_ptr + (q_row + rows)[:, None] * HEAD_DIM + cols[None, :], dq, sem="relaxed")
-    dk_desc.store([kv_row, 0], dk.to(tl.float16))
-    dv_desc.store([kv_row, 0], dv.to(tl.float16))
-
-
-@triton.jit
-def attn_bwd_transposed(
-    q_desc,
-    k_desc,
-    v_desc,
-    do_desc,
-    dk_desc,
-    dv_desc,
-    dq_ptr,
-    lse_ptr,
-    delta_ptr,
-    sm_scale,
-    seq_len,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-):
-    """As :func:`attn_bwd`, computed transposed as FA4's backward does: ``st = k @ q^T`` and
-    ``dpt = v @ do^T`` are ``[BLOCK_N, BLOCK_M]``, so ``pt`` (P^T) and ``dst`` (dS^T) are the left
-    operands of the dV and dK GEMMs and Triton hands them over in tensor memory on sm_100; only dS
-    (for the dQ GEMM) goes through shared memory."""
-    tile_n = tl.program_id(0)
-    head = tl.program_id(1)
-    base = head * seq_len
-    kv_row = base + tile_n * BLOCK_N
-    k = k_desc.load([kv_row, 0])
-    v = v_desc.load([kv_row, 0])
-    scale2 = sm_scale * 1.4426950408889634
-    rows = tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, HEAD_DIM)
-    dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
-    dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
-    for q_start in range(0, seq_len, BLOCK_M):
-        q_row = base + q_start
-        q = q_desc.load([q_row, 0])
-        do = do_desc.load([q_row, 0])
-        lse = tl.load(lse_ptr + q_row + rows)
-        delta = tl.load(delta_ptr + q_row + rows)
-        st = tl.dot(k, tl.trans(q))
-        pt = tl.math.exp2(st * scale2 - lse[None, :])
-        dpt = tl.dot(v, tl.trans(do))
-        dst = (pt * (dpt - delta[None, :]) * sm_scale).to(tl.float16)
-        dv = tl.dot(pt.to(tl.float16), do, dv)
-        dk = tl.dot(dst, q, dk)
-        dq = tl.dot(tl.trans(dst), k)
+        if FORM == "transposed":
+            st = tl.dot(k, tl.trans(q))
+            pt = tl.math.exp2(st * scale2 - lse[None, :])
+            dpt = tl.dot(v, tl.trans(do))
+            dst = (pt * (dpt - delta[None, :]) * sm_scale).to(tl.float16)
+            dv = tl.dot(pt.to(tl.float16), do, dv)
+            dk = tl.dot(dst, q, dk)
+            dq = tl.dot(tl.trans(dst), k)
+        elif FORM == "split":
+            s = tl.dot(q, kt)
+            s0, s1 = _column_halves(s, BLOCK_M, BLOCK_N)
+            p0 = tl.math.exp2(s0 * scale2 - lse[:, None])
+            p1 = tl.math.exp2(s1 * scale2 - lse[:, None])
+            dp = tl.dot(do, vt)
+            dp0, dp1 = _column_halves(dp, BLOCK_M, BLOCK_N)
+            ds0 = (p0 * (dp0 - delta[:, None]) * sm_scale).to(tl.float16)
+            ds1 = (p1 * (dp1 - delta[:, None]) * sm_scale).to(tl.float16)
+            p16 = _join_columns(p0.to(tl.float16), p1.to(tl.float16), BLOCK_M, BLOCK_N)
+            ds = _join_columns(ds0, ds1, BLOCK_M, BLOCK_N)
+            dv = tl.dot(tl.trans(p16), do, dv)
+            dk = tl.dot(tl.trans(ds), q, dk)
+            dq = tl.dot(ds, k)
+        else:
+            s = tl.dot(q, kt)
+            p = tl.math.exp2(s * scale2 - lse[:, None])
+            dp = tl.dot(do, vt)
+            ds = (p * (dp - delta[:, None]) * sm_scale).to(tl.float16)
+            p16 = p.to(tl.float16)
+            dv = tl.dot(tl.trans(p16), do, dv)
+            dk = tl.dot(tl.trans(ds), q, dk)
+            dq = tl.dot(ds, k)
         tl.atomic_add(dq_ptr + (q_row + rows)[:, None] * HEAD_DIM + cols[None, :], dq, sem="relaxed")
     dk_desc.store([kv_row, 0], dk.to(tl.float16))
     dv_desc.store([kv_row, 0], dv.to(tl.float16))
@@ -399,15 +324,13 @@ def attn_bwd_subtiled_q(
     dv_desc.store([kv_row, 0], dv.to(tl.float16))
 
 
-_KERNELS = {"attn_bwd": attn_bwd, "attn_bwd_split": attn_bwd_split,
-            "attn_bwd_transposed": attn_bwd_transposed, "attn_bwd_subtiled_kv": attn_bwd_subtiled_kv,
+_KERNELS = {"attn_bwd": attn_bwd, "attn_bwd_subtiled_kv": attn_bwd_subtiled_kv,
             "attn_bwd_subtiled_q": attn_bwd_subtiled_q}
 
 
-def _entry(kernel: str, target: str, *, default: bool = False) -> dict[str, Any]:
+def _entry(kernel: str, target: str, *, form: str = "plain", default: bool = False) -> dict[str, Any]:
     rows = TC_M[target]
-    plain = {"BLOCK_M": rows, "BLOCK_N": HEAD_DIM}
-    sub = {"attn_bwd": plain, "attn_bwd_split": plain, "attn_bwd_transposed": plain,
+    sub = {"attn_bwd": {"BLOCK_M": rows, "BLOCK_N": HEAD_DIM, "FORM": form},
            "attn_bwd_subtiled_kv": {"BLOCK_M": rows, "SUB_N": HEAD_DIM // 2},
            "attn_bwd_subtiled_q": {"SUB_M": rows, "BLOCK_N": HEAD_DIM}}[kernel]
     q_rows = sub.get("BLOCK_M", sub.get("SUB_M"))
@@ -429,13 +352,13 @@ def _entry(kernel: str, target: str, *, default: bool = False) -> dict[str, Any]
 TWILL_KERNELS = {
     "attn_bwd_sm90": _entry("attn_bwd", "sm_90", default=True),
     "attn_bwd_sm100": _entry("attn_bwd", "sm_100"),
-    "attn_bwd_split_sm100": _entry("attn_bwd_split", "sm_100"),
+    "attn_bwd_split_sm100": _entry("attn_bwd", "sm_100", form="split"),
     "attn_bwd_subtiled_sm90": _entry("attn_bwd_subtiled_kv", "sm_90"),
     "attn_bwd_subtiled_sm100": _entry("attn_bwd_subtiled_q", "sm_100"),
     "attn_bwd_subtiled_q_sm90": _entry("attn_bwd_subtiled_q", "sm_90"),
-    "attn_bwd_split_sm90": _entry("attn_bwd_split", "sm_90"),
-    "attn_bwd_transposed_sm100": _entry("attn_bwd_transposed", "sm_100"),
-    "attn_bwd_transposed_sm90": _entry("attn_bwd_transposed", "sm_90"),
+    "attn_bwd_split_sm90": _entry("attn_bwd", "sm_90", form="split"),
+    "attn_bwd_transposed_sm100": _entry("attn_bwd", "sm_100", form="transposed"),
+    "attn_bwd_transposed_sm90": _entry("attn_bwd", "sm_90", form="transposed"),
 }
 """How twill compiles each variant (argument types in Triton signature form); see the module docstring."""
 

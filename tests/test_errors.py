@@ -765,6 +765,17 @@ def test_one_warp_group_for_a_loop_with_loads_is_rejected_before_solving(no_solv
     assert info.value.option == "max_groups"
 
 
+def test_the_joint_formula_with_one_group_for_a_loop_with_loads_is_unsat() -> None:
+    """Below twill.schedule's check, the encoding itself: variable-latency isolation leaves no group for
+    the GEMM, so the formula is unsatisfiable (it raised a KeyError in the symmetry breaking)."""
+    from twill.joint import solve_joint
+    from twill.normalize import normalize_problem
+    from twill.problem import Options, build_problem
+
+    problem, _ = normalize_problem(build_problem(_gemm(), load_machine("h100"), Options(max_groups=1)))
+    assert solve_joint(problem, 10 * sum(op.cycles for op in problem.ops), 2).status == CheckResult.UNSAT
+
+
 def test_one_warp_group_is_fine_without_warp_specialization() -> None:
     assert twill.schedule(_gemm(), "h100", max_groups=1, strategy="swp").ii > 0
 
@@ -902,8 +913,8 @@ def test_apply_refuses_a_schedule_for_another_machine(tmp_path: Path, cli: Any) 
     path.write_text(twill.schedule(_gemm_b200(), "b200").to_json())
     code, err = cli(["apply", str(ROOT / "examples" / "gemm.py"), "--schedule", str(path), "--machine",
                      "h100", "-o", str(tmp_path / "out"), "--no-compile"])
-    assert (code, err) == (2, f"error (TwillError): {path} is a schedule for b200, not h100; drop --machine "
-                              f"or solve again for h100")
+    assert (code, err) == (2, "error (ApplyError): the schedule was solved for 'b200', not 'h100'; give its "
+                              "machine (or none, for a bundled one) or solve again for 'h100'")
 
 
 def _gemm_b200() -> Graph:
@@ -926,7 +937,9 @@ def test_a_two_warp_kernel_schedules(strategy: str) -> None:
 def test_ii_in_cycles_never_claims_less_than_the_unnormalized_bound() -> None:
     g = twill.graph_from_kernel(str(ROOT / "examples" / "decode_attention.py"), "h100")
     s = twill.schedule(g, "h100", time_limit=120)
-    bound = max(s.bounds_cycles["res_mii"], s.bounds_cycles["rec_mii"])
+    # the loop is bound by its two pointer loads of a [64, 128] fp16 tile (K and V) on the load/store units
+    bound = 2 * 64 * 128 * 2 / float(load_machine("h100").const("cost.lsu_bytes_per_cycle"))
+    assert bound == 1024 == max(s.bounds_cycles["res_mii"], s.bounds_cycles["rec_mii"])
     assert s.ii_cycles_scaled < bound  # the rounded costs: 164 units x 6.16 = 1011 < 1024 cycles
     assert s.ii_cycles == bound
 

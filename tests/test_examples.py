@@ -144,8 +144,8 @@ class Bwd:
     m: int  # query rows of one (sub-)tile
     n: int  # keys of one (sub-)tile
     d: int  # head dim
-    halves: int = 1  # 2 when the exponential and dS are computed per column half of S (attn_bwd_split)
-    transposed: bool = False  # S^T = K Q^T and dP^T = V dO^T, kernel variables st, dpt (attn_bwd_transposed)
+    halves: int = 1  # 2 when the exponential and dS are computed per column half of S (FORM "split")
+    transposed: bool = False  # S^T = K Q^T and dP^T = V dO^T, kernel variables st, dpt (FORM "transposed")
 
     @property
     def suffixes(self) -> list[str]:
@@ -165,9 +165,9 @@ def _bwd(entry: str) -> Bwd:
         return Bwd(machine, "kv", c["BLOCK_M"], c["SUB_N"], c["HEAD_DIM"])
     if kernel == "attn_bwd_subtiled_q":
         return Bwd(machine, "q", c["SUB_M"], c["BLOCK_N"], c["HEAD_DIM"])
-    halves = 2 if kernel == "attn_bwd_split" else 1
-    return Bwd(machine, "none", c["BLOCK_M"], c["BLOCK_N"], c["HEAD_DIM"], halves,
-               transposed=kernel == "attn_bwd_transposed")
+    form = c["FORM"]  # attn_bwd: plain, split or transposed
+    return Bwd(machine, "none", c["BLOCK_M"], c["BLOCK_N"], c["HEAD_DIM"], 2 if form == "split" else 1,
+               transposed=form == "transposed")
 
 
 def _subtile(name: str) -> str:

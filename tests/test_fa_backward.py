@@ -168,7 +168,7 @@ def test_blackwell_backward_takes_fa4s_groups_once_shared_memory_allows(kernel: 
     """FA4's three groups, at a reduced register budget, once shared memory is not the limit (a what-if:
     Triton's kernel stages P and dS through shared memory each iteration, FA4 keeps P in tensor memory).
     The optimum is then at the MII, with a group of its own taking dQ out of tensor memory and converting
-    it for the atomic reduction, apart from the exponentials; in the split kernel (``attn_bwd_split``,
+    it for the atomic reduction, apart from the exponentials; in the split kernel (``FORM = "split"``,
     the exponential and dS by key halves) the two halves' exponentials are on different groups. With
     shared memory limited the optimum is two compute groups far above the MII (the tests above and
     docs/flash_attention.md, "Backward")."""
@@ -201,8 +201,8 @@ def transposed_b200() -> tuple[twill.Schedule, twill.Schedule]:
 @pytest.mark.slow
 def test_blackwell_transposed_backward_gives_the_dq_reduction_a_group_at_a_reduced_budget(
         transposed_b200: tuple[twill.Schedule, twill.Schedule]) -> None:
-    """``attn_bwd_transposed`` (S^T = K Q^T: P^T and dS^T reach the dV and dK MMAs in tensor memory, only
-    dS goes through shared memory) with shared memory limited, no what-if. At the default budget the
+    """``attn_bwd_transposed_sm100`` (S^T = K Q^T: P^T and dS^T reach the dV and dK MMAs in tensor memory,
+    only dS goes through shared memory) with shared memory limited, no what-if. At the default budget the
     optimum is two compute groups; at 160 registers it takes three, one of which only stages the dQ
     reduction (the dQ MMA, dQ's TMEM load and its layout change for the atomic), apart from the
     exponential. As everywhere in twill's model (the default pool offers up to five compute groups) the

@@ -202,7 +202,8 @@ def apply(schedule: Schedule, kernel: Any, *, prefetch: int | None = None,
     ApplyError
         The schedule is for another loop, Triton's emission order would break a dependence, the kernel
         splits a tensor-memory tile (its graph's TTGIR is not one Triton can pipeline), the schedule is a
-        what-if (a constraint family left out), or its machine is neither bundled nor given.
+        what-if (a constraint family left out), or its machine is neither bundled nor given, or is not
+        the ``machine`` given.
     FrontendError
         The kernel cannot be compiled (before or after the edit).
     """
@@ -222,7 +223,8 @@ def apply(schedule: Schedule, kernel: Any, *, prefetch: int | None = None,
         machine = schedule.machine
     machine = load_machine(machine)
     if machine.name != schedule.machine:
-        raise ApplyError(f"the schedule was solved for {schedule.machine!r}, not {machine.name!r}")
+        raise ApplyError(f"the schedule was solved for {schedule.machine!r}, not {machine.name!r}; give its "
+                         f"machine (or none, for a bundled one) or solve again for {machine.name!r}")
     spec = kernel if isinstance(kernel, KernelSpec) else load_kernel(os.fspath(kernel))
     target = target_for(machine)
     snaps = compile_to_ttgir(spec, target=target)
@@ -369,11 +371,6 @@ def run(args: argparse.Namespace) -> int:
         if not path.is_file():
             raise TwillError(f"no such file: {args.schedule}")
         sched = Schedule.from_json(path.read_text())
-        from twill.machine import load_machine
-
-        if args.machine is not None and load_machine(args.machine).name != sched.machine:
-            raise TwillError(f"{args.schedule} is a schedule for {sched.machine}, not {args.machine}; drop "
-                             f"--machine or solve again for {args.machine}")
     else:
         args.machine = args.machine or "h100"
         from twill.frontend.compile import compile_to_ttgir, load_kernel, target_for

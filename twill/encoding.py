@@ -237,7 +237,7 @@ class Encoder(ModularModel):
         """Groups are numbered by first appearance in op order: op ``k`` may open group ``w`` only if an
         earlier op uses group ``w - 1`` (interchangeable groups are broken, optimality is kept)."""
         m = self.m
-        if not compute:
+        if not compute or first >= self.pool:  # no group left for compute ops: infeasible, said in groups()
             return
         self.add(self.opw[compute[0].name][first])
         for k, op in enumerate(compute[1:], start=1):
