@@ -841,11 +841,12 @@ def _why(data: dict[str, Any]) -> list[str]:
     slow = [c for c in data["cases"] if isinstance(c["twill"].get("sim"), float)
             and c["twill"]["sim"] > 1.05 * c["twill"]["ii_cycles"]]
     for c in slow:
-        out.append(f"- **Prefetch depth, {c['label']} on {c['machine']}.** twill's schedule simulates at "
-                   f"{c['twill']['sim']:.0f} cycles per iteration against its model II of "
-                   f"{c['twill']['ii_cycles']:.0f} with {c['twill']['prefetch']} prefetch buffer(s) per "
-                   f"streaming load, with the cost model's TMA latency ({c['tma_latency']:.0f} cycles); "
-                   f"Triton rings {c['num_stages']} stages.")
+        out.append(f"- **Simulated above the model, {c['label']} on {c['machine']}.** twill's schedule "
+                   f"simulates at {c['twill']['sim']:.0f} cycles per iteration against its model II of "
+                   f"{c['twill']['ii_cycles']:.0f}: the simulation replays the schedule's fixed order with "
+                   f"raw cycle costs (not the normalized ones the II is proven on), the cost model's TMA "
+                   f"latency ({c['tma_latency']:.0f} cycles) and {c['twill']['prefetch']} prefetch buffer(s) "
+                   f"per streaming load (Triton rings {c['num_stages']} stages).")
     out.append("- **What the model does not see.** On the plain kernels an op is a whole 128-row tile issued "
                "by one instruction stream (8 warps on Hopper). In hardware Triton's 8 warps are two "
                "warpgroups, each on 64 rows, which drift apart and overlap one's softmax with the other's "

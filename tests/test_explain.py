@@ -127,7 +127,8 @@ def test_explanation_in_words(regs_explained):
     assert "II = 4 cycles" in text
     assert "binds: II 4 -> 2 cycles (L 5 -> 5) if registers per thread were 255 (not 128)" in text
     assert "binds: II 4 -> 1 cycles" in text and "if live registers per warp group were not limited" in text
-    assert "does not bind: II and L unchanged if hand-offs between warp groups cost 0 cycles" in text
+    assert ("does not bind: II and L unchanged if hand-offs between warp groups cost 0 cycles and no "
+            "SMEM-port time") in text
 
 
 def test_explain_names_the_smallest_responsible_set_when_there_is_no_schedule():

@@ -5,13 +5,16 @@ bound with a gcd of 1: the normalized problem is the problem in cycles, and the 
 compared with twill's directly. The machine is the H100 with short, known hand-off costs
 (:data:`MBARRIER`, :data:`NAMED_BARRIER` and each op's ``spill_cost``), so that the oracle can price the
 forced hand-off of an edge between a variable-latency op and a fixed-latency one without reading twill's
-cost model.
+cost model. Results are 16 bytes per register, so a hand-off's SMEM-port traffic (0 to 8 cycles each
+side) is of the size of the ops; the oracle reserves it where the crossing is forced, as it does the
+forced hand-off's latency.
 
 The oracle (:func:`oracle_modulo`, an exhaustive search written independently of twill) solves the
 *modulo* problem: unit capacities folded modulo II, dependences ``t[v] + δ II >= t[u] + d`` (plus the
-forced hand-offs), starts >= 0. It returns the least II that has a schedule and the least length
-``L = max(start + cycles)`` at that II. It knows nothing of warp groups, registers, memory or blocking
-waits, so it is compared with twill where the problems coincide and is a lower bound elsewhere.
+forced hand-offs, and their SMEM traffic), starts >= 0. It returns the least II that has a schedule and
+the least length ``L = max(start + cycles)`` at that II. It knows nothing of warp groups, registers,
+memory or blocking waits, so it is compared with twill where the problems coincide and is a lower bound
+elsewhere.
 
 Properties:
 
@@ -144,7 +147,7 @@ class LoopSpec:
         for i in op_order if op_order is not None else range(len(self.ops)):
             o = self.ops[i]
             g.add_op(o.name, "op", rrt=[Reservation(u, s, c) for u, s, c in o.rrt], latency=o.latency,
-                     issue_cycles=o.issue_cycles, regs=o.regs, smem=o.smem, result_bytes=o.regs * 512,
+                     issue_cycles=o.issue_cycles, regs=o.regs, smem=o.smem, result_bytes=o.regs * 16,
                      variable_latency=o.variable_latency, spill_cost=o.spill_cost, source=o.name)
         for i in edge_order if edge_order is not None else range(len(self.edges)):
             e = self.edges[i]
@@ -224,8 +227,20 @@ def _closure(spec: LoopSpec, ii: int) -> list[list[int]] | None:
 
 
 def _usage(spec: LoopSpec) -> list[list[tuple[str, int]]]:
-    """Per op, the (unit, cycle offset) of every busy cycle."""
-    return [[(u, s + c) for u, s, cycles in o.rrt for c in range(cycles)] for o in spec.ops]
+    """Per op, the (unit, cycle offset) of every busy cycle: its reservations, and for a register value
+    that must cross warp groups (one end of variable latency) the SMEM ports' store on the producer from
+    the value's latency on and the load on the consumer in the cycles before it starts, each
+    ``ceil(16 * regs / 128)`` cycles (the documented rule, docs/model.md §2)."""
+    busy = [[(u, s + c) for u, s, cycles in o.rrt for c in range(cycles)] for o in spec.ops]
+    index = {o.name: i for i, o in enumerate(spec.ops)}
+    for e in spec.edges:
+        src, dst = spec.op(e.src), spec.op(e.dst)
+        if e.carrier != "register" or e.src == e.dst or src.variable_latency == dst.variable_latency:
+            continue
+        width = -(-16 * src.regs // 128)
+        busy[index[e.src]] += [("smem", e.latency + c) for c in range(width)]
+        busy[index[e.dst]] += [("smem", c - width) for c in range(width)]
+    return busy
 
 
 def _place(mrt: dict[str, list[int]], busy: list[tuple[str, int]], t: int, ii: int, sign: int) -> bool:
@@ -338,9 +353,9 @@ def oracle_modulo(spec: LoopSpec, max_ii: int = 64) -> tuple[int, int]:
 def _res_bound(spec: LoopSpec) -> int:
     """Busy cycles of the busiest unit (every unit of the fuzz machine has one instance)."""
     per_unit: dict[str, int] = {}
-    for o in spec.ops:
-        for u, _, c in o.rrt:
-            per_unit[u] = per_unit.get(u, 0) + c
+    for busy in _usage(spec):
+        for u, _ in busy:
+            per_unit[u] = per_unit.get(u, 0) + 1
     return max(per_unit.values())
 
 

@@ -120,6 +120,24 @@ def test_certificate_rules_out_every_smaller_ii(quick_h100):
 # ---------------------------------------------------------------------------------------------- FA-like
 
 
+def test_a_hand_off_into_a_variable_latency_op_takes_the_smem_ports(quick_h100):
+    # A hands its 8192-byte register result to V, an atomic on the LSU that must sit on the
+    # variable-latency group, so every schedule pays the store (8192 B / 128 B per cycle = 64 cycles,
+    # machines/h100.toml cost.smem_bytes_per_cycle) and the load (64 cycles) on the SMEM ports, beside C's
+    # 64-cycle conversion: 192 port cycles per iteration against 64 on the ALU and the LSU.
+    g = Graph("forced_hand_off")
+    g.add_op("A", "alu", busy={"alu": 64}, warps=4, result_bytes=8192)
+    g.add_op("V", "atomic", busy={"lsu": 64}, variable_latency=True)
+    g.add_op("C", "convert_layout", busy={"smem": 64}, warps=4)
+    g.add_edge("A", "V")
+    s = twill.schedule(g, quick_h100)
+    assert violations(s) == [] and s.certificate.proven_optimal
+    assert s.ii_cycles == 64 + 2 * 8192 // 128
+    assert s.certificate.res_mii * s.problem.cycles_per_unit == 192  # the bound counts the forced traffic
+    free = twill.schedule(g, quick_h100, relax={"handoff"})
+    assert free.ii_cycles == 64
+
+
 def test_fa_like_schedules_verifies_and_is_proven(fa_h100):
     s = fa_h100
     assert violations(s) == []

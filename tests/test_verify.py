@@ -68,14 +68,15 @@ def only(s: Schedule, family: str) -> ScheduleError:
 
 def ws_graph() -> Graph:
     """Two streaming TMA loads (SMEM), two GEMMs and an exp with registers, a carried accumulator, and an
-    independent ALU op: a producer group and compute groups."""
+    independent ALU op: a producer group and compute groups. Results are a few hundred bytes, so a
+    hand-off's SMEM traffic (bytes / 128 cycles each side) stays as small as these toy ops."""
     g = Graph("ws")
     g.add_op("L1", "tma_load", busy={"tma": 2}, latency=4, issue_cycles=1, variable_latency=True, smem=16384)
     g.add_op("L2", "tma_load", busy={"tma": 2}, latency=4, issue_cycles=1, variable_latency=True, smem=16384)
-    g.add_op("G", "gemm", busy={"tc": 2}, latency=3, issue_cycles=1, warps=4, regs=64, result_bytes=32768,
+    g.add_op("G", "gemm", busy={"tc": 2}, latency=3, issue_cycles=1, warps=4, regs=64, result_bytes=256,
              spill_cost=2)
-    g.add_op("E", "exp", busy={"mufu": 2}, latency=2, warps=4, regs=32, result_bytes=16384, spill_cost=2)
-    g.add_op("H", "gemm", busy={"tc": 2}, latency=3, issue_cycles=1, warps=4, regs=32, result_bytes=16384,
+    g.add_op("E", "exp", busy={"mufu": 2}, latency=2, warps=4, regs=32, result_bytes=128, spill_cost=2)
+    g.add_op("H", "gemm", busy={"tc": 2}, latency=3, issue_cycles=1, warps=4, regs=32, result_bytes=128,
              spill_cost=2)
     g.add_op("X", "alu", busy={"alu": 2}, latency=2, warps=4)
     g.add_edge("L1", "G", blocking=True, carrier="smem")
@@ -252,10 +253,27 @@ def test_memory_staging_buffer(quick_h100):
     assert violations(s) == [] and s.group["A"] == s.group["B"]
     assert s.ii == 1  # every cost is 2 cycles: one time unit
     # Across groups A's 32768-byte result is staged in SMEM: 216064 loop-invariant + 32768 = 248832
-    # bytes > 232448. With II = 1 every moment is residue 0.
-    err = only(move_to_group(s, "B", 1), "memory")
+    # bytes > 232448. With II = 1 every moment is residue 0. (Storing and loading it also takes the SMEM
+    # ports 2 x 32768 / 128 cycles = 256 units, far over II = 1: capacity fails too.)
+    moved = move_to_group(s, "B", 1)
+    assert {e.family for e in violations(moved)} == {"memory", "capacity"}
+    err = next(e for e in violations(moved) if e.family == "memory")
     assert "smem needs 248832 bytes > capacity 232448 at residue 0 (216064 loop-invariant; " \
            "live: A->B (staging))" in str(err)
+
+
+def test_capacity_counts_the_smem_traffic_of_a_hand_off(quick_h100):
+    # A -> B through registers (256 bytes) and C converting through the SMEM ports: every cost is 2
+    # cycles, one time unit, so II = 1. On two groups A's group stores the value (256 B / 128 B per
+    # cycle = 2 cycles = 1 unit) and B's group loads it (1 unit): with C the ports need 3 units at the
+    # one residue of II = 1.
+    g = handoff_graph(result_bytes=256)
+    g.add_op("C", "convert_layout", busy={"smem": 2})
+    s = twill.schedule(g, quick_h100)
+    assert violations(s) == [] and s.ii == 1 and s.group["A"] == s.group["B"]
+    err = only(move_to_group(s, "B", 1), "capacity")
+    assert "unit 'smem' needs 3 > capacity 1 at residue 0 (mod II 1): C, hand-off A->B at A, " \
+           "hand-off A->B at B" in str(err)
 
 
 def test_registers(ws):

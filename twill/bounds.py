@@ -1,6 +1,7 @@
 """Lower bounds on the initiation interval and the schedule length.
 
-* ResMII (resource bound): ``max over units f of ceil(sum of f's busy cycles / cap(f))``.
+* ResMII (resource bound): ``max over units f of ceil(sum of f's busy cycles / cap(f))`` (with the SMEM
+  traffic of hand-offs every schedule pays).
 * RecMII (recurrence bound): ``max over dependence cycles C of ceil(sum d(C) / sum δ(C))``.
 * Critical path: the length of one iteration with unlimited resources (δ = 0 edges only).
 
@@ -60,11 +61,12 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 def unit_usage(problem: Problem) -> dict[str, int]:
-    """Unit-cycles per iteration for every unit of the machine."""
+    """Unit-cycles per iteration for every unit of the machine: the ops' reservation tables, and the SMEM
+    traffic of register values that always cross warp groups (:meth:`Problem.reservations`)."""
     usage = dict.fromkeys(problem.resources.units, 0)
     for op in problem.ops:
-        for r in op.rrt:
-            usage[r.unit] = usage.get(r.unit, 0) + r.cycles * r.count
+        for unit, _, cycles, count in problem.reservations(op.name):
+            usage[unit] = usage.get(unit, 0) + cycles * count
     return usage
 
 

@@ -9,7 +9,8 @@ overlap, and each such test is a pair of *difference constraints* ``x - y <= c``
 very efficiently. No integer division or remainder variables are used.
 
 Families (the names of :mod:`twill.verify`): completion, dependence (with the cross-group hand-off cost),
-cross_warp, capacity, blocking, variable_latency, group_shape, register_file, and the liveness families
+cross_warp, capacity (with the SMEM traffic of cross-group hand-offs), blocking, variable_latency,
+group_shape, register_file, and the liveness families
 (registers, memory) whose per-moment checks are generated lazily by :meth:`Encoder.refine`: each check says
 "at the start of item A, the items present fit the capacity", and the peak of a sum of intervals is
 always at some interval's start, so checking at item starts is exact.
@@ -25,8 +26,8 @@ from networkx.algorithms import isomorphism
 from pysmt.typing import INT
 
 from twill.liveness import fold, memory_intervals, register_intervals
-from twill.modular import Item, ModularModel, _Lazy
-from twill.problem import Edge, Problem
+from twill.modular import Item, ModularModel, _Booking, _Lazy
+from twill.problem import HANDOFF_UNIT, Edge, Problem
 from twill.smt import SmtSession
 
 __all__ = ["PER_ROUND", "Encoder", "pool_size"]
@@ -181,6 +182,23 @@ class Encoder(ModularModel):
                                    self.before(e.src, e.latency + e.cross, e.dst, 0, kv=e.distance)))
             if e.carrier == "register" and not self.p.options.cross_group:
                 self.add(self.same(e.src, e.dst))
+
+    def conditional(self, unit: str) -> list[_Booking]:
+        """The SMEM-port traffic of register hand-offs (:meth:`Problem.transfers`) on ``unit``: the
+        producer's store and the consumer's load exist only when the two ops sit on different groups (a
+        forced crossing's are in :meth:`Problem.reservations`)."""
+        if unit != HANDOFF_UNIT or not self.p.options.cross_group:
+            return []
+        out = []
+        for e in self.p.edges:
+            parts = self.p.transfers(e)
+            if not parts or self.p.forced_cross(e):  # a forced crossing's traffic is always reserved
+                continue
+            same = self.same(e.src, e.dst)
+            if same.is_true() or same.is_false():
+                continue
+            out += [_Booking(op, offset, cycles, 1, self.m.Not(same)) for op, offset, cycles in parts]
+        return out
 
     def blocking(self) -> None:
         """When an op that must wait starts, no other op of its group is issuing (copies included)."""

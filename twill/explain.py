@@ -179,7 +179,7 @@ def what_ifs(graph: Graph, machine: Machine, options: dict[str, Any]) -> list[tu
         out.append(("smem", f"if shared memory were unlimited (not {machine.smem_per_cta} bytes)"))
     if machine.tmem_columns or graph.fixed_tmem or any(op.tmem for op in graph.ops):
         out.append(("tmem", f"if tensor memory were unlimited (not {machine.tmem_columns} columns)"))
-    out.append(("handoff", "if hand-offs between warp groups cost 0 cycles"))
+    out.append(("handoff", "if hand-offs between warp groups cost 0 cycles and no SMEM-port time"))
     out.append(("blocking", "if an op could wait while its warp group is issuing"))
     if not options.get("register_plan"):
         out.append(("groups", "if up to 8 warp groups were allowed, with no warps-per-CTA limit"))

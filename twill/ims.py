@@ -44,9 +44,9 @@ class _Table:
 
     def slots(self, name: str, t: int) -> list[tuple[str, int, int]]:
         out = []
-        for r in self.p.op(name).rrt:
-            for c in range(r.start, r.end):
-                out.append((r.unit, (t + c) % self.ii, r.count))
+        for unit, offset, cycles, count in self.p.reservations(name):
+            for c in range(offset, offset + cycles):
+                out.append((unit, (t + c) % self.ii, count))
         return out
 
     def fits(self, name: str, t: int) -> bool:
@@ -73,7 +73,8 @@ def iterative_modulo_schedule(problem: Problem, ii: int, *, budget_factor: int =
     budget_factor : int
         Placements allowed per op before giving up.
     """
-    if any(r.cycles * r.count > problem.resources.units[r.unit] * ii for op in problem.ops for r in op.rrt):
+    if any(cycles * count > problem.resources.units[unit] * ii
+           for op in problem.ops for unit, _, cycles, count in problem.reservations(op.name)):
         return None
     height = _heights(problem, ii)
     order = sorted(problem.names, key=lambda n: (-height[n], problem.names.index(n)))

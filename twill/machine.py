@@ -12,6 +12,7 @@ so each constant says where it comes from. A file may name ``base = "<machine>"`
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -158,6 +159,15 @@ class Machine:
         if carrier in ("smem", "tmem"):
             return round(self.const("handoff.mbarrier"))
         return round(self.const("handoff.named_barrier"))
+
+    def handoff_transfer_cycles(self, nbytes: int) -> int:
+        """Cycles the SMEM ports are busy on each side of a register hand-off of ``nbytes`` bytes:
+        ``ceil(nbytes / cost.smem_bytes_per_cycle)`` (the producer's STS, then the consumer's LDS; their sum
+        is the bandwidth part of ``handoff.register_per_kb``: 2 x 1024 / 128 = 16 cycles per KB against
+        the measured 16.1). :class:`MachineError` naming the key if the constant is missing."""
+        if nbytes <= 0:
+            return 0
+        return math.ceil(nbytes / self.const("cost.smem_bytes_per_cycle"))
 
     def round_registers(self, regs: int) -> int:
         """Smallest ``setmaxnreg`` value (multiple of the step, at least the minimum) holding ``regs``."""

@@ -45,6 +45,18 @@ class Item:
     offset_k: int = 0
 
 
+@dataclass(frozen=True)
+class _Booking:
+    """``count`` of a unit from ``start[op] + offset`` for ``cycles``; only when ``cond`` holds (a Bool
+    term) if it is given."""
+
+    op: str
+    offset: int
+    cycles: int
+    count: int = 1
+    cond: Any = None
+
+
 @dataclass
 class _Lazy:
     items: list[Item]
@@ -242,26 +254,48 @@ class ModularModel:
             self.add(self.before(e.src, self.p.least_latency(e), e.dst, 0, kv=e.distance))
 
     def capacity(self) -> None:
-        """Unit capacity modulo II: pairwise for capacity-1 units, at every reservation start otherwise."""
+        """Unit capacity modulo II: pairwise for capacity-1 units, at every reservation start otherwise.
+
+        A unit holds what every schedule reserves on it (:meth:`Problem.reservations`: the ops' tables and
+        the SMEM traffic of forced hand-offs) and the reservations :meth:`conditional` gives (each present
+        only when its condition holds)."""
         for unit, cap in self.p.resources.units.items():
-            res = [(op.name, r) for op in self.p.ops for r in op.rrt if r.unit == unit]
+            res = [_Booking(op.name, offset, cycles, count) for op in self.p.ops
+                   for name, offset, cycles, count in self.p.reservations(op.name) if name == unit]
+            res += self.conditional(unit)
             if not res:
                 continue
-            if cap == 1 and all(r.count == 1 for _, r in res):
+            if cap == 1 and all(b.count == 1 for b in res):
                 self._capacity_pairwise(res)
             else:
-                items = [Item(op, r.start, r.count, length=r.cycles) for op, r in res]
+                items = [Item(b.op, b.offset, b.count, length=b.cycles, cond=b.cond) for b in res]
                 key = f"unit/{unit}"
                 self.lazy[key] = _Lazy(items, cap, 0, False)
                 for it in items:
                     self.add(self.point(key, it))
 
-    def _capacity_pairwise(self, res: list) -> None:
-        for i, (u, a) in enumerate(res):
-            self.require_ii(a.cycles)
-            for v, b in res[i + 1:]:
-                for f in self.no_overlap(u, a.start, a.cycles, v, b.start, b.cycles):
-                    self.add(f)
+    def conditional(self, unit: str) -> list[_Booking]:
+        """Reservations of ``unit`` that exist only sometimes (none here; warp-group models add the SMEM
+        traffic of cross-group hand-offs)."""
+        return []
+
+    def _capacity_pairwise(self, res: list[_Booking]) -> None:
+        m = self.m
+        for i, a in enumerate(res):
+            if a.cond is None:
+                self.require_ii(a.cycles)
+            elif a.cycles > self.ii_hi:
+                self.add(m.Not(a.cond))
+            elif a.cycles > self.ii:
+                self.add(m.Implies(a.cond, m.GE(self.II, self.int_(a.cycles))))
+            for b in res[i + 1:]:
+                apart = self.no_overlap(a.op, a.offset, a.cycles, b.op, b.offset, b.cycles)
+                conds = [c for c in (a.cond, b.cond) if c is not None]
+                if not conds:
+                    for f in apart:
+                        self.add(f)
+                elif apart:
+                    self.add(m.Implies(m.And(conds), m.And(apart)))
             # a reservation against its own later copies (a.cycles <= II), checked above
 
     def point(self, resource: str, at: Item) -> Any:

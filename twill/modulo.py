@@ -354,13 +354,13 @@ def _capacity(model: pulp.LpProblem, problem: Problem, ii: int, x: Mapping[str, 
     for unit, cap in problem.resources.units.items():
         rows: list[dict[pulp.LpVariable, int]] = [{} for _ in range(ii)]
         for op in problem.ops:
-            for res in op.rrt:
-                if res.unit != unit:
+            for name, offset, cycles, count in problem.reservations(op.name):
+                if name != unit:
                     continue
                 for s, var in x[op.name].items():
-                    for c in range(res.start, res.end):
+                    for c in range(offset, offset + cycles):
                         row = rows[(s + c) % ii]
-                        row[var] = row.get(var, 0) + res.count
+                        row[var] = row.get(var, 0) + count
         for rho, row in enumerate(rows):
             if row:
                 model += pulp.LpAffineExpression(row) <= cap, f"cap_{unit}_{rho}"

@@ -268,6 +268,11 @@ def normalize_problem(
     count (the paper's list of op cycle counts; edge latencies and hand-off costs are mapped with the same
     ratios but not counted); ``"all"`` every duration of ops and edges, with repetitions (coarser);
     ``"distinct"`` each distinct duration once (finer).
+
+    The SMEM traffic of a register hand-off (:attr:`Edge.transfer`) is not one of the normalized costs
+    (its many small values, the row statistics' 2-4 cycles, would pull the ratios of the op costs); it is
+    rounded to the nearest whole number of units at the mapping's ``cycles_per_unit``, so a transfer under
+    half a unit costs no port time.
     """
     if problem.cycles_per_unit != 1.0:
         raise SolverError(f"problem {problem.name!r} is already normalized")
@@ -279,6 +284,7 @@ def normalize_problem(
     norm = normalize_costs(costs, counted=counted, upper=upper, keep_positive=keep_positive,
                            backend=backend, time_limit=time_limit)
     ops = [_map_op(op, norm) for op in problem.ops]
+    unit = norm.cycles_per_unit
     edges = [Edge(e.index, e.src, e.dst, norm.map(e.latency), e.distance, e.blocking, e.carrier,
-                  norm.map(e.cross), e.inplace) for e in problem.edges]
+                  norm.map(e.cross), e.inplace, round(e.transfer / unit)) for e in problem.edges]
     return problem.replace_times(ops, edges, norm.cycles_per_unit), norm

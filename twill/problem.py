@@ -17,7 +17,8 @@ from twill.errors import GraphError, OptionsError, ResourceError
 from twill.graph import CARRIERS, Dependence, Graph, Op, check_op
 from twill.machine import Machine
 
-__all__ = ["RELAXABLE", "Edge", "Options", "Problem", "Resources", "build_problem", "check_resources"]
+__all__ = ["HANDOFF_UNIT", "RELAXABLE", "Edge", "Options", "Problem", "Resources", "build_problem",
+           "check_resources"]
 
 DURATION_LIMIT = 10**6
 """Largest duration, latency, distance or reservation count :meth:`Problem.check` accepts in a problem read
@@ -28,7 +29,8 @@ RELAXABLE: dict[str, str] = {
     "register_file": "the register file shared by the setmaxnreg budgets (their sum is unbounded)",
     "smem": "shared-memory capacity",
     "tmem": "tensor-memory capacity",
-    "handoff": "hand-off latency between warp groups (cross-warp spills and barriers cost 0 cycles)",
+    "handoff": "hand-offs between warp groups (cross-warp spills and barriers cost 0 cycles and no SMEM-port "
+               "time)",
     "blocking": "blocking-wait concurrency (an op that waits may start while its group is issuing)",
     "groups": "the warp-group count (max_groups ignored, up to 8 groups, no warps-per-CTA limit)",
 }
@@ -214,6 +216,10 @@ class Edge:
         barrier for a register value; a barrier hand-off otherwise).
     inplace : bool
         ``dst`` overwrites the value in place (an MMA accumulator): it dies when ``dst`` issues.
+    transfer : int
+        Cycles the SMEM ports (unit :data:`HANDOFF_UNIT`) are busy on each side of a crossing of a register
+        value: the producer's group stores it, the consumer's group loads it (:meth:`Problem.transfers`);
+        0 for SMEM/TMEM values, ordering edges and machines without that unit.
     """
 
     index: int
@@ -225,6 +231,7 @@ class Edge:
     carrier: str
     cross: int
     inplace: bool = False
+    transfer: int = 0
 
     @property
     def label(self) -> str:
@@ -266,9 +273,25 @@ class Problem:
     fixed_tmem: int = 0
     cycles_per_unit: float = 1.0
     _index: Mapping[str, Op] = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+    _rows: Mapping[str, tuple[tuple[str, int, int, int], ...]] = field(  # type: ignore[assignment]
+        default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_index", {op.name: op for op in self.ops})
+        rows: dict[str, list[tuple[str, int, int, int]]] = {
+            op.name: [(r.unit, r.start, r.cycles, r.count) for r in op.rrt] for op in self.ops}
+        for e in self.edges:
+            if e.src in self._index and e.dst in self._index and self.forced_cross(e):
+                for name, offset, cycles in self.transfers(e):
+                    rows[name].append((HANDOFF_UNIT, offset, cycles, 1))
+        object.__setattr__(self, "_rows", {name: tuple(r) for name, r in rows.items()})
+
+    def reservations(self, name: str) -> tuple[tuple[str, int, int, int], ...]:
+        """``(unit, offset, cycles, count)`` that every schedule gives op ``name``: its reservation table,
+        and the SMEM traffic of the register values that always cross warp groups (into or out of a
+        variable-latency op, :meth:`forced_cross`; :meth:`transfers`). The modulo problem, the bounds and
+        the iterative modulo scheduler reserve these; the joint problem adds the crossings it chooses."""
+        return self._rows[name]
 
     def op(self, name: str) -> Op:
         """The op called ``name``."""
@@ -301,6 +324,20 @@ class Problem:
         (the variable-latency group holds only variable-latency ops), so the hand-off is always paid."""
         return self._index[e.src].variable_latency != self._index[e.dst].variable_latency
 
+    def transfers(self, e: Edge) -> tuple[tuple[str, int, int], ...]:
+        """The reservations ``(op, offset, cycles)`` on :data:`HANDOFF_UNIT` that a crossing of ``e`` adds.
+
+        The producer's group stores the value to shared memory as soon as it is ready
+        (``start[src] + d``, ``transfer`` cycles); the consumer's group loads it in the ``transfer``
+        cycles right before the consumer starts (a negative offset; the hand-off latency ``cross`` already
+        has the value arrive only then). Both take the SMEM ports like any STS/LDS at the machine's
+        ``cost.smem_bytes_per_cycle`` rate, so a hand-off is priced in bandwidth as well as in latency
+        (``cross``). Empty when ``e`` carries no register bytes, is a self-edge, or hand-offs are relaxed.
+        """
+        if not e.transfer or e.src == e.dst or "handoff" in self.options.relax:
+            return ()
+        return ((e.src, e.latency, e.transfer), (e.dst, -e.transfer, e.transfer))
+
     def least_latency(self, e: Edge) -> int:
         """The smallest delay any schedule keeps on ``e``: ``d``, plus the hand-off when it is forced (and
         hand-offs are not relaxed, :attr:`Options.relax`)."""
@@ -313,7 +350,8 @@ class Problem:
 
         Ops pass :func:`twill.graph.check_op` against the problem's units and have unique names; every edge
         joins two ops and has integer ``latency``, ``distance`` and ``cross`` >= 0, a known carrier and
-        Boolean flags; streaming ops are ops; every limit is an integer >= 0 and every unit capacity >= 1.
+        Boolean flags, and an integer ``transfer`` >= 0;
+        streaming ops are ops; every limit is an integer >= 0 and every unit capacity >= 1.
         """
         res = self.resources
         for fld in ("register_file", "max_regs", "setmaxnreg_min", "setmaxnreg_max", "setmaxnreg_step",
@@ -350,7 +388,7 @@ class Problem:
             for end in (e.src, e.dst):
                 if end not in seen:
                     raise GraphError(f"edge {e.label}: {end!r} is not an op", edge=edge)
-            for fld in ("latency", "distance", "cross"):
+            for fld in ("latency", "distance", "cross", "transfer"):
                 value = getattr(e, fld)
                 if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                     raise GraphError(f"edge {e.label}: {fld}={value!r} must be a non-negative integer",
@@ -405,11 +443,22 @@ class Problem:
         )
 
 
+HANDOFF_UNIT = "smem"
+"""The unit a register hand-off between warp groups occupies (the SMEM ports: STS on one side, LDS on the
+other), when the machine has it."""
+
+
 def _cross_cost(graph: Graph, dep: Dependence, machine: Machine) -> int:
     producer = graph.op(dep.src)
     if dep.carrier == "register" and producer.spill_cost is not None:
         return producer.spill_cost
     return machine.handoff_cycles(dep.carrier, producer.result_bytes)
+
+
+def _transfer(graph: Graph, dep: Dependence, machine: Machine) -> int:
+    if dep.carrier != "register" or dep.src == dep.dst or HANDOFF_UNIT not in machine.units:
+        return 0
+    return machine.handoff_transfer_cycles(graph.op(dep.src).result_bytes)
 
 
 def build_problem(graph: Graph, machine: Machine, options: Options | None = None) -> Problem:
@@ -425,7 +474,7 @@ def build_problem(graph: Graph, machine: Machine, options: Options | None = None
     edges = tuple(
         Edge(index=i, src=d.src, dst=d.dst, latency=graph.edge_latency(d), distance=d.distance,
              blocking=d.blocking, carrier=d.carrier, cross=_cross_cost(graph, d, machine),
-             inplace=d.inplace)
+             inplace=d.inplace, transfer=_transfer(graph, d, machine))
         for i, d in enumerate(graph.edges)
     )
     streaming = frozenset(op.name for op in graph.ops if graph.is_streaming(op.name))

@@ -388,7 +388,7 @@ def _check_pool(problem: Problem) -> None:
 def _sequential_ii(problem: Problem) -> int:
     """An II at which running the ops one after another, waiting out every latency and hand-off, works."""
     total = sum(op.cycles for op in problem.ops)
-    total += sum(e.latency + e.cross for e in problem.edges)
+    total += sum(e.latency + e.cross + 2 * e.transfer for e in problem.edges)
     return max(1, total)
 
 

@@ -31,7 +31,9 @@ The machine model, in order of the checks made before an op of iteration ``i`` m
   enforce (FA3's ping-pong orders its two consumer warp groups' GEMMs this way). With ``"greedy"`` the
   earliest issuer gets the unit (ties: the lower warp group), as hardware arbitration without such
   barriers; an op issued early can then take a unit from the op the schedule planned there, and the
-  steady state can settle above II.
+  steady state can settle above II. A register value that crosses warp groups also takes the SMEM ports
+  (:meth:`~twill.problem.Problem.transfers`): the producer's store from the moment the value is ready,
+  the consumer's load in the cycles right before the consumer issues (outside the schedule's order).
 
 **Time.** By default (``graph=None``) durations are the schedule problem's normalized units times
 ``cycles_per_unit``: the exact model the solver proved its II on, so with the model's latencies the
@@ -61,7 +63,7 @@ from typing import Any
 from twill.errors import SimulationError, TwillError
 from twill.graph import Graph, Op
 from twill.liveness import memory_intervals, register_intervals
-from twill.problem import Edge, Problem
+from twill.problem import HANDOFF_UNIT, Edge, Problem
 from twill.schedule import Schedule
 
 __all__ = ["REASONS", "UNIT_ORDERS", "BarrierStats", "OpRun", "SimResult", "add_parser", "run", "simulate"]
@@ -401,15 +403,17 @@ def _machine_tma_latency(schedule: Schedule) -> float | None:
 class _Units:
     """Bookings of each unit as (start, end, count) intervals, pruned as time advances."""
 
-    def __init__(self, capacity: Mapping[str, int]) -> None:
+    def __init__(self, capacity: Mapping[str, int], lookback: int = 0) -> None:
         self.cap = dict(capacity)
         self.booked: dict[str, list[tuple[int, int, int]]] = {u: [] for u in capacity}
         self.busy: dict[str, int] = {u: 0 for u in capacity}
+        self.lookback = lookback  # rectangles that start before their op (a hand-off's load) look back
 
     def prune(self, now: int) -> None:
+        keep = now - self.lookback
         for u, ivs in self.booked.items():
-            if ivs and min(end for _, end, _ in ivs) <= now:
-                self.booked[u] = [iv for iv in ivs if iv[1] > now]
+            if ivs and min(end for _, end, _ in ivs) <= keep:
+                self.booked[u] = [iv for iv in ivs if iv[1] > keep]
 
     def _fits(self, unit: str, a: int, b: int, count: int) -> bool:
         cap = self.cap.get(unit, 1)
@@ -525,8 +529,13 @@ class _Engine:
         self.group = schedule.group
         cpt = timing.cycles_per_tick
         self.ops = {op.name: op for op in p.ops}
-        self.rrt = {op.name: tuple((r.unit, timing.t(r.start), timing.t(r.cycles), r.count) for r in op.rrt)
-                    for op in p.ops}
+        rrt = {op.name: [(r.unit, timing.t(r.start), timing.t(r.cycles), r.count) for r in op.rrt]
+               for op in p.ops}
+        for e in p.edges:  # the store and the load of each register value crossing groups
+            if self.group[e.src] != self.group[e.dst]:
+                for name, offset, length in p.transfers(e):
+                    rrt[name].append((HANDOFF_UNIT, timing.t(offset), timing.t(length), 1))
+        self.rrt = {name: tuple(rows) for name, rows in rrt.items()}
         self.cycles = {op.name: timing.t(op.cycles) for op in p.ops}
         self.issue_len = {op.name: timing.t(op.issue_cycles) for op in p.ops}
         self.in_edges = {n: [e for e in p.edges if e.dst == n] for n in p.names}
@@ -550,7 +559,8 @@ class _Engine:
             rows = [(start[v] + i * ii, rank[v], v, i) for v in self.sp.names if self.group[v] == g
                     for i in range(n)]
             self.program[g] = [(v, i) for _, _, v, i in sorted(rows)]
-        self.units = _Units(p.resources.units)
+        lookback = max((-s for rows in self.rrt.values() for _, s, _, _ in rows if s < 0), default=0)
+        self.units = _Units(p.resources.units, lookback)
         # Each instance's predecessor on each unit it uses, in the schedule's order of reservation starts.
         self.unit_prev: dict[tuple[str, int], list[tuple[str, tuple[str, int], int, int]]] = {}
         if ordered:

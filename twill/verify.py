@@ -5,11 +5,12 @@ residues modulo II, lifetimes come from :mod:`twill.liveness`. :func:`violations
 :func:`verify` raises :class:`~twill.errors.ScheduleError` naming the first violation, with the numbers.
 
 Families: ``uniqueness``, ``consistency``, ``completion``, ``stages``, ``dependence``, ``cross_warp``,
-``capacity``, ``memory`` (SMEM and TMEM), ``registers``, ``register_file``, ``variable_latency``,
+``capacity`` (with the SMEM-port traffic of register values crossing groups), ``memory`` (SMEM and
+TMEM), ``registers``, ``register_file``, ``variable_latency``,
 ``group_shape``, ``blocking``. Families the problem's ``options.relax`` leaves out (a what-if schedule of
 :mod:`twill.explain`) are not checked: ``registers``, ``register_file``, ``smem``/``tmem`` (of
-``memory``), ``blocking``, ``handoff`` (the hand-off term of ``dependence``) and ``groups`` (the
-warps-per-CTA limit).
+``memory``), ``blocking``, ``handoff`` (the hand-off term of ``dependence`` and its SMEM traffic) and
+``groups`` (the warps-per-CTA limit).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Iterator
 
 from twill.errors import ScheduleError
 from twill.liveness import fold, memory_intervals, register_intervals
+from twill.problem import HANDOFF_UNIT
 from twill.schedule import Schedule, group_role
 
 __all__ = ["FAMILIES", "verify", "violations"]
@@ -112,23 +114,26 @@ def _dependence(s: Schedule) -> Iterator[ScheduleError]:
 
 
 def _capacity(s: Schedule) -> Iterator[ScheduleError]:
-    ii = s.ii
-    for unit, cap in s.problem.resources.units.items():
+    ii, p = s.ii, s.problem
+    crossings = [e for e in p.edges if s.group[e.src] != s.group[e.dst]]
+    for unit, cap in p.resources.units.items():
         used = [0] * ii
-        who: list[list[str]] = [[] for _ in range(ii)]
-        for op in s.problem.ops:
-            for r in op.rrt:
-                if r.unit != unit:
-                    continue
-                for c in range(r.start, r.end):
-                    t = (s.slots[op.name].start + c) % ii
-                    used[t] += r.count
-                    who[t].append(op.name)
+        who: list[list[tuple[str, str]]] = [[] for _ in range(ii)]
+        bookings = [(op.name, op.name, r.start, r.cycles, r.count) for op in p.ops for r in op.rrt
+                    if r.unit == unit]
+        if unit == HANDOFF_UNIT:  # the store and the load of each register value crossing groups
+            bookings += [(op, f"hand-off {e.label} at {op}", offset, cycles, 1)
+                         for e in crossings for op, offset, cycles in p.transfers(e)]
+        for op_name, label, offset, cycles, count in bookings:
+            for c in range(offset, offset + cycles):
+                t = (s.slots[op_name].start + c) % ii
+                used[t] += count
+                who[t].append((op_name, label))
         for t in range(ii):
             if used[t] > cap:
-                ops = ", ".join(sorted(set(who[t])))
+                ops = ", ".join(sorted({label for _, label in who[t]}))
                 yield ScheduleError(f"unit {unit!r} needs {used[t]} > capacity {cap} at residue {t} "
-                                    f"(mod II {ii}): {ops}", family="capacity", op=who[t][0])
+                                    f"(mod II {ii}): {ops}", family="capacity", op=who[t][0][0])
                 break
 
 
