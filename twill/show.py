@@ -67,6 +67,24 @@ def _groups(s: Schedule) -> Table:
     return t
 
 
+def _handoffs(s: Schedule) -> Table | None:
+    """Edges whose ends sit on different warp groups, with what each crossing costs (time units)."""
+    p = s.problem
+    crossing = [e for e in p.edges if s.group[e.src] != s.group[e.dst]]
+    if not crossing:
+        return None
+    priced = "handoff" not in p.options.relax
+    t = Table(title="hand-offs between warp groups (per iteration; units of the problem)")
+    for col in ("edge", "groups", "carrier", "bytes", "latency", "SMEM port (store + load)"):
+        t.add_column(col, justify="left" if col in ("edge", "groups", "carrier") else "right")
+    for e in crossing:
+        port = sum(c for _, _, c in p.transfers(e))
+        t.add_row(e.label, f"{s.group[e.src]} -> {s.group[e.dst]}", e.carrier,
+                  str(p.op(e.src).result_bytes or "") if e.carrier == "register" else "",
+                  str(e.cross if priced else 0), str(port or ""))
+    return t
+
+
 def _steady(s: Schedule) -> Table:
     rows = s.listing()["steady_state"]
     t = Table(title=f"steady state (one II, cycles {(s.stages - 1) * s.ii}..{s.stages * s.ii - 1} of T)")
@@ -113,7 +131,11 @@ def _stats(s: Schedule) -> Table:
 
 def render(schedule: Schedule) -> Group:
     """All views of ``schedule`` as one rich renderable."""
-    parts: list[object] = [_summary(schedule), _ops(schedule), _groups(schedule), _steady(schedule)]
+    parts: list[object] = [_summary(schedule), _ops(schedule), _groups(schedule)]
+    handoffs = _handoffs(schedule)
+    if handoffs is not None:
+        parts.append(handoffs)
+    parts.append(_steady(schedule))
     depths = schedule.buffer_depths()
     if depths:
         t = Table(title="buffer depths (copies alive at once)")
