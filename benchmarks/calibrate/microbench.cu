@@ -3,7 +3,7 @@
 // register hand-off between warp groups, and the cost of warp divergence against predication.
 //
 // Build:  nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o calib microbench.cu
-// Run:    ./calib wgmma | wgmma_serial | mufu | tma | sync | diverge   (one JSON object on stdout per call)
+// Run:    ./calib wgmma | wgmma_serial | mufu | tma | sync | diverge | contend   (one JSON object per call)
 //
 // Every timing is read in-kernel with %clock64 (SM clock cycles; the counter is per SM, so only differences
 // taken on one SM are used). Host-side CUDA events give wall time for the throughput runs as a cross-check.
@@ -765,9 +765,137 @@ static void test_diverge() {
   CK(cudaFree(sink));
 }
 
+// ------------------------------------------------------------------------------------------------ contention
+// Do a hand-off between warp groups and another warp group's shared-memory traffic share the SMEM ports?
+// Warp groups 0 and 1 ping-pong BYTES through SMEM with named barriers (as k_pingpong MODE 0) for `iters`
+// round trips; warp group 2 streams STS + LDS over its own 16 KB region. MODE 0: the hand-off alone;
+// MODE 1: both at once (warp group 2 runs until warp group 0 is done and reports its bytes and cycles);
+// MODE 2: warp group 2 alone, for `iters` passes. If the ports are one shared resource, the round trip
+// grows under traffic by about the time the traffic takes from it (twill reserves the hand-off's bytes on
+// the `smem` unit, docs/model.md §2); if not, it stays put.
+template <int BYTES, int MODE>
+__global__ void __launch_bounds__(384, 1) k_contend(int iters, unsigned long long* out, unsigned* sink) {
+  constexpr int V4 = BYTES / (16 * 128);
+  constexpr int NOISE_V4 = 16384 / (16 * 128);
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = align1024(smem_raw);
+  __shared__ volatile int done;
+  const int tid = threadIdx.x & 127;
+  const int wg = threadIdx.x >> 7;
+  const uint32_t buf = saddr(smem);
+  const uint32_t noise = saddr(smem + (BYTES > 0 ? BYTES : 0));
+  if (threadIdx.x == 0) done = 0;
+  __syncthreads();
+  unsigned acc = 0;
+  const unsigned long long t0 = clk();
+  if (wg == 0 && MODE != 2) {
+    for (int i = 0; i < iters; ++i) {
+#pragma unroll
+      for (int j = 0; j < V4; ++j) {
+        asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(buf + (j * 128 + tid) * 16), "r"(i),
+                     "r"(i ^ tid), "r"(j), "r"(tid)
+                     : "memory");
+      }
+      named_arrive(1, 256);
+      named_sync(2, 256);
+    }
+    if (tid == 0) {
+      out[0] = clk() - t0;
+      done = 1;
+    }
+  } else if (wg == 1 && MODE != 2) {
+    for (int i = 0; i < iters; ++i) {
+      named_sync(1, 256);
+#pragma unroll
+      for (int j = 0; j < V4; ++j) {
+        unsigned a, b, c, e;
+        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(a), "=r"(b), "=r"(c), "=r"(e)
+                     : "r"(buf + (j * 128 + tid) * 16)
+                     : "memory");
+        acc ^= a + b + c + e;
+      }
+      named_arrive(2, 256);
+    }
+  } else if (wg == 2 && MODE != 0) {
+    unsigned long long passes = 0;
+    while (MODE == 2 ? passes < static_cast<unsigned long long>(iters) : done == 0) {
+#pragma unroll
+      for (int j = 0; j < NOISE_V4; ++j) {
+        asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(noise + (j * 128 + tid) * 16),
+                     "r"(j), "r"(tid), "r"(j ^ tid), "r"(static_cast<unsigned>(passes))
+                     : "memory");
+      }
+#pragma unroll
+      for (int j = 0; j < NOISE_V4; ++j) {
+        unsigned a, b, c, e;
+        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(a), "=r"(b), "=r"(c), "=r"(e)
+                     : "r"(noise + (j * 128 + tid) * 16)
+                     : "memory");
+        acc ^= a + b + c + e;
+      }
+      ++passes;
+    }
+    if (tid == 0) {
+      out[1] = clk() - t0;
+      out[2] = passes * 2 * 16384;  // bytes through the ports (written and read)
+    }
+  }
+  if (acc == 0xDEADBEEFu) *sink = acc;
+}
+
+template <int BYTES>
+static void contend_case(int iters, unsigned* sink, bool first) {
+  unsigned long long* d_out;
+  CK(cudaMalloc(&d_out, 3 * sizeof(unsigned long long)));
+  const int smem = BYTES + 16384 + 1024;
+  double med[3][3];
+  auto run = [&](auto kern, int mode, int n) {
+    CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    std::vector<unsigned long long> a, b, c;
+    for (int rep = 0; rep < 5; ++rep) {
+      CK(cudaMemset(d_out, 0, 3 * sizeof(unsigned long long)));
+      kern<<<1, 384, smem>>>(n, d_out, sink);
+      CK_LAUNCH();
+      unsigned long long h[3];
+      CK(cudaMemcpy(h, d_out, sizeof(h), cudaMemcpyDeviceToHost));
+      a.push_back(h[0]);
+      b.push_back(h[1]);
+      c.push_back(h[2]);
+    }
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    std::sort(c.begin(), c.end());
+    med[mode][0] = static_cast<double>(a[2]);
+    med[mode][1] = static_cast<double>(b[2]);
+    med[mode][2] = static_cast<double>(c[2]);
+  };
+  run(k_contend<BYTES, 0>, 0, iters);
+  run(k_contend<BYTES, 1>, 1, iters);
+  run(k_contend<BYTES, 2>, 2, iters);
+  printf("%s{\"bytes\":%d,\"iters\":%d,\"round_trip_alone\":%.3f,\"round_trip_with_traffic\":%.3f,"
+         "\"traffic_bytes_per_cycle_alone\":%.3f,\"traffic_bytes_per_cycle_during_handoffs\":%.3f,"
+         "\"handoff_bytes_per_cycle\":%.3f}",
+         first ? "" : ",", BYTES, iters, med[0][0] / iters, med[1][0] / iters, med[2][2] / med[2][1],
+         med[1][2] / med[1][1], 2.0 * BYTES * iters / med[0][0]);
+  CK(cudaFree(d_out));
+}
+
+static void test_contend() {
+  unsigned* sink;
+  CK(cudaMalloc(&sink, sizeof(unsigned)));
+  printf("{\"test\":\"contend\",\"cases\":[");
+  contend_case<8192>(2000, sink, true);
+  contend_case<16384>(2000, sink, false);
+  contend_case<32768>(2000, sink, false);
+  printf("]}\n");
+  CK(cudaFree(sink));
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
-    fprintf(stderr, "usage: %s wgmma|wgmma_serial|mufu|tma|sync|diverge\n", argv[0]);
+    fprintf(stderr, "usage: %s wgmma|wgmma_serial|mufu|tma|sync|diverge|contend\n", argv[0]);
     return 1;
   }
   const std::string t = argv[1];
@@ -783,6 +911,8 @@ int main(int argc, char** argv) {
     test_sync();
   } else if (t == "diverge") {
     test_diverge();
+  } else if (t == "contend") {
+    test_contend();
   } else {
     fprintf(stderr, "unknown test %s\n", t.c_str());
     return 1;
