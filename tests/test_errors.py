@@ -908,6 +908,20 @@ def test_machine_file_of_another_schema(tmp_path: Path) -> None:
         load_machine(path)
 
 
+def test_a_machine_with_smem_ports_needs_their_rate_to_price_hand_offs(tmp_path: Path) -> None:
+    # A register value that may cross warp groups takes the SMEM ports for bytes / rate cycles, so a
+    # machine with an smem unit must give the rate; the error names the key and the file.
+    path = _h100_with(tmp_path, "smem_bytes_per_cycle = {", "# smem_bytes_per_cycle = {")
+    g = Graph("hand_off")
+    g.add_op("A", "alu", busy={"alu": 64}, warps=4, result_bytes=8192)
+    g.add_op("B", "exp", busy={"mufu": 64}, warps=4)
+    g.add_edge("A", "B")
+    with pytest.raises(MachineError, match=r"custom\.toml: machine 'h100' has no constant "
+                                           r"'cost\.smem_bytes_per_cycle'") as info:
+        twill.schedule(g, str(path))
+    assert info.value.key == "cost.smem_bytes_per_cycle"
+
+
 def test_apply_refuses_a_schedule_for_another_machine(tmp_path: Path, cli: Any) -> None:
     path = tmp_path / "b200.json"
     path.write_text(twill.schedule(_gemm_b200(), "b200").to_json())

@@ -180,7 +180,7 @@ def test_blackwell_backward_takes_fa4s_groups_once_shared_memory_allows() -> Non
     assert s.certificate.proven_optimal and s.ii == s.certificate.lower_bound
     p = s.problem
     ports = sum(r.cycles for op in p.ops for r in op.rrt if r.unit == "smem")
-    forced = sum(c for e in p.edges if p.forced_cross(e) for _, _, c in p.transfers(e))
+    forced = sum(c for _, _, c in p.transfers(e for e in p.edges if p.forced_cross(e)))
     others = {u: sum(r.cycles for op in p.ops for r in op.rrt if r.unit == u) for u in p.resources.units}
     assert s.ii == ports + forced > max(c for u, c in others.items() if u != "smem")
     exps = [op.name for op in p.ops if any(r.unit == "mufu" for r in op.rrt)]

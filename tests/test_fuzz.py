@@ -227,18 +227,25 @@ def _closure(spec: LoopSpec, ii: int) -> list[list[int]] | None:
 
 
 def _usage(spec: LoopSpec) -> list[list[tuple[str, int]]]:
-    """Per op, the (unit, cycle offset) of every busy cycle: its reservations, and for a register value
-    that must cross warp groups (one end of variable latency) the SMEM ports' store on the producer from
-    the value's latency on and the load on the consumer in the cycles before it starts, each
-    ``ceil(16 * regs / 128)`` cycles (the documented rule, docs/model.md §2)."""
+    """Per op, the (unit, cycle offset) of every busy cycle: its reservations, and for register values
+    that must cross warp groups (one end of variable latency) the SMEM ports' traffic, each part
+    ``ceil(16 * regs / 128)`` cycles (the documented rule, docs/model.md §2): one store per producer, from
+    the least latency of its register edges on, and one load per such edge on the consumer, in the cycles
+    before it starts."""
     busy = [[(u, s + c) for u, s, cycles in o.rrt for c in range(cycles)] for o in spec.ops]
     index = {o.name: i for i, o in enumerate(spec.ops)}
+    stored = set()
     for e in spec.edges:
         src, dst = spec.op(e.src), spec.op(e.dst)
-        if e.carrier != "register" or e.src == e.dst or src.variable_latency == dst.variable_latency:
-            continue
         width = -(-16 * src.regs // 128)
-        busy[index[e.src]] += [("smem", e.latency + c) for c in range(width)]
+        if (e.carrier != "register" or e.src == e.dst or not width
+                or src.variable_latency == dst.variable_latency):
+            continue
+        if e.src not in stored:
+            stored.add(e.src)
+            ready = min(f.latency for f in spec.edges if f.src == e.src and f.dst != e.src
+                        and f.carrier == "register")
+            busy[index[e.src]] += [("smem", ready + c) for c in range(width)]
         busy[index[e.dst]] += [("smem", c - width) for c in range(width)]
     return busy
 

@@ -274,8 +274,8 @@ def test_capacity_counts_the_smem_traffic_of_a_hand_off(quick_h100):
     assert violations(s) == [] and s.ii == 1 and s.group["A"] == s.group["B"]
     moved = move_to_group(s, "B", 1)
     err = only(moved, "capacity")
-    assert "unit 'smem' needs 3 > capacity 1 at residue 0 (mod II 1): C, hand-off A->B at A, " \
-           "hand-off A->B at B" in str(err)
+    assert "unit 'smem' needs 3 > capacity 1 at residue 0 (mod II 1): C, hand-off load at B, " \
+           "hand-off store at A" in str(err)
     # show lists the crossing with its price: 0 units of latency (spill_cost 0), 1 + 1 of port time
     row = next(line for line in to_text(moved, width=160).splitlines() if "A->B" in line)
     assert [cell.strip() for cell in row.split("│")[1:-1]] == ["A->B", "0 -> 1", "register", "256", "0", "2"]

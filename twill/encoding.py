@@ -184,20 +184,27 @@ class Encoder(ModularModel):
                 self.add(self.same(e.src, e.dst))
 
     def conditional(self, unit: str) -> list[_Booking]:
-        """The SMEM-port traffic of register hand-offs (:meth:`Problem.transfers`) on ``unit``: the
-        producer's store and the consumer's load exist only when the two ops sit on different groups (a
-        forced crossing's are in :meth:`Problem.reservations`)."""
+        """The SMEM-port traffic of register hand-offs (:meth:`Problem.transfers`) on ``unit``: a
+        consumer's load exists when it sits on another group than its producer, the producer's one store
+        when any of its consumers does (a forced crossing's are in :meth:`Problem.reservations`)."""
         if unit != HANDOFF_UNIT or not self.p.options.cross_group:
             return []
-        out = []
+        forced = {op for op, offset, _ in self.p.transfers(e for e in self.p.edges if self.p.forced_cross(e))
+                  if offset >= 0}  # producers whose one store every schedule makes
+        out, stores = [], {}
         for e in self.p.edges:
-            parts = self.p.transfers(e)
-            if not parts or self.p.forced_cross(e):  # a forced crossing's traffic is always reserved
+            parts = self.p.transfers([e])
+            if not parts or self.p.forced_cross(e):
                 continue
             same = self.same(e.src, e.dst)
             if same.is_true() or same.is_false():
                 continue
-            out += [_Booking(op, offset, cycles, 1, self.m.Not(same)) for op, offset, cycles in parts]
+            (src, offset, cycles), (dst, load_at, load) = parts
+            out.append(_Booking(dst, load_at, load, 1, self.m.Not(same)))
+            if src not in forced:
+                stores.setdefault((src, offset, cycles), []).append(self.m.Not(same))
+        for (src, offset, cycles), conds in stores.items():
+            out.append(_Booking(src, offset, cycles, 1, conds[0] if len(conds) == 1 else self.m.Or(conds)))
         return out
 
     def blocking(self) -> None:

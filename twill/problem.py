@@ -9,7 +9,7 @@ time units with the same ratios.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -280,10 +280,9 @@ class Problem:
         object.__setattr__(self, "_index", {op.name: op for op in self.ops})
         rows: dict[str, list[tuple[str, int, int, int]]] = {
             op.name: [(r.unit, r.start, r.cycles, r.count) for r in op.rrt] for op in self.ops}
-        for e in self.edges:
-            if e.src in self._index and e.dst in self._index and self.forced_cross(e):
-                for name, offset, cycles in self.transfers(e):
-                    rows[name].append((HANDOFF_UNIT, offset, cycles, 1))
+        known = [e for e in self.edges if e.src in self._index and e.dst in self._index]  # check() says
+        for name, offset, cycles in self.transfers(e for e in known if self.forced_cross(e)):
+            rows[name].append((HANDOFF_UNIT, offset, cycles, 1))
         object.__setattr__(self, "_rows", {name: tuple(r) for name, r in rows.items()})
 
     def reservations(self, name: str) -> tuple[tuple[str, int, int, int], ...]:
@@ -324,19 +323,33 @@ class Problem:
         (the variable-latency group holds only variable-latency ops), so the hand-off is always paid."""
         return self._index[e.src].variable_latency != self._index[e.dst].variable_latency
 
-    def transfers(self, e: Edge) -> tuple[tuple[str, int, int], ...]:
-        """The reservations ``(op, offset, cycles)`` on :data:`HANDOFF_UNIT` that a crossing of ``e`` adds.
+    def transfers(self, crossing: Iterable[Edge]) -> list[tuple[str, int, int]]:
+        """The reservations ``(op, offset, cycles)`` on :data:`HANDOFF_UNIT` that the edges ``crossing`` add
+        when each joins ops on different warp groups.
 
-        The producer's group stores the value to shared memory as soon as it is ready
-        (``start[src] + d``, ``transfer`` cycles); the consumer's group loads it in the ``transfer``
-        cycles right before the consumer starts (a negative offset; the hand-off latency ``cross`` already
-        has the value arrive only then). Both take the SMEM ports like any STS/LDS at the machine's
-        ``cost.smem_bytes_per_cycle`` rate, so a hand-off is priced in bandwidth as well as in latency
-        (``cross``). Empty when ``e`` carries no register bytes, is a self-edge, or hand-offs are relaxed.
+        A producer whose register value crosses stores it to shared memory once, as soon as it is ready
+        (:meth:`store_offset`, ``transfer`` cycles), however many consumers on other groups read it; each
+        crossing edge's consumer loads it in the ``transfer`` cycles right before it starts (a negative
+        offset; the hand-off latency ``cross`` already has the value arrive only then). Both take the SMEM
+        ports like any STS/LDS at the machine's ``cost.smem_bytes_per_cycle`` rate, so a hand-off is
+        priced in bandwidth as well as in latency. Edges without register bytes, self-edges and, with
+        hand-offs relaxed, every edge add nothing.
         """
-        if not e.transfer or e.src == e.dst or "handoff" in self.options.relax:
-            return ()
-        return ((e.src, e.latency, e.transfer), (e.dst, -e.transfer, e.transfer))
+        if "handoff" in self.options.relax:
+            return []
+        stores: dict[str, int] = {}
+        loads = []
+        for e in crossing:
+            if not e.transfer or e.src == e.dst:
+                continue
+            stores[e.src] = max(stores.get(e.src, 0), e.transfer)
+            loads.append((e.dst, -e.transfer, e.transfer))
+        return [(src, self.store_offset(src), cycles) for src, cycles in stores.items()] + loads
+
+    def store_offset(self, name: str) -> int:
+        """When ``name``'s value is stored for another group, relative to its start: the least latency of
+        its register edges (the value is ready then)."""
+        return min((e.latency for e in self.out_edges(name) if e.transfer and e.dst != name), default=0)
 
     def least_latency(self, e: Edge) -> int:
         """The smallest delay any schedule keeps on ``e``: ``d``, plus the hand-off when it is forced (and

@@ -68,17 +68,20 @@ def _groups(s: Schedule) -> Table:
 
 
 def _handoffs(s: Schedule) -> Table | None:
-    """Edges whose ends sit on different warp groups, with what each crossing costs (time units)."""
+    """Edges whose ends sit on different warp groups, with what each crossing costs (time units); a
+    producer's one store is counted on its first crossing edge."""
     p = s.problem
     crossing = [e for e in p.edges if s.group[e.src] != s.group[e.dst]]
     if not crossing:
         return None
     priced = "handoff" not in p.options.relax
     t = Table(title="hand-offs between warp groups (per iteration; units of the problem)")
-    for col in ("edge", "groups", "carrier", "bytes", "latency", "SMEM port (store + load)"):
+    for col in ("edge", "groups", "carrier", "bytes", "latency", "SMEM port: load (+ store)"):
         t.add_column(col, justify="left" if col in ("edge", "groups", "carrier") else "right")
+    stored: set[str] = set()  # a producer stores its value once, however many groups read it
     for e in crossing:
-        port = sum(c for _, _, c in p.transfers(e))
+        port = sum(c for op, offset, c in p.transfers([e]) if offset < 0 or op not in stored)
+        stored.update(op for op, offset, _ in p.transfers([e]) if offset >= 0)
         t.add_row(e.label, f"{s.group[e.src]} -> {s.group[e.dst]}", e.carrier,
                   str(p.op(e.src).result_bytes or "") if e.carrier == "register" else "",
                   str(e.cross if priced else 0), str(port or ""))

@@ -531,10 +531,9 @@ class _Engine:
         self.ops = {op.name: op for op in p.ops}
         rrt = {op.name: [(r.unit, timing.t(r.start), timing.t(r.cycles), r.count) for r in op.rrt]
                for op in p.ops}
-        for e in p.edges:  # the store and the load of each register value crossing groups
-            if self.group[e.src] != self.group[e.dst]:
-                for name, offset, length in p.transfers(e):
-                    rrt[name].append((HANDOFF_UNIT, timing.t(offset), timing.t(length), 1))
+        crossing = [e for e in p.edges if self.group[e.src] != self.group[e.dst]]
+        for name, offset, length in p.transfers(crossing):  # stores and loads of values crossing groups
+            rrt[name].append((HANDOFF_UNIT, timing.t(offset), timing.t(length), 1))
         self.rrt = {name: tuple(rows) for name, rows in rrt.items()}
         self.cycles = {op.name: timing.t(op.cycles) for op in p.ops}
         self.issue_len = {op.name: timing.t(op.issue_cycles) for op in p.ops}

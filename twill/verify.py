@@ -122,8 +122,8 @@ def _capacity(s: Schedule) -> Iterator[ScheduleError]:
         bookings = [(op.name, op.name, r.start, r.cycles, r.count) for op in p.ops for r in op.rrt
                     if r.unit == unit]
         if unit == HANDOFF_UNIT:  # the store and the load of each register value crossing groups
-            bookings += [(op, f"hand-off {e.label} at {op}", offset, cycles, 1)
-                         for e in crossings for op, offset, cycles in p.transfers(e)]
+            bookings += [(op, f"hand-off {'store' if offset >= 0 else 'load'} at {op}", offset, cycles, 1)
+                         for op, offset, cycles in p.transfers(crossings)]
         for op_name, label, offset, cycles, count in bookings:
             for c in range(offset, offset + cycles):
                 t = (s.slots[op_name].start + c) % ii
