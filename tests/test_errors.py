@@ -917,9 +917,27 @@ def test_a_machine_with_smem_ports_needs_their_rate_to_price_hand_offs(tmp_path:
     g.add_op("B", "exp", busy={"mufu": 64}, warps=4)
     g.add_edge("A", "B")
     with pytest.raises(MachineError, match=r"custom\.toml: machine 'h100' has no constant "
-                                           r"'cost\.smem_bytes_per_cycle'") as info:
+                                           r"'cost\.smem_bytes_per_cycle' \(the SMEM port rate") as info:
         twill.schedule(g, str(path))
     assert info.value.key == "cost.smem_bytes_per_cycle"
+
+
+def test_a_zero_smem_rate_is_named_and_cross_group_false_names_a_forced_crossing(tmp_path: Path) -> None:
+    g = Graph("hand_off")
+    g.add_op("A", "alu", busy={"alu": 64}, warps=4, result_bytes=8192)
+    g.add_op("B", "exp", busy={"mufu": 64}, warps=4)
+    g.add_edge("A", "B")
+    rate = "smem_bytes_per_cycle = { value = "
+    path = _h100_with(tmp_path, rate + "128,", rate + "0,")
+    with pytest.raises(MachineError, match=r"cost\.smem_bytes_per_cycle = 0 must be > 0"):
+        twill.schedule(g, str(path))
+    # a value into a variable-latency op must cross groups: cross_group=False is refused before solving
+    g.add_op("V", "atomic", busy={"lsu": 64}, variable_latency=True)
+    g.add_edge("A", "V")
+    with pytest.raises(OptionsError, match=r"cross_group=False keeps register values inside a warp group, "
+                                           r"but edge A->V carries one between ops that never share a group "
+                                           r"\('V' has variable latency"):
+        twill.schedule(g, "h100", cross_group=False)
 
 
 def test_apply_refuses_a_schedule_for_another_machine(tmp_path: Path, cli: Any) -> None:

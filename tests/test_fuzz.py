@@ -135,11 +135,41 @@ class LoopSpec:
             return self.op(e.src).spill_cost
         return MBARRIER if e.carrier in ("smem", "tmem") else NAMED_BARRIER
 
+    def width(self, e: EdgeSpec) -> int:
+        """SMEM-port cycles of each side of ``e``'s hand-off: 16 bytes per register at 128 B/cycle; 0 for
+        a self-edge or a value that is not in registers."""
+        if e.carrier != "register" or e.src == e.dst:
+            return 0
+        return -(-16 * self.op(e.src).regs // 128)
+
+    def ready(self, name: str) -> int:
+        """When ``name``'s value is stored for another group: the least latency of its edges with a width."""
+        return min(f.latency for f in self.edges if f.src == name and self.width(f))
+
+    def forced(self, e: EdgeSpec) -> bool:
+        """One end has variable latency and the other not: they never share a warp group."""
+        return self.op(e.src).variable_latency != self.op(e.dst).variable_latency
+
+    def lead(self, e: EdgeSpec) -> int:
+        """How long before its consumer starts ``e``'s load begins: the consumer's loads take one slot each,
+        the nearest to the consumer for forced crossings, then smaller widths, then by producer name,
+        distance and latency."""
+        nearest_first = sorted((f for f in self.edges if f.dst == e.dst and self.width(f)),
+                               key=lambda f: (not self.forced(f), self.width(f), f.src, f.distance,
+                                              f.latency))
+        at = nearest_first.index(e)
+        return sum(self.width(f) for f in nearest_first[:at + 1])
+
     def delay(self, e: EdgeSpec) -> int:
-        """The least delay of ``e`` in any schedule: its latency, plus the hand-off when one end has variable
-        latency and the other not (they never share a warp group)."""
-        forced = self.op(e.src).variable_latency != self.op(e.dst).variable_latency
-        return e.latency + (self.handoff(e) if forced else 0)
+        """The least delay of ``e`` in any schedule: its latency, plus, when one end has variable latency and
+        the other not (they never share a warp group), the hand-off, and at least until the producer's
+        store is done and the consumer's load slot begins."""
+        if not self.forced(e):
+            return e.latency
+        out = e.latency + self.handoff(e)
+        if self.width(e):
+            out = max(out, self.ready(e.src) + self.width(e) + self.lead(e))
+        return out
 
     def graph(self, op_order: Sequence[int] | None = None, edge_order: Sequence[int] | None = None) -> Graph:
         """The twill graph, ops and edges added in the given orders (default: as listed)."""
@@ -230,23 +260,19 @@ def _usage(spec: LoopSpec) -> list[list[tuple[str, int]]]:
     """Per op, the (unit, cycle offset) of every busy cycle: its reservations, and for register values
     that must cross warp groups (one end of variable latency) the SMEM ports' traffic, each part
     ``ceil(16 * regs / 128)`` cycles (the documented rule, docs/model.md §2): one store per producer, from
-    the least latency of its register edges on, and one load per such edge on the consumer, in the cycles
-    before it starts."""
+    the least latency of its register edges on, and one load per such edge on the consumer, in its slot
+    before the consumer starts (:meth:`LoopSpec.lead`)."""
     busy = [[(u, s + c) for u, s, cycles in o.rrt for c in range(cycles)] for o in spec.ops]
     index = {o.name: i for i, o in enumerate(spec.ops)}
     stored = set()
     for e in spec.edges:
-        src, dst = spec.op(e.src), spec.op(e.dst)
-        width = -(-16 * src.regs // 128)
-        if (e.carrier != "register" or e.src == e.dst or not width
-                or src.variable_latency == dst.variable_latency):
+        width = spec.width(e)
+        if not width or spec.op(e.src).variable_latency == spec.op(e.dst).variable_latency:
             continue
         if e.src not in stored:
             stored.add(e.src)
-            ready = min(f.latency for f in spec.edges if f.src == e.src and f.dst != e.src
-                        and f.carrier == "register")
-            busy[index[e.src]] += [("smem", ready + c) for c in range(width)]
-        busy[index[e.dst]] += [("smem", c - width) for c in range(width)]
+            busy[index[e.src]] += [("smem", spec.ready(e.src) + c) for c in range(width)]
+        busy[index[e.dst]] += [("smem", c - spec.lead(e)) for c in range(width)]
     return busy
 
 

@@ -138,6 +138,24 @@ def test_a_hand_off_into_a_variable_latency_op_takes_the_smem_ports(quick_h100):
     assert free.ii_cycles == 64
 
 
+def test_a_consumer_of_two_handed_off_values_loads_them_one_after_the_other(quick_h100):
+    # C reads two 8192-byte register values, each from a variable-latency op on the producer group: the
+    # producers store them (64 cycles each at 128 B/cycle) and C's group loads both before C starts, one
+    # after the other (64 + 64): 256 cycles of SMEM-port time per iteration, more than any other unit.
+    g = Graph("two_loads")
+    g.add_op("P1", "load", busy={"lsu": 32}, variable_latency=True, result_bytes=8192)
+    g.add_op("P2", "load", busy={"lsu": 32}, variable_latency=True, result_bytes=8192)
+    g.add_op("C", "alu", busy={"alu": 64}, warps=4)
+    g.add_edge("P1", "C")
+    g.add_edge("P2", "C")
+    s = twill.schedule(g, quick_h100, time_limit=120)
+    assert violations(s) == [] and s.certificate.proven_optimal
+    assert s.ii_cycles == 4 * 8192 // 128
+    p = s.problem
+    loads = sorted(offset for op, offset, _ in p.transfers(p.edges) if op == "C")
+    assert [-o * p.cycles_per_unit for o in loads] == [128, 64]  # two slots before C, back to back
+
+
 def test_fa_like_schedules_verifies_and_is_proven(fa_h100):
     s = fa_h100
     assert violations(s) == []

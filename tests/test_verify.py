@@ -255,9 +255,10 @@ def test_memory_staging_buffer(quick_h100):
     assert s.ii == 1  # every cost is 2 cycles: one time unit
     # Across groups A's 32768-byte result is staged in SMEM: 216064 loop-invariant + 32768 = 248832
     # bytes > 232448. With II = 1 every moment is residue 0. (Storing and loading it also takes the SMEM
-    # ports 2 x 32768 / 128 cycles = 256 units, far over II = 1: capacity fails too.)
+    # ports 2 x 32768 / 128 cycles = 256 units, far over II = 1, so capacity fails too, and B cannot load
+    # what A has not stored yet: dependence.)
     moved = move_to_group(s, "B", 1)
-    assert {e.family for e in violations(moved)} == {"memory", "capacity"}
+    assert {e.family for e in violations(moved)} == {"memory", "capacity", "dependence"}
     err = next(e for e in violations(moved) if e.family == "memory")
     assert "smem needs 248832 bytes > capacity 232448 at residue 0 (216064 loop-invariant; " \
            "live: A->B (staging))" in str(err)
@@ -273,12 +274,16 @@ def test_capacity_counts_the_smem_traffic_of_a_hand_off(quick_h100):
     s = twill.schedule(g, quick_h100)
     assert violations(s) == [] and s.ii == 1 and s.group["A"] == s.group["B"]
     moved = move_to_group(s, "B", 1)
-    err = only(moved, "capacity")
+    found = {e.family: str(e) for e in violations(moved)}
+    assert set(found) == {"capacity", "dependence"}
     assert "unit 'smem' needs 3 > capacity 1 at residue 0 (mod II 1): C, hand-off load at B, " \
-           "hand-off store at A" in str(err)
-    # show lists the crossing with its price: 0 units of latency (spill_cost 0), 1 + 1 of port time
+           "hand-off store at A" in found["capacity"]
+    # The hand-off itself is free (spill_cost 0), but B cannot load the value before A has stored it: A's
+    # latency (1 unit), its store (1) and B's load (1) put B 2 units after A's latency.
+    assert "+ hand-off 2 (groups 0 -> 1)" in found["dependence"]
+    # show lists the crossing with its price: 2 units of added delay, 1 + 1 of port time
     row = next(line for line in to_text(moved, width=160).splitlines() if "A->B" in line)
-    assert [cell.strip() for cell in row.split("│")[1:-1]] == ["A->B", "0 -> 1", "register", "256", "0", "2"]
+    assert [cell.strip() for cell in row.split("│")[1:-1]] == ["A->B", "0 -> 1", "register", "256", "2", "2"]
 
 
 def test_registers(ws):

@@ -171,15 +171,17 @@ class Encoder(ModularModel):
             self.add(self.m.LE(self.length, self.ii_times(self.n)))
 
     def dependence(self) -> None:
-        """``start[v] + δ II >= start[u] + d``, plus the hand-off cost when the groups differ."""
+        """``start[v] + δ II >= start[u] + d``, and :meth:`Problem.crossing_delay` (the hand-off, the
+        store before the load) when the groups differ."""
         super().dependence()
         m = self.m
         for e in self.p.edges:
             if e.src == e.dst:
                 continue
-            if e.cross and "handoff" not in self.p.options.relax:
+            delay = self.p.crossing_delay(e)
+            if delay > e.latency and not self.p.forced_cross(e):  # a forced one is in least_latency
                 self.add(m.Implies(m.Not(self.same(e.src, e.dst)),
-                                   self.before(e.src, e.latency + e.cross, e.dst, 0, kv=e.distance)))
+                                   self.before(e.src, delay, e.dst, 0, kv=e.distance)))
             if e.carrier == "register" and not self.p.options.cross_group:
                 self.add(self.same(e.src, e.dst))
 

@@ -133,8 +133,9 @@ class Explanation:
         if b.ii == cert.lower_bound:
             lowered = any(o.schedule is not None and o.schedule.ii < b.ii for o in self.binding())
             out.append(f"II is at its lower bound ({bound} = {cert.lower_bound} units): "
-                       + ("the bound itself includes a cost a family below prices (a recurrence through "
-                          "ops that must sit on different warp groups pays their hand-off)" if lowered else
+                       + ("the bound itself includes a cost a family below prices (hand-offs between ops "
+                          "that must sit on different warp groups: their latency on a recurrence (RecMII) or "
+                          "their SMEM-port time on the smem unit (ResMII))" if lowered else
                           "no constraint family holds it up; only the units (ResMII) or the recurrences "
                           "(RecMII) do"))
         else:

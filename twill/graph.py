@@ -100,8 +100,10 @@ class Op:
         Warps that must issue the op together (4 per warp group for a Hopper wgmma, 1 for a TMA load or a
         Blackwell tcgen05.mma issued by one thread).
     spill_cost : int or None
-        Cycles a cross-warp-group hand-off of the result costs (reg -> SMEM -> reg). ``None``: computed
-        from the machine's hand-off model and ``result_bytes``.
+        Cycles of extra latency a cross-warp-group hand-off of the result costs (reg -> SMEM -> reg).
+        ``None``: computed from the machine's hand-off model and ``result_bytes``. Either way the hand-off
+        also takes SMEM-port time for ``result_bytes`` (store and load, docs/model.md §2), and the
+        consumer cannot load before the store is done; with ``result_bytes = 0`` it takes none.
     source : str
         Where the op came from: TTGIR location or ``file.py:line`` of the builder call.
     attrs : tuple of (str, str)

@@ -167,7 +167,16 @@ class Machine:
         the measured 16.1). :class:`MachineError` naming the key if the constant is missing."""
         if nbytes <= 0:
             return 0
-        return math.ceil(nbytes / self.const("cost.smem_bytes_per_cycle"))
+        key = "cost.smem_bytes_per_cycle"
+        if key not in self.constants:
+            raise MachineError(f"machine {self.name!r} has no constant {key!r} (the SMEM port rate; it "
+                               f"prices a register value handed between warp groups on the smem unit)",
+                               key=key, file=self.file)
+        rate = self.const(key)
+        if not rate > 0:
+            raise MachineError(f"{key} = {rate!r} must be > 0 (bytes per cycle through the SMEM ports)",
+                               key=key, file=self.file)
+        return math.ceil(nbytes / rate)
 
     def round_registers(self, regs: int) -> int:
         """Smallest ``setmaxnreg`` value (multiple of the step, at least the minimum) holding ``regs``."""

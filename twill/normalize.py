@@ -286,5 +286,5 @@ def normalize_problem(
     ops = [_map_op(op, norm) for op in problem.ops]
     unit = norm.cycles_per_unit
     edges = [Edge(e.index, e.src, e.dst, norm.map(e.latency), e.distance, e.blocking, e.carrier,
-                  norm.map(e.cross), e.inplace, round(e.transfer / unit)) for e in problem.edges]
+                  norm.map(e.cross), e.inplace, math.floor(e.transfer / unit + 0.5)) for e in problem.edges]
     return problem.replace_times(ops, edges, norm.cycles_per_unit), norm

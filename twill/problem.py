@@ -278,18 +278,19 @@ class Problem:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_index", {op.name: op for op in self.ops})
-        rows: dict[str, list[tuple[str, int, int, int]]] = {
-            op.name: [(r.unit, r.start, r.cycles, r.count) for r in op.rrt] for op in self.ops}
-        known = [e for e in self.edges if e.src in self._index and e.dst in self._index]  # check() says
-        for name, offset, cycles in self.transfers(e for e in known if self.forced_cross(e)):
-            rows[name].append((HANDOFF_UNIT, offset, cycles, 1))
-        object.__setattr__(self, "_rows", {name: tuple(r) for name, r in rows.items()})
+        object.__setattr__(self, "_rows", None)  # on first use: a problem read from a file is check()ed first
 
     def reservations(self, name: str) -> tuple[tuple[str, int, int, int], ...]:
         """``(unit, offset, cycles, count)`` that every schedule gives op ``name``: its reservation table,
-        and the SMEM traffic of the register values that always cross warp groups (into or out of a
-        variable-latency op, :meth:`forced_cross`; :meth:`transfers`). The modulo problem, the bounds and
-        the iterative modulo scheduler reserve these; the joint problem adds the crossings it chooses."""
+        and the SMEM traffic of the register values that always cross warp groups (:meth:`forced_cross`;
+        :meth:`transfers`). The modulo problem, the bounds and the iterative modulo scheduler reserve
+        these; the joint problem adds the crossings it chooses."""
+        if self._rows is None:
+            rows: dict[str, list[tuple[str, int, int, int]]] = {
+                op.name: [(r.unit, r.start, r.cycles, r.count) for r in op.rrt] for op in self.ops}
+            for op_name, offset, cycles in self.transfers(e for e in self.edges if self.forced_cross(e)):
+                rows[op_name].append((HANDOFF_UNIT, offset, cycles, 1))
+            object.__setattr__(self, "_rows", {n: tuple(r) for n, r in rows.items()})
         return self._rows[name]
 
     def op(self, name: str) -> Op:
@@ -319,9 +320,15 @@ class Problem:
         return any(op.variable_latency for op in self.ops)
 
     def forced_cross(self, e: Edge) -> bool:
-        """True if ``e`` joins a variable-latency op and a fixed-latency one: they never share a warp group
-        (the variable-latency group holds only variable-latency ops), so the hand-off is always paid."""
-        return self._index[e.src].variable_latency != self._index[e.dst].variable_latency
+        """True if ``e`` joins ops that never share a warp group, so its hand-off is always paid: a
+        variable-latency op and a fixed-latency one (the variable-latency group holds only
+        variable-latency ops), or two ops issued by different numbers of warpgroups (a group holds ops of
+        one shape; one-warp ops fit anywhere)."""
+        a, b = self._index[e.src], self._index[e.dst]
+        if a.variable_latency != b.variable_latency:
+            return True
+        per = max(1, self.resources.warps_per_group)
+        return a.warps > 1 and b.warps > 1 and -(-a.warps // per) != -(-b.warps // per)
 
     def transfers(self, crossing: Iterable[Edge]) -> list[tuple[str, int, int]]:
         """The reservations ``(op, offset, cycles)`` on :data:`HANDOFF_UNIT` that the edges ``crossing`` add
@@ -329,11 +336,12 @@ class Problem:
 
         A producer whose register value crosses stores it to shared memory once, as soon as it is ready
         (:meth:`store_offset`, ``transfer`` cycles), however many consumers on other groups read it; each
-        crossing edge's consumer loads it in the ``transfer`` cycles right before it starts (a negative
-        offset; the hand-off latency ``cross`` already has the value arrive only then). Both take the SMEM
-        ports like any STS/LDS at the machine's ``cost.smem_bytes_per_cycle`` rate, so a hand-off is
-        priced in bandwidth as well as in latency. Edges without register bytes, self-edges and, with
-        hand-offs relaxed, every edge add nothing.
+        crossing edge's consumer loads it before it starts, in its own slot (:meth:`load_lead`: a
+        consumer that receives several values loads them one after the other). Both take the SMEM ports
+        like any STS/LDS at the machine's ``cost.smem_bytes_per_cycle`` rate, so a hand-off is priced in
+        bandwidth as well as in latency, and the load never starts before the store is done
+        (:meth:`crossing_delay`). Edges without register bytes, self-edges and, with hand-offs relaxed,
+        every edge add nothing.
         """
         if "handoff" in self.options.relax:
             return []
@@ -343,7 +351,7 @@ class Problem:
             if not e.transfer or e.src == e.dst:
                 continue
             stores[e.src] = max(stores.get(e.src, 0), e.transfer)
-            loads.append((e.dst, -e.transfer, e.transfer))
+            loads.append((e.dst, -self.load_lead(e), e.transfer))
         return [(src, self.store_offset(src), cycles) for src, cycles in stores.items()] + loads
 
     def store_offset(self, name: str) -> int:
@@ -351,11 +359,43 @@ class Problem:
         its register edges (the value is ready then)."""
         return min((e.latency for e in self.out_edges(name) if e.transfer and e.dst != name), default=0)
 
+    def load_lead(self, e: Edge) -> int:
+        """How long before ``e.dst`` starts its load of ``e``'s value begins, if ``e`` crosses groups: the
+        consumer loads the values it may receive from other groups one after the other, each in its own
+        ``transfer``-long slot; the slot nearest the consumer goes to a crossing that is always paid
+        (:meth:`forced_cross`), then to smaller transfers (then by producer name, distance, latency). A
+        slot is kept whether or not its edge crosses (the order is fixed), so a consumer of several
+        large values that could each cross may wait longer than it needs to. 0 for an edge without a
+        transfer."""
+        if not e.transfer or e.src == e.dst:
+            return 0
+        nearest_first = sorted((f for f in self.in_edges(e.dst) if f.transfer and f.src != f.dst),
+                               key=lambda f: (not self.forced_cross(f), f.transfer, f.src, f.distance,
+                                              f.latency, f.index))
+        lead = 0
+        for f in nearest_first:
+            lead += f.transfer
+            if f.index == e.index:
+                break
+        return lead
+
+    def crossing_delay(self, e: Edge) -> int:
+        """The least delay on ``e`` (``start[dst] + δ II - start[src]``) when its ends sit on different
+        warp groups: ``d`` plus the hand-off latency ``cross``, and at least until the producer's store is
+        done and the consumer's load slot begins (``store_offset + transfer + load_lead``, which binds
+        when a hand-off is priced below its own SMEM traffic, or a consumer loads several values). ``d``
+        alone with hand-offs relaxed."""
+        if "handoff" in self.options.relax:
+            return e.latency
+        delay = e.latency + e.cross
+        if e.transfer and e.src != e.dst:
+            delay = max(delay, self.store_offset(e.src) + e.transfer + self.load_lead(e))
+        return delay
+
     def least_latency(self, e: Edge) -> int:
-        """The smallest delay any schedule keeps on ``e``: ``d``, plus the hand-off when it is forced (and
-        hand-offs are not relaxed, :attr:`Options.relax`)."""
-        forced = self.forced_cross(e) and "handoff" not in self.options.relax
-        return e.latency + (e.cross if forced else 0)
+        """The smallest delay any schedule keeps on ``e``: ``d``, or :meth:`crossing_delay` when the
+        crossing is forced."""
+        return self.crossing_delay(e) if self.forced_cross(e) else e.latency
 
     def check(self) -> None:
         """Reject a problem that is not well formed (one read from a file): :class:`GraphError` for an op or

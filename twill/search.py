@@ -43,7 +43,7 @@ from twill.liveness import fold, memory_intervals, register_intervals
 from twill.machine import Machine, load_machine
 from twill.modulo import ModuloResult, modulo_schedule
 from twill.normalize import Normalization, normalize_problem
-from twill.problem import Options, Problem, build_problem, check_resources
+from twill.problem import Edge, Options, Problem, build_problem, check_resources
 from twill.schedule import STRATEGIES, Attempt, Certificate, PhaseStats, Schedule, make_groups, slots_from
 from twill.smt import CheckResult
 from twill.verify import violations
@@ -369,8 +369,18 @@ def _check_pool(problem: Problem) -> None:
     Raises
     ------
     OptionsError
-        ``max_groups`` (or the register plan's length) is 1 and the loop has both kinds of op.
+        ``max_groups`` (or the register plan's length) is 1 and the loop has both kinds of op; or
+        ``cross_group=False`` and a register value must cross groups (:meth:`Problem.forced_cross`).
     """
+    if not problem.options.cross_group:
+        forced = [e for e in problem.edges if e.carrier == "register" and e.src != e.dst
+                  and problem.forced_cross(e)]
+        if forced:
+            e = forced[0]
+            raise OptionsError(
+                f"cross_group=False keeps register values inside a warp group, but edge {e.label} carries "
+                f"one between ops that never share a group ({_why_apart(problem, e)}); allow "
+                f"cross-group values, or use strategy='swp'", option="cross_group")
     vl = [op.name for op in problem.ops if op.variable_latency]
     compute = [op.name for op in problem.ops if not op.variable_latency]
     if not vl or not compute or pool_size(problem) >= 2:
@@ -385,10 +395,18 @@ def _check_pool(problem: Problem) -> None:
         f"(software pipelining without warp specialization)", option=option)
 
 
+def _why_apart(problem: Problem, e: Edge) -> str:
+    a, b = problem.op(e.src), problem.op(e.dst)
+    if a.variable_latency != b.variable_latency:
+        vl = a if a.variable_latency else b
+        return f"{vl.name!r} has variable latency and sits on the variable-latency group"
+    return f"{a.name!r} is issued by {a.warps} warps, {b.name!r} by {b.warps}"
+
+
 def _sequential_ii(problem: Problem) -> int:
     """An II at which running the ops one after another, waiting out every latency and hand-off, works."""
     total = sum(op.cycles for op in problem.ops)
-    total += sum(e.latency + e.cross + 2 * e.transfer for e in problem.edges)
+    total += sum(max(e.latency + e.cross, problem.crossing_delay(e)) + 2 * e.transfer for e in problem.edges)
     return max(1, total)
 
 

@@ -46,8 +46,8 @@ def _summary(s: Schedule) -> Table:
 
 
 def _ops(s: Schedule) -> Table:
-    t = Table(title="ops by start (iteration 0)")
-    for col in ("start", "stage", "group", "op", "kind", "cycles", "units", "regs", "smem B", "tmem"):
+    t = Table(title="ops by start (iteration 0; times in units of the problem)")
+    for col in ("start", "stage", "group", "op", "kind", "length", "units", "regs", "smem B", "tmem"):
         t.add_column(col, justify="right" if col not in ("op", "kind", "units") else "left")
     for slot in sorted(s.slots.values(), key=lambda x: (x.start, x.warp_group, x.name)):
         op = s.problem.op(slot.name)
@@ -68,15 +68,15 @@ def _groups(s: Schedule) -> Table:
 
 
 def _handoffs(s: Schedule) -> Table | None:
-    """Edges whose ends sit on different warp groups, with what each crossing costs (time units); a
-    producer's one store is counted on its first crossing edge."""
+    """Edges whose ends sit on different warp groups, with what each crossing costs (time units): the
+    delay it adds past ``d`` (:meth:`Problem.crossing_delay`) and its SMEM-port time, the consumer's load
+    plus, on the producer's first crossing edge, its one store."""
     p = s.problem
     crossing = [e for e in p.edges if s.group[e.src] != s.group[e.dst]]
     if not crossing:
         return None
-    priced = "handoff" not in p.options.relax
     t = Table(title="hand-offs between warp groups (per iteration; units of the problem)")
-    for col in ("edge", "groups", "carrier", "bytes", "latency", "SMEM port: load (+ store)"):
+    for col in ("edge", "groups", "carrier", "bytes", "added delay", "SMEM port: load (+ store)"):
         t.add_column(col, justify="left" if col in ("edge", "groups", "carrier") else "right")
     stored: set[str] = set()  # a producer stores its value once, however many groups read it
     for e in crossing:
@@ -84,13 +84,14 @@ def _handoffs(s: Schedule) -> Table | None:
         stored.update(op for op, offset, _ in p.transfers([e]) if offset >= 0)
         t.add_row(e.label, f"{s.group[e.src]} -> {s.group[e.dst]}", e.carrier,
                   str(p.op(e.src).result_bytes or "") if e.carrier == "register" else "",
-                  str(e.cross if priced else 0), str(port or ""))
+                  str(p.crossing_delay(e) - e.latency), str(port or ""))
     return t
 
 
 def _steady(s: Schedule) -> Table:
     rows = s.listing()["steady_state"]
-    t = Table(title=f"steady state (one II, cycles {(s.stages - 1) * s.ii}..{s.stages * s.ii - 1} of T)")
+    t = Table(title=f"steady state (one II: times {(s.stages - 1) * s.ii}..{s.stages * s.ii - 1} of T, "
+                    f"in units of the problem)")
     t.add_column("t")
     groups = sorted({g.index for g in s.warp_groups})
     for g in groups:

@@ -33,7 +33,10 @@ The machine model, in order of the checks made before an op of iteration ``i`` m
   barriers; an op issued early can then take a unit from the op the schedule planned there, and the
   steady state can settle above II. A register value that crosses warp groups also takes the SMEM ports
   (:meth:`~twill.problem.Problem.transfers`): the producer's store from the moment the value is ready,
-  the consumer's load in the cycles right before the consumer issues (outside the schedule's order).
+  the consumer's load in its slot before the consumer issues. These bookings take the ports when they
+  are free, outside the schedule's order on the unit (putting them in it deadlocks: a load's slot lies
+  before its op's issue), so a schedule bound by the SMEM ports can settle above its II even with the
+  model's latencies.
 
 **Time.** By default (``graph=None``) durations are the schedule problem's normalized units times
 ``cycles_per_unit``: the exact model the solver proved its II on, so with the model's latencies the
@@ -587,8 +590,8 @@ class _Engine:
         """Ticks from the issue of ``e.src`` (iteration ``j``) until ``e.dst`` may use the value."""
         key = (e.src, j)
         d = self.lat[key] if key in self.lat else self.tm.t(e.latency)
-        if self.group[e.src] != self.group[e.dst]:
-            d += self.tm.t(e.cross)
+        if self.group[e.src] != self.group[e.dst]:  # the hand-off, and the store before the load
+            d += self.tm.t(self.p.crossing_delay(e) - e.latency)
         return d
 
     def release(self, e: Edge, k: int) -> int:

@@ -98,10 +98,11 @@ def _dependence(s: Schedule) -> Iterator[ScheduleError]:
     handoff = "handoff" not in s.problem.options.relax
     for e in s.problem.edges:
         crossing = group[e.src] != group[e.dst]
-        need = start[e.src] + e.latency + (e.cross if crossing and handoff else 0)
+        delay = s.problem.crossing_delay(e) if crossing else e.latency
+        need = start[e.src] + delay
         have = start[e.dst] + e.distance * s.ii
         if have < need:
-            extra = (f" + hand-off {e.cross} (groups {group[e.src]} -> {group[e.dst]})"
+            extra = (f" + hand-off {delay - e.latency} (groups {group[e.src]} -> {group[e.dst]})"
                      if crossing and handoff else "")
             yield ScheduleError(
                 f"{e.label}: {e.dst} of iteration i+{e.distance} starts at {start[e.dst]} + {e.distance}*II"
