@@ -156,6 +156,22 @@ def test_a_consumer_of_two_handed_off_values_loads_them_one_after_the_other(quic
     assert [-o * p.cycles_per_unit for o in loads] == [128, 64]  # two slots before C, back to back
 
 
+def test_ops_of_different_warpgroup_counts_always_pay_their_hand_off():
+    # P (one warpgroup) and C (two) never share a group, so the 8192-byte value always crosses: its store
+    # and load take 2 x 8192 / 128 = 128 cycles of SMEM port per iteration, more than P's ALU or C's MUFU
+    # (16 each). The modulo bound and the stage window know it (they once did not, and a window of too
+    # few stages hid this II behind a "proven" 160).
+    g = Graph("shapes")
+    g.add_op("P", "alu", busy={"alu": 16}, warps=4, regs=32, result_bytes=8192)
+    g.add_op("C", "exp", busy={"mufu": 16}, warps=8, regs=32)
+    g.add_edge("P", "C")
+    s = twill.schedule(g, "h100", time_limit=60)
+    assert violations(s) == [] and s.certificate.proven_optimal
+    assert s.ii_cycles == 2 * 8192 // 128
+    assert s.problem.forced_cross(s.problem.edges[0])
+    assert s.certificate.res_mii * s.problem.cycles_per_unit == 128
+
+
 def test_fa_like_schedules_verifies_and_is_proven(fa_h100):
     s = fa_h100
     assert violations(s) == []
