@@ -14,7 +14,9 @@ import pytest
 import twill
 from twill.errors import ScheduleError
 from twill.graph import Graph
+from twill.liveness import memory_intervals
 from twill.paper import figure1_graph
+from twill.problem import build_problem
 from twill.schedule import OpSlot, Schedule, WarpGroup, slots_from
 from twill.show import to_text
 from twill.verify import FAMILIES, verify, violations
@@ -261,7 +263,7 @@ def test_memory_staging_buffer(quick_h100):
     assert {e.family for e in violations(moved)} == {"memory", "capacity", "dependence"}
     err = next(e for e in violations(moved) if e.family == "memory")
     assert "smem needs 248832 bytes > capacity 232448 at residue 0 (216064 loop-invariant; " \
-           "live: A->B (staging))" in str(err)
+           "live: A (staging))" in str(err)
 
 
 def test_capacity_counts_the_smem_traffic_of_a_hand_off(quick_h100):
@@ -284,6 +286,23 @@ def test_capacity_counts_the_smem_traffic_of_a_hand_off(quick_h100):
     # show lists the crossing with its price: 2 units of added delay, 1 + 1 of port time
     row = next(line for line in to_text(moved, width=160).splitlines() if "A->B" in line)
     assert [cell.strip() for cell in row.split("│")[1:-1]] == ["A->B", "0 -> 1", "register", "256", "2", "2"]
+
+
+def test_a_value_two_groups_read_is_staged_once(quick_h100):
+    # A's 32 KB result read on groups 1 and 2 is stored once, into one staging buffer that lives from A's
+    # end (cycle 2) until the later consumer starts (C at 9, +1): one interval, not one per reader.
+    g = Graph("fan_out")
+    g.add_op("A", "alu", busy={"alu": 2}, result_bytes=32768)
+    g.add_op("B", "exp", busy={"mufu": 2})
+    g.add_op("C", "alu", busy={"alu": 2})
+    g.add_edge("A", "B")
+    g.add_edge("A", "C")
+    p = build_problem(g, quick_h100)
+    start, group = {"A": 0, "B": 5, "C": 9}, {"A": 0, "B": 1, "C": 2}
+    staged = memory_intervals(p, 20, start, group, "smem")
+    assert [(iv.what, iv.start, iv.end, iv.weight) for iv in staged] == [("A (staging)", 2, 10, 32768)]
+    port = p.transfers(p.edges)  # one store at A's latency, a load before each reader
+    assert sorted(op for op, _, _ in port) == ["A", "B", "C"]
 
 
 def test_registers(ws):

@@ -345,6 +345,8 @@ class Encoder(ModularModel):
                     continue
                 if it.cross is not None and group[it.cross[0]] == group[it.cross[1]]:
                     continue
+                if it.crosses and all(group[a] == group[b] for a, b in it.crosses):
+                    continue
                 key = f"regs/{group[it.holder]}" if lazy.per_group else resource
                 if key not in excess:
                     continue
@@ -500,19 +502,28 @@ class Encoder(ModularModel):
                 if kind == "tmem" and step:
                     need = -(-need // step) * step
                 out.append(Item(op.name, 0, need, end=end, end_hi=top, offset_k=-ahead))
+        staged: dict[str, list[Edge]] = {}  # one staging buffer per value crossing groups
         for e in p.edges:
             src = p.op(e.src)
             if e.carrier != "register" or e.src == e.dst or not src.result_bytes or "smem" in p.options.relax:
                 continue
-            end = m.Symbol(f"staged[{e.index}]", INT)
+            if not self.same(e.src, e.dst).is_true():
+                staged.setdefault(e.src, []).append(e)
+        for name, edges in staged.items():
+            src = p.op(name)
+            end = m.Symbol(f"staged[{name}]", INT)
             begin = src.cycles
-            top = self.hi[e.dst] + e.distance * self.ii_hi + 1
-            self.add(m.GE(end, self.at(e.src, begin + 1)))
-            self.add(m.GE(end, self.at(e.dst, 1, e.distance)))
-            self.add(m.LE(end, self.int_(max(top, self.hi[e.src] + begin + 1))))
-            smem.append(Item(e.src, begin, src.result_bytes, end=end,
-                             end_hi=max(top, self.hi[e.src] + begin + 1),
-                             cond=m.Not(self.same(e.src, e.dst)), cross=(e.src, e.dst)))
+            top = max([self.hi[name] + begin + 1]
+                      + [self.hi[e.dst] + e.distance * self.ii_hi + 1 for e in edges])
+            self.add(m.GE(end, self.at(name, begin + 1)))
+            apart = [m.Not(self.same(name, e.dst)) for e in edges]
+            for e, crossing in zip(edges, apart, strict=True):
+                self.add(m.Implies(crossing, m.GE(end, self.at(e.dst, 1, e.distance))))
+            self.add(m.LE(end, self.int_(top)))
+            always = any(a.is_true() for a in apart)
+            smem.append(Item(name, begin, src.result_bytes, end=end, end_hi=top,
+                             cond=None if always else (apart[0] if len(apart) == 1 else m.Or(apart)),
+                             crosses=tuple((name, e.dst) for e in edges)))
         if smem:
             self.lazy["smem"] = _Lazy(smem, p.resources.smem, p.fixed_smem, False)
         if tmem:

@@ -12,10 +12,10 @@ Rules (times in the problem's units):
   same group ends at the consumer's start (``+ δ II``), or at the consumer's end when the consumer reads
   registers asynchronously (an RS wgmma) and does not update the value in place;
 * a register value used on another group is also held on the producer's group until it is produced
-  (``start + cycles``) and sits in an SMEM staging buffer of ``result_bytes`` from then until the
-  consumer starts (``+1``); a synchronous consumer streams it out of that buffer as it computes, an
-  asynchronous one that reads registers (an RS wgmma) holds all of it in its group's registers until it
-  has finished;
+  (``start + cycles``) and sits in one SMEM staging buffer of ``result_bytes`` from then until the last
+  consumer on another group starts (``+1``), however many groups read it; a synchronous consumer
+  streams it out of that buffer as it computes, an asynchronous one that reads registers (an RS wgmma)
+  holds all of it in its group's registers until it has finished;
 * values of at most ``small_regs`` registers per thread (row statistics) are not tracked: the machine's
   fitted per-group overhead contains them;
 * an SMEM or TMEM value lives until its last consumer has finished; a streaming load's buffer is taken
@@ -90,7 +90,8 @@ def memory_intervals(problem: Problem, ii: int, start: Mapping[str, int], group:
                 end = max(end, start[e.dst] + e.distance * ii + problem.op(e.dst).cycles)
         pre = problem.options.prefetch * ii if kind == "smem" and op.name in problem.streaming else 0
         out.append(Interval(op.name, start[op.name] - pre, end, need))
-    if kind == "smem":
+    if kind == "smem":  # one staging buffer per value, until its last consumer on another group starts
+        staged: dict[str, int] = {}
         for e in problem.edges:
             src = problem.op(e.src)
             if e.carrier != "register" or e.src == e.dst or not src.result_bytes:
@@ -98,8 +99,10 @@ def memory_intervals(problem: Problem, ii: int, start: Mapping[str, int], group:
             if group[e.src] == group[e.dst]:
                 continue
             begin = start[e.src] + src.cycles
-            end = max(begin + 1, start[e.dst] + e.distance * ii + 1)
-            out.append(Interval(f"{e.src}->{e.dst} (staging)", begin, end, src.result_bytes))
+            staged[e.src] = max(staged.get(e.src, begin + 1), start[e.dst] + e.distance * ii + 1)
+        for name, end in staged.items():
+            begin = start[name] + problem.op(name).cycles
+            out.append(Interval(f"{name} (staging)", begin, end, problem.op(name).result_bytes))
     return out
 
 

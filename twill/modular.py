@@ -29,8 +29,9 @@ class Item:
     ``end`` is an INT term with bounds ``end_lo``/``end_hi`` (a value whose life depends on its uses) or
     ``None`` with a constant ``length``. ``cond`` is a Bool term when the item exists only sometimes
     (cross-group hand-offs); ``holder`` the op whose warp group holds it (per-group resources);
-    ``cross`` the edge whose crossing creates it. ``offset_k`` adds ``offset_k * II`` to the start (a
-    streaming load's buffer, taken ``prefetch`` iterations ahead).
+    ``cross`` the edge whose crossing creates it, ``crosses`` the edges any of whose crossings does (a
+    staging buffer shared by a value's consumers on other groups). ``offset_k`` adds ``offset_k * II``
+    to the start (a streaming load's buffer, taken ``prefetch`` iterations ahead).
     """
 
     op: str
@@ -43,6 +44,7 @@ class Item:
     holder: str | None = None
     cross: tuple[str, str] | None = None
     offset_k: int = 0
+    crosses: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -345,7 +345,7 @@ def _depths(schedule: Schedule) -> dict[str, int]:
             begin -= p.options.prefetch * ii
         need = max(1, math.ceil((end - begin) / ii))
         for iv in staging:
-            if iv.what.startswith(f"{op.name}->"):
+            if iv.what == f"{op.name} (staging)" or iv.what.startswith(f"{op.name}->"):
                 need = max(need, math.ceil((iv.end - start[op.name]) / ii))
         out[op.name] = max(out.get(op.name, 1), need)
     return {n: d for n, d in sorted(out.items()) if _storage(p.op(n))}
