@@ -291,3 +291,20 @@ def test_default_prefetch_keeps_the_schedule_when_the_deeper_ring_cannot_fit():
     sched = twill.schedule(g, "h100")
     assert sched.problem.options.prefetch == 1
     assert "no schedule" in sched.certificate.notes[-1] and "exposed" in sched.certificate.notes[-1]
+
+
+def test_a_forced_hand_off_simulates_at_its_port_bound() -> None:
+    # A hands 8192 bytes to V (an atomic on the producer group) beside C's 64-cycle conversion: 64 + 2 x 64
+    # = 192 SMEM-port cycles per iteration, the II. A value with bytes but no registers still has a ring
+    # of buffers in the simulator: A once ran 400 iterations ahead of V, whose loads never found the port
+    # free, and the estimate read 107 cycles per iteration.
+    g = Graph("forced_hand_off")
+    g.add_op("A", "alu", busy={"alu": 64}, warps=4, result_bytes=8192)
+    g.add_op("V", "atomic", busy={"lsu": 64}, variable_latency=True)
+    g.add_op("C", "convert_layout", busy={"smem": 64}, warps=4)
+    g.add_edge("A", "V")
+    s = twill.schedule(g, "h100")
+    assert s.ii_cycles == 192
+    r = twill.simulate(s, iterations=200)
+    assert r.cycles_per_iteration == pytest.approx(192, rel=0.02)
+    assert r.total_cycles / 200 == pytest.approx(192, rel=0.05)

@@ -17,13 +17,14 @@ The machine model, in order of the checks made before an op of iteration ``i`` m
 * **Data.** For each dependence ``u -> v`` with distance ``δ``: the result of ``u`` in iteration
   ``i - δ`` (a value from before the loop when ``i < δ``) is usable ``d`` cycles after ``u`` issued,
   plus the hand-off cost when the groups differ (the full barrier of the channel).
-* **Buffers.** A value that holds registers, SMEM or TMEM has a ring of ``depth`` copies (the schedule's
-  :meth:`~twill.schedule.Schedule.buffer_depths`, raised where a copy staged for another group lives
-  longer). The producer of iteration ``i`` waits until every consumer of iteration ``i - depth`` has
-  released its copy (the empty barrier): a register reader when it issues (when it ends if it reads
-  registers asynchronously), an SMEM/TMEM reader when it ends, and never before the producer itself
-  ends. A streaming load (paper §5.3) therefore runs up to ``depth`` iterations ahead of its consumers.
-  Copies whose consumers lie past the last iteration are drained at loop exit.
+* **Buffers.** A value that holds registers, SMEM or TMEM, or has bytes to hand to another group, has a
+  ring of ``depth`` copies (the schedule's :meth:`~twill.schedule.Schedule.buffer_depths`, raised where
+  a copy staged for another group lives longer). The producer of iteration ``i`` waits until every
+  consumer of iteration ``i - depth`` has released its copy (the empty barrier): a register reader when
+  it issues (when it ends if it reads registers asynchronously), an SMEM/TMEM reader when it ends, and
+  never before the producer itself ends. A streaming load (paper §5.3) therefore runs up to ``depth``
+  iterations ahead of its consumers. Copies whose consumers lie past the last iteration are drained at
+  loop exit.
 * **Units.** Every rectangle of the op's reservation table fits its unit's capacity. With
   ``unit_order="schedule"`` (the default) each unit also serves the ops in the schedule's order (by the
   static start of their reservation): an op does not take a unit before the op the schedule puts before
@@ -323,7 +324,7 @@ def _first_use(p: Problem) -> dict[str, dict[str, int]]:
 
 
 def _storage(op: Op) -> bool:
-    return bool(op.regs or op.smem or op.tmem)
+    return bool(op.regs or op.smem or op.tmem or op.result_bytes)
 
 
 def _depths(schedule: Schedule) -> dict[str, int]:
