@@ -12,6 +12,7 @@ The single-pass backward of ``examples/flash_attention_bwd.py`` is register-boun
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -180,7 +181,16 @@ def test_blackwell_backward_takes_fa4s_groups_once_shared_memory_allows() -> Non
     assert s.certificate.proven_optimal and s.ii == s.certificate.lower_bound
     p = s.problem
     ports = sum(r.cycles for op in p.ops for r in op.rrt if r.unit == "smem")
-    forced = sum(c for _, _, c in p.transfers(e for e in p.edges if p.forced_cross(e)))
+    # the forced traffic by the documented rule (model.md §2), not by twill's own transfers(): a register
+    # value between a load/atomic and a compute op is stored once (ceil(bytes / 128) cycles) and loaded
+    # once per edge, each rounded to whole units
+    def units(op: str) -> int:
+        return math.floor(math.ceil(p.op(op).result_bytes / 128) / p.cycles_per_unit + 0.5)
+    forced_edges = [e for e in p.edges if e.carrier == "register" and e.src != e.dst
+                    and p.op(e.src).variable_latency != p.op(e.dst).variable_latency]
+    stores = sum(units(src) for src in {e.src for e in forced_edges})
+    forced = stores + sum(units(e.src) for e in forced_edges)
+    assert forced > 0
     others = {u: sum(r.cycles for op in p.ops for r in op.rrt if r.unit == u) for u in p.resources.units}
     assert s.ii == ports + forced > max(c for u, c in others.items() if u != "smem")
     exps = [op.name for op in p.ops if any(r.unit == "mufu" for r in op.rrt)]

@@ -217,9 +217,10 @@ class Edge:
     inplace : bool
         ``dst`` overwrites the value in place (an MMA accumulator): it dies when ``dst`` issues.
     transfer : int
-        Cycles the SMEM ports (unit :data:`HANDOFF_UNIT`) are busy on each side of a crossing of a register
-        value: the producer's group stores it, the consumer's group loads it (:meth:`Problem.transfers`);
-        0 for SMEM/TMEM values, ordering edges and machines without that unit.
+        Time (cycles, or units once normalized) the SMEM ports (unit :data:`HANDOFF_UNIT`) are busy on each
+        side of a crossing of a register value, ``ceil(result_bytes / cost.smem_bytes_per_cycle)``: the
+        producer's group stores it, the consumer's group loads it (:meth:`Problem.transfers`); 0 for
+        SMEM/TMEM values, ordering edges and machines without that unit.
     """
 
     index: int
@@ -331,8 +332,9 @@ class Problem:
         return a.warps > 1 and b.warps > 1 and -(-a.warps // per) != -(-b.warps // per)
 
     def transfers(self, crossing: Iterable[Edge]) -> list[tuple[str, int, int]]:
-        """The reservations ``(op, offset, cycles)`` on :data:`HANDOFF_UNIT` that the edges ``crossing`` add
-        when each joins ops on different warp groups.
+        """The reservations ``(op, offset, length)`` on :data:`HANDOFF_UNIT` that the edges ``crossing`` add
+        when each joins ops on different warp groups (offsets from ``start[op]`` and lengths in the
+        problem's time units).
 
         A producer whose register value crosses stores it to shared memory once, as soon as it is ready
         (:meth:`store_offset`, ``transfer`` cycles), however many consumers on other groups read it; each

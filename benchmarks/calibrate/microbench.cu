@@ -302,6 +302,33 @@ __global__ void __launch_bounds__(128, 1)
   sm[blockIdx.x] = smid();
 }
 
+// One warp group (thread `tid` of 128) stores V4 16-byte vectors per thread from registers to the SMEM at
+// `buf` (STS.128; `tag` varies the data), or loads them back (LDS.128) and folds them into one word.
+template <int V4>
+__device__ __forceinline__ void sts_tile(uint32_t buf, int tid, unsigned tag) {
+#pragma unroll
+  for (int j = 0; j < V4; ++j) {
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(buf + (j * 128 + tid) * 16), "r"(tag),
+                 "r"(tag ^ tid), "r"(j), "r"(tid)
+                 : "memory");
+  }
+}
+
+template <int V4>
+__device__ __forceinline__ unsigned lds_tile(uint32_t buf, int tid) {
+  unsigned acc = 0;
+#pragma unroll
+  for (int j = 0; j < V4; ++j) {
+    unsigned a, b, c, e;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(a), "=r"(b), "=r"(c), "=r"(e)
+                 : "r"(buf + (j * 128 + tid) * 16)
+                 : "memory");
+    acc ^= a + b + c + e;
+  }
+  return acc;
+}
+
 // ------------------------------------------------------------------------------------------------ barriers
 // Two warp groups ping-pong. Warp group 0 writes BYTES from registers to SMEM and signals; warp group 1 waits,
 // reads the BYTES into registers and signals back. One round trip = write + signal + read + signal.
@@ -334,12 +361,7 @@ __global__ void __launch_bounds__(256, 1) k_pingpong(int iters, int warm, unsign
   } else if (wg == 0) {
     for (int i = 0; i < iters + warm; ++i) {
       if (i == warm) t0 = clk();
-#pragma unroll
-      for (int j = 0; j < V4; ++j) {
-        asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(buf + (j * 128 + tid) * 16), "r"(i),
-                     "r"(i ^ tid), "r"(j), "r"(tid)
-                     : "memory");
-      }
+      sts_tile<V4>(buf, tid, i);
       if (MODE == 0) {
         named_arrive(1, 256);
         named_sync(2, 256);
@@ -360,15 +382,7 @@ __global__ void __launch_bounds__(256, 1) k_pingpong(int iters, int warm, unsign
       } else {
         mbar_wait(&full, i & 1);
       }
-#pragma unroll
-      for (int j = 0; j < V4; ++j) {
-        unsigned a, b, c, e;
-        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(a), "=r"(b), "=r"(c), "=r"(e)
-                     : "r"(buf + (j * 128 + tid) * 16)
-                     : "memory");
-        acc ^= a + b + c + e;
-      }
+      acc ^= lds_tile<V4>(buf, tid);
       if (MODE == 0) {
         named_arrive(2, 256);
       } else if (MODE == 1) {
@@ -790,12 +804,7 @@ __global__ void __launch_bounds__(384, 1) k_contend(int iters, unsigned long lon
   const unsigned long long t0 = clk();
   if (wg == 0 && MODE != 2) {
     for (int i = 0; i < iters; ++i) {
-#pragma unroll
-      for (int j = 0; j < V4; ++j) {
-        asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(buf + (j * 128 + tid) * 16), "r"(i),
-                     "r"(i ^ tid), "r"(j), "r"(tid)
-                     : "memory");
-      }
+      sts_tile<V4>(buf, tid, i);
       named_arrive(1, 256);
       named_sync(2, 256);
     }
@@ -806,35 +815,14 @@ __global__ void __launch_bounds__(384, 1) k_contend(int iters, unsigned long lon
   } else if (wg == 1 && MODE != 2) {
     for (int i = 0; i < iters; ++i) {
       named_sync(1, 256);
-#pragma unroll
-      for (int j = 0; j < V4; ++j) {
-        unsigned a, b, c, e;
-        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(a), "=r"(b), "=r"(c), "=r"(e)
-                     : "r"(buf + (j * 128 + tid) * 16)
-                     : "memory");
-        acc ^= a + b + c + e;
-      }
+      acc ^= lds_tile<V4>(buf, tid);
       named_arrive(2, 256);
     }
   } else if (wg == 2 && MODE != 0) {
     unsigned long long passes = 0;
     while (MODE == 2 ? passes < static_cast<unsigned long long>(iters) : done == 0) {
-#pragma unroll
-      for (int j = 0; j < NOISE_V4; ++j) {
-        asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(noise + (j * 128 + tid) * 16),
-                     "r"(j), "r"(tid), "r"(j ^ tid), "r"(static_cast<unsigned>(passes))
-                     : "memory");
-      }
-#pragma unroll
-      for (int j = 0; j < NOISE_V4; ++j) {
-        unsigned a, b, c, e;
-        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(a), "=r"(b), "=r"(c), "=r"(e)
-                     : "r"(noise + (j * 128 + tid) * 16)
-                     : "memory");
-        acc ^= a + b + c + e;
-      }
+      sts_tile<NOISE_V4>(noise, tid, static_cast<unsigned>(passes));
+      acc ^= lds_tile<NOISE_V4>(noise, tid);
       ++passes;
     }
     if (tid == 0) {
