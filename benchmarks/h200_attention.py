@@ -12,8 +12,8 @@ Two steps, because the GPU machine has no solver::
 each machine given (``h200``, twill's H200-calibrated model, and ``h100``), with ``twill.apply.apply``.
 ``run`` loads each applied kernel through ``twill/apply_kernel.py`` alone (imported by path, so twill's
 solver dependencies are not needed), checks it against an fp32 reference on fresh random inputs
-(N = 1024, 4096, 16384; relative error <= 1e-2), and times, in the same process, every applied kernel,
-Triton's JIT compile of the same two kernels (its own schedule, ``num_stages=3``, 8 warps) and cuDNN
+(N = 128, 256, 1024, 4096, 16384; relative error <= 1e-2), and times, in the same process, every applied
+kernel, Triton's JIT compile of the same two kernels (its own schedule, ``num_stages=3``, 8 warps) and cuDNN
 through ``torch.nn.functional.scaled_dot_product_attention``: batch 4, 32 heads, head dim 128, fp16,
 non-causal, FLOPs = 4 B H N^2 D, median of ``triton.testing.do_bench``. It writes ``results.json`` and a
 Markdown table (``h200_attention.md``) into ``--out`` and prints the table last.
@@ -34,6 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PLAIN = "examples/flash_attention_fwd.py"
 SUBTILED = "examples/flash_attention_fwd_subtiled.py::attn_fwd_subtiled_sm90"
 SEQ_LENS = (1024, 4096, 16384)
+CHECK_SEQ_LENS = (128, 256, *SEQ_LENS)
+"""Correctness also at one and two loop iterations (the peeled epilogue's edge cases, twill.apply_peel)."""
 BATCH, HEADS, DIM = 4, 32, 128
 TOLERANCE = 1e-2
 ROUNDS = 3
@@ -71,11 +73,18 @@ def prepare(folder: Path, machines: list[str], time_limit: float, schedules: Pat
             (folder / f"{stem}.schedule.json").write_text(sched.to_json())
             result = apply(sched, str(ROOT / kernel), output_dir=folder / stem)
             print(result.report.render(), "\n")
-            index.append({"variant": stem, "kernel": kernel, "machine": machine, "label": label,
-                          "folder": stem, "ii": sched.ii, "ii_cycles": round(sched.ii_cycles),
-                          "proven_optimal": sched.certificate.proven_optimal, "solve_s": round(solved, 1),
+            entry = {"kernel": kernel, "label": label, "ii": sched.ii, "ii_cycles": round(sched.ii_cycles),
+                     "proven_optimal": sched.certificate.proven_optimal, "solve_s": round(solved, 1)}
+            index.append({**entry, "variant": stem, "machine": machine, "folder": stem,
                           "compiled": result.report.compiled.to_dict(),
                           "triton_default_cpu": result.report.triton_default.to_dict()})
+            if label == "plain" and machine == machines[0]:
+                # Control: the same schedule with Triton's predicated last iteration (twill.apply_peel off).
+                stem = f"{stem}.nopeel"
+                result = apply(sched, str(ROOT / kernel), output_dir=folder / stem, baseline=False,
+                               peel=False)
+                index.append({**entry, "variant": stem, "machine": machine, "note": "epilogue not peeled",
+                              "folder": stem, "compiled": result.report.compiled.to_dict()})
     # Control: Triton's own schedule, compiled through the same re-entry path and loaded the same way.
     from twill.apply_compile import compiled_stats, finish_compile
     from twill.apply_kernel import AppliedKernel
@@ -129,7 +138,8 @@ def _variants(torch: Any, folder: Path) -> list[dict[str, Any]]:
     for entry in json.loads((folder / "index.json").read_text()):
         kernel = loader.AppliedKernel.load(folder / entry["folder"])
         name = (f"Triton's own schedule via twill's re-entry path, {entry['label']}"
-                if entry["machine"] == "triton" else f"twill ({entry['machine']} schedule), {entry['label']}")
+                if entry["machine"] == "triton" else f"twill ({entry['machine']} schedule), {entry['label']}"
+                + (f", {entry['note']}" if entry.get("note") else ""))
         out.append({**entry, "name": name,
                     "fn": _launcher(torch, entry["label"], kernel, kernel.constexprs, None), "obj": kernel})
     specs = (("plain", plain.attn_fwd, plain.TWILL_KERNELS["attn_fwd"]),
@@ -174,7 +184,7 @@ def run(folder: Path, out: Path) -> int:
     results: dict[str, Any] = {"env": env, "correctness": [], "timing": [], "kernels": {}}
     # Correctness: fresh inputs per N, fp32 reference, output poisoned with NaN before each launch.
     ok = True
-    for seq in SEQ_LENS:
+    for seq in CHECK_SEQ_LENS:
         q, k, v = (torch.randn(2, 8, seq, DIM, device="cuda", dtype=torch.float16) for _ in range(3))
         with torch.nn.attention.sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
             ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(),

@@ -80,6 +80,20 @@ def test_sm90_wraps_early_wgmma_and_compiles(sm90) -> None:
     assert "kept:" in (out / "report.txt").read_text()
 
 
+def test_sm90_peels_the_last_iteration(sm90) -> None:
+    """QK and the softmax sit in a non-last stage: the peeled last iteration runs only PV and its rescale."""
+    _, result, out = sm90
+    assert any(k.startswith("epilogue: the loop's last iteration is peeled") for k in result.report.kept)
+    assert json.loads((out / "attn_fwd.json").read_text())["twill_peel"]["predicates"]
+    lines = (out / "attn_fwd.ttgir").read_text().split("\n")
+    head = next(i for i, line in enumerate(lines) if " = scf.for " in line)
+    indent = lines[head][:len(lines[head]) - len(lines[head].lstrip())]
+    end = next(i for i in range(head + 1, len(lines)) if lines[i].startswith(indent + "}"))
+    loop, after = "\n".join(lines[head:end]), "\n".join(lines[end:])
+    assert loop.count("ttng.warp_group_dot ") == 3  # QK in both branches of its scf.if, PV
+    assert after.count("ttng.warp_group_dot ") == 1 and after.count("math.exp2") == 1  # PV; alpha only
+
+
 def test_applied_kernel_loads_with_the_original_signature(sm90) -> None:
     _, result, out = sm90
     kernel = AppliedKernel.load(out)
@@ -165,6 +179,16 @@ def test_cli_apply_prints_the_report(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert code == 0
     assert "kept:" in text and "dropped or changed:" in text and "loop.cluster" in text
     assert (tmp_path / "out" / "applied.ttgir").is_file() and (tmp_path / "out" / "schedule.json").is_file()
+
+
+def test_cli_apply_no_peel_keeps_the_predicated_last_iteration(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["apply", KERNEL, "--machine", "h100", "--schedule", str(DATA / "apply_attn_fwd.h100.json"),
+                 "-o", str(tmp_path / "out"), "--no-baseline", "--no-peel"])
+    assert code == 0 and "epilogue" not in capsys.readouterr().out
+    assert "twill_peel" not in json.loads((tmp_path / "out" / "attn_fwd.json").read_text())
+    final = (tmp_path / "out" / "attn_fwd.ttgir").read_text()
+    assert final.count("ttng.warp_group_dot ") == 5  # prologue QK (2 branches), loop QK (2), loop PV
 
 
 def test_cli_apply_refuses_a_split_tmem_kernel_before_solving(tmp_path: Path,

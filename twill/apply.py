@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from twill.apply_compile import CompileStats, compiled_stats, finish_compile, partition_regions
+from twill.apply_compile import PEEL_KEY, CompileStats, compiled_stats, finish_compile, partition_regions
 from twill.apply_kernel import AppliedKernel
 from twill.apply_map import ApplyError, OpSlot, partition_plan, plan_placement
 from twill.apply_rewrite import read_slots, rewrite_ttgir
@@ -135,6 +135,40 @@ class AppliedKernelResult:
     ttgir: str
 
 
+def _early_compute(schedule: Schedule, placement: Any) -> list[str]:
+    """Graph ops other than streaming loads that the placement puts before the last stage."""
+    streaming = set(schedule.problem.streaming)
+    return sorted({s.node for s in placement.slots if s.role == "node" and s.node is not None
+                   and s.node not in streaming and s.stage < placement.max_stage})
+
+
+def _peeled(spec: Any, text: str, target: str, num_stages: int, invariant: int, compiled: Any,
+            stats: CompileStats, early: list[str]) -> tuple[Any, CompileStats, str, bool]:
+    """Compile ``text`` again with the last iteration peeled (:mod:`twill.apply_peel`) and keep that kernel
+    only if ptxas spills no more bytes in it than in ``compiled``: the peeled copy of the body shares the
+    function's registers, and on the sub-tiled FA forward (already spilling) it tripled the spills and
+    cut the throughput by up to 2.8x on an H200 (``benchmarks/h200_attention.md``). Returns the kernel and
+    statistics to keep, the report line, and whether it is a kept (not a dropped) item."""
+    ops = ", ".join(early)
+    peeled = finish_compile(spec, text, target=target, num_stages=num_stages, peel=True)
+    done = getattr(peeled.metadata, PEEL_KEY, None)
+    if not done:
+        return compiled, stats, ("epilogue not peeled (the pipelined loop is not in the form "
+                                 "twill.apply_peel reads): the last iteration still runs the early stages' "
+                                 f"ops ({ops}) for an iteration that does not exist, predicated off"), False
+    peeled_stats = compiled_stats(peeled, target=target, invariant_loads=invariant)
+    spills, peeled_spills = (st.spill_store_bytes + st.spill_load_bytes for st in (stats, peeled_stats))
+    if peeled_spills > spills:
+        return compiled, stats, (f"epilogue not peeled: with the last iteration peeled ptxas spills "
+                                 f"{peeled_spills} B per thread instead of {spills}, so the last iteration "
+                                 f"still runs the early stages' ops ({ops}) predicated off"), False
+    preds = ", ".join(done["predicates"])
+    return peeled, peeled_stats, ("epilogue: the loop's last iteration is peeled after it (final TTGIR line "
+                                  f"{done['loop_line']}; stage predicates {preds} are false there), so the "
+                                  f"early stages' ops ({ops}) are not issued for an iteration that does not "
+                                  "exist"), True
+
+
 def _kept_dropped(schedule: Schedule, target: str, rewrite: Any, prefetch: int, placement: Any,
                   plan: Any) -> tuple[list[str], list[str]]:
     groups = len({s.warp_group for s in schedule.slots.values()})
@@ -171,7 +205,7 @@ def _kept_dropped(schedule: Schedule, target: str, rewrite: Any, prefetch: int, 
 
 def apply(schedule: Schedule, kernel: Any, *, prefetch: int | None = None,
           output_dir: str | os.PathLike[str] | None = None, compile: bool = True,
-          baseline: bool = True,
+          baseline: bool = True, peel: bool = True,
           machine: str | os.PathLike[str] | Machine | None = None) -> AppliedKernelResult:
     """Map ``schedule`` onto ``kernel``'s scheduled TTGIR, finish the compile and load the kernel.
 
@@ -189,6 +223,10 @@ def apply(schedule: Schedule, kernel: Any, *, prefetch: int | None = None,
         False stops after writing and checking the TTGIR (no cubin, ``kernel`` is None).
     baseline : bool
         Also compile Triton's own schedule of the kernel the same way, for the report.
+    peel : bool
+        sm_90: when the schedule puts compute before the last stage, also compile the kernel with the
+        loop's last iteration peeled (:mod:`twill.apply_peel`) and keep that one unless ptxas spills more
+        in it. False keeps Triton's predicated last iteration.
     machine : str, path or Machine, optional
         The machine the schedule was solved for, when it is not a bundled one (a TOML file); default
         the bundled machine of ``schedule.machine``.
@@ -252,9 +290,14 @@ def apply(schedule: Schedule, kernel: Any, *, prefetch: int | None = None,
     applied = None
     invariant = sum(1 for op in lowering.module.ops() if op.name in ("tt.descriptor_load", "tt.load")
                     and lowering.loop not in op.ancestors())
+    early = _early_compute(schedule, placement) if target == "sm_90" and peel else []
     if compile:
         compiled = finish_compile(spec, rewrite.text, target=target, num_stages=num_stages)
         stats = compiled_stats(compiled, target=target, invariant_loads=invariant)
+        if early:
+            compiled, stats, note, peeled = _peeled(spec, rewrite.text, target, num_stages, invariant,
+                                                    compiled, stats, early)
+            (kept if peeled else dropped).append(note)
         checks.append("the compiled loop is software-pipelined" if stats.pipelined else
                       "WARNING: Triton did not pipeline the loop (it fell back to a synchronous loop)")
         if plan is not None:
@@ -353,6 +396,8 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--prefetch", type=int, help="stages between a streaming load and its consumer")
     p.add_argument("--time-limit", type=float, metavar="S", help="seconds for the solve")
     p.add_argument("--no-baseline", action="store_true", help="do not compile Triton's own schedule beside")
+    p.add_argument("--no-peel", action="store_true",
+                   help="sm_90: keep Triton's predicated last iteration (do not peel the epilogue)")
     p.add_argument("--no-compile", action="store_true", help="stop after writing the TTGIR")
     p.set_defaults(func=run)
 
@@ -384,7 +429,8 @@ def run(args: argparse.Namespace) -> int:
         with console.status(f"solving {graph.name} for {args.machine}..."):
             sched = solve(graph, args.machine, time_limit=args.time_limit)
     result = apply(sched, args.file, prefetch=args.prefetch, output_dir=args.output,
-                   compile=not args.no_compile, baseline=not args.no_baseline, machine=args.machine)
+                   compile=not args.no_compile, baseline=not args.no_baseline, peel=not args.no_peel,
+                   machine=args.machine)
     out.mkdir(parents=True, exist_ok=True)
     (out / "schedule.json").write_text(sched.to_json())
     (out / "applied.ttgir").write_text(result.ttgir)

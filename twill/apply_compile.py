@@ -5,7 +5,8 @@ the result has the JIT's signature, metadata and launcher) with the ``ttgir`` st
 ``make_ttgir``, it parses the edited scheduled TTGIR and runs the rest of Triton 3.6's ``make_ttgir``
 from the software pipeliner on (``shared/docs/ttgir-probe.md``, "Re-entry works"). The LLVM IR, PTX and
 cubin stages are Triton's own. Every compile gets its own cache key (the edited text's digest), so an
-applied kernel never collides with the JIT's compile of the same function.
+applied kernel never collides with the JIT's compile of the same function. With ``peel=True`` the stage
+also peels the pipelined loop's last iteration (:mod:`twill.apply_peel`) after Triton's passes.
 
 :func:`compiled_stats` reads registers, spills, shared memory, threads and ``setmaxnreg`` budgets from
 the PTX with the ``ptxas`` in the Triton wheel, and the multi-buffered allocations and the shape of the
@@ -25,10 +26,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from twill.apply_peel import peel_last_iteration
 from twill.errors import FrontendError
 from twill.frontend.ttgir_text import split_top_level
 
-__all__ = ["CompileStats", "compiled_stats", "finish_compile", "tail_passes"]
+__all__ = ["PEEL_KEY", "CompileStats", "compiled_stats", "finish_compile", "tail_passes"]
 
 _HOOK_LOCK = threading.Lock()
 SMEM_LIMIT = {90: 232448, 100: 232448}
@@ -68,11 +70,17 @@ def tail_passes(pm: Any, options: Any, capability: int) -> None:
     passes.common.add_canonicalizer(pm)
 
 
+PEEL_KEY = "twill_peel"
+"""Metadata key of a compiled kernel whose last loop iteration twill peeled (:mod:`twill.apply_peel`): a
+dict with the peeled loop's line in the final TTGIR and the stage predicates made ``false`` in the copy."""
+
+
 @contextmanager
-def _ttgir_override(path: Path) -> Iterator[None]:
-    """Replace Triton's ``ttgir`` stage by: parse ``path``, run :func:`tail_passes`."""
+def _ttgir_override(path: Path, peel: bool) -> Iterator[None]:
+    """Replace Triton's ``ttgir`` stage by: parse ``path``, run :func:`tail_passes` (then, with ``peel``,
+    peel the pipelined loop's last iteration and canonicalize; the result goes into the metadata)."""
     from triton import knobs
-    from triton._C.libtriton import ir
+    from triton._C.libtriton import ir, passes
 
     def hook(backend: Any, stages: dict[str, Any], options: Any, language: Any, capability: int) -> None:
         def ttgir(module: Any, metadata: dict[str, Any]) -> Any:
@@ -82,6 +90,18 @@ def _ttgir_override(path: Path) -> Iterator[None]:
             pm.enable_debug()
             tail_passes(pm, options, capability)
             pm.run(edited, "twill_apply")
+            if peel:
+                text, done = peel_last_iteration(str(edited))
+                if done is not None:
+                    peeled = path.with_suffix(".peeled.ttgir")
+                    peeled.write_text(text, encoding="utf-8")
+                    edited = ir.parse_mlir_module(str(peeled), module.context)
+                    edited.context = module.context
+                    pm = ir.pass_manager(module.context)
+                    passes.common.add_canonicalizer(pm)
+                    passes.common.add_cse(pm)
+                    pm.run(edited, "twill_peel")
+                    metadata[PEEL_KEY] = {"loop_line": done.loop_line, "predicates": list(done.predicates)}
             metadata["tensordesc_meta"] = edited.get_tensordesc_metadata()
             return edited
 
@@ -96,7 +116,8 @@ def _ttgir_override(path: Path) -> Iterator[None]:
             knobs.runtime.add_stages_inspection_hook = previous
 
 
-def finish_compile(spec: Any, ttgir: str, *, target: str, num_stages: int, divisible: Any = None) -> Any:
+def finish_compile(spec: Any, ttgir: str, *, target: str, num_stages: int, divisible: Any = None,
+                   peel: bool = False) -> Any:
     """Compile ``spec``'s kernel with the TTGIR ``ttgir`` in place of Triton's own pipelining input.
 
     Parameters
@@ -111,6 +132,10 @@ def finish_compile(spec: Any, ttgir: str, *, target: str, num_stages: int, divis
         ``num_stages`` option handed to the pipeliner (the schedule's stage count).
     divisible : iterable of str, optional
         Arguments given ``tt.divisibility = 16``; default as :func:`twill.frontend.compile_to_ttgir`.
+    peel : bool
+        Peel the pipelined loop's last iteration after Triton's passes (:mod:`twill.apply_peel`); the
+        compiled kernel's metadata then holds :data:`PEEL_KEY` if it was done (a loop in another form is
+        left alone).
 
     Returns
     -------
@@ -136,10 +161,11 @@ def finish_compile(spec: Any, ttgir: str, *, target: str, num_stages: int, divis
         path = Path(tmp) / f"{spec.name}.{target}.ttgir"
         path.write_text(ttgir, encoding="utf-8")
         try:
-            with _ttgir_override(path):
+            with _ttgir_override(path, peel):
                 return triton.compile(src, target=GPUTarget("cuda", capability, 32),
                                       options={"num_warps": spec.num_warps, "num_stages": num_stages},
-                                      _env_vars={"TWILL_APPLY_TTGIR": digest})
+                                      _env_vars={"TWILL_APPLY_TTGIR": digest,
+                                                 "TWILL_APPLY_PEEL": str(int(peel))})
         except Exception as exc:  # Triton raises RuntimeError, CompilationError, AssertionError, ...
             raise FrontendError(f"Triton cannot finish the compile of {spec.name!r} for {target} from the "
                                 f"applied TTGIR: {type(exc).__name__}: {str(exc).strip()[:2000]}") from exc
