@@ -191,6 +191,30 @@ def test_cli_apply_no_peel_keeps_the_predicated_last_iteration(tmp_path: Path,
     assert final.count("ttng.warp_group_dot ") == 5  # prologue QK (2 branches), loop QK (2), loop PV
 
 
+def test_cli_apply_refuses_pointer_loads_on_sm100_before_solving(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """Triton 3.6's warp specialization stops on cp.async loads; apply says so instead of a compiler dump."""
+    gemm = Path(__file__).resolve().parents[1] / "examples" / "gemm.py"
+    code = main(["apply", f"{gemm}::matmul_ptr", "--machine", "b200", "-o", str(tmp_path / "out"),
+                 "--time-limit", "1"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "loads through pointers in its loop (tt.load at TTGIR line(s)" in err and "cp.async" in err
+
+
+def test_a_compile_triton_refuses_quotes_its_diagnostics(capfd: pytest.CaptureFixture[str]) -> None:
+    from twill.apply_compile import finish_compile
+    from twill.errors import FrontendError
+    from twill.frontend.compile import load_kernel
+
+    spec = load_kernel(str(Path(__file__).resolve().parents[1] / "examples" / "gemm.py") + "::matmul")
+    with pytest.raises(FrontendError, match="custom op 'garbage' is unknown") as info:
+        finish_compile(spec, "module { garbage", target="sm_90", num_stages=3)
+    log = Path(str(info.value).rsplit("its whole output: ", 1)[1].rstrip(")"))
+    assert "error: custom op 'garbage'" in log.read_text()
+    assert capfd.readouterr().err == ""  # nothing of Triton's reached the terminal
+
+
 def test_cli_apply_refuses_a_split_tmem_kernel_before_solving(tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     """Without --schedule the CLI would solve first; it refuses at once (a 1 s limit would otherwise end

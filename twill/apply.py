@@ -266,7 +266,7 @@ def apply(schedule: Schedule, kernel: Any, *, prefetch: int | None = None,
     spec = kernel if isinstance(kernel, KernelSpec) else load_kernel(os.fspath(kernel))
     target = target_for(machine)
     snaps = compile_to_ttgir(spec, target=target)
-    _refuse_split_loads(snaps)
+    _refuse_unsupported(snaps, target)
     lowering = lower_loop(parse_ttgir(snaps.scheduled), machine, name=spec.name)
     placement = plan_placement(schedule, lowering, prefetch=prefetch)
     plan = partition_plan(schedule, lowering, placement) if target == "sm_100" else None
@@ -372,13 +372,34 @@ def _check_partitions(ttgir: str, schedule: Schedule, plan: Any, lowering: Any) 
 
 
 # ------------------------------------------------------------------------------------------------ CLI
-def _refuse_split_loads(snaps: Any) -> None:
-    """Raise :class:`ApplyError` for a kernel whose graph was built with split tensor-memory loads."""
+def _refuse_unsupported(snaps: Any, target: str) -> None:
+    """Raise :class:`ApplyError` for a kernel apply cannot compile, before any solve or compile.
+
+    * A graph built with split tensor-memory loads (their loads carry no token a pipeliner could order).
+    * sm_100 with pointer loads (``tt.load``, compiled to ``cp.async``) in the loop: loads are variable
+      latency, so every schedule puts them in a warp group of their own, which becomes a Triton 3.6
+      warp-specialization partition, and Triton's ``NVWSInsertAref`` pass stops on them ("cpasync not
+      supported yet", an UNREACHABLE in ``InsertAref.cpp``).
+    """
+    from twill.frontend.lower import find_loop
+    from twill.frontend.ttgir import parse_ttgir
+
     if snaps.split_tmem_loads:
         raise ApplyError(f"{snaps.kernel!r} splits a tensor-memory tile into halves: twill's graph of it "
                          "loads the halves as Triton does after its pipeliner (docs/frontend.md §10), and "
                          "those loads carry no token a pipeliner could order; apply does not support such "
                          "kernels")
+    if target != "sm_100":
+        return
+    loop = find_loop(parse_ttgir(snaps.scheduled))
+    lines = sorted(op.line for op in loop.walk() if op.name == "tt.load")
+    if lines:
+        raise ApplyError(f"{snaps.kernel!r} loads through pointers in its loop (tt.load at TTGIR line(s) "
+                         f"{', '.join(map(str, lines))}): on sm_100 twill's warp groups become Triton 3.6 "
+                         "warp-specialization partitions, and Triton cannot stage pointer loads (cp.async) "
+                         "between partitions ('cpasync not supported yet' in its NVWSInsertAref pass); load "
+                         "through tensor descriptors (TMA) as examples/gemm.py::matmul does, or apply the "
+                         "kernel for sm_90")
 
 
 def add_parser(subparsers: Any) -> None:
@@ -424,7 +445,7 @@ def run(args: argparse.Namespace) -> int:
         from twill.search import schedule as solve
 
         target = target_for(load_machine(args.machine))
-        _refuse_split_loads(compile_to_ttgir(load_kernel(args.file), target=target))  # before solving
+        _refuse_unsupported(compile_to_ttgir(load_kernel(args.file), target=target), target)  # before solving
         graph = graph_from_kernel(args.file, args.machine)
         with console.status(f"solving {graph.name} for {args.machine}..."):
             sched = solve(graph, args.machine, time_limit=args.time_limit)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator, Mapping
@@ -160,15 +161,52 @@ def finish_compile(spec: Any, ttgir: str, *, target: str, num_stages: int, divis
     with tempfile.TemporaryDirectory(prefix="twill-apply-") as tmp:
         path = Path(tmp) / f"{spec.name}.{target}.ttgir"
         path.write_text(ttgir, encoding="utf-8")
+        log = Path(tmp) / "compiler.log"
         try:
-            with _ttgir_override(path, peel):
-                return triton.compile(src, target=GPUTarget("cuda", capability, 32),
-                                      options={"num_warps": spec.num_warps, "num_stages": num_stages},
-                                      _env_vars={"TWILL_APPLY_TTGIR": digest,
-                                                 "TWILL_APPLY_PEEL": str(int(peel))})
+            with _ttgir_override(path, peel), _stderr_into(log):
+                compiled = triton.compile(src, target=GPUTarget("cuda", capability, 32),
+                                          options={"num_warps": spec.num_warps, "num_stages": num_stages},
+                                          _env_vars={"TWILL_APPLY_TTGIR": digest,
+                                                     "TWILL_APPLY_PEEL": str(int(peel))})
         except Exception as exc:  # Triton raises RuntimeError, CompilationError, AssertionError, ...
             raise FrontendError(f"Triton cannot finish the compile of {spec.name!r} for {target} from the "
-                                f"applied TTGIR: {type(exc).__name__}: {str(exc).strip()[:2000]}") from exc
+                                f"applied TTGIR: {type(exc).__name__}: {str(exc).strip()[:2000]}"
+                                f"{_compiler_says(log, spec.name)}") from exc
+        said = log.read_text(encoding="utf-8", errors="replace")
+        if said:  # warnings of a compile that worked go where they would have gone
+            sys.stderr.write(said)
+        return compiled
+
+
+_NOTABLE = re.compile(r"error:|UNREACHABLE|not supported|Assertion|LLVM ERROR")
+
+
+@contextmanager
+def _stderr_into(path: Path) -> Iterator[None]:
+    """Send file descriptor 2 (Triton's C++ diagnostics and MLIR's reproducer dump) into ``path``."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(path, "wb") as sink:
+            os.dup2(sink.fileno(), 2)
+            try:
+                yield
+            finally:
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)
+
+
+def _compiler_says(log: Path, name: str) -> str:
+    """The notable lines of a failed compile's diagnostics, and where the whole text is kept."""
+    text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
+    if not text.strip():
+        return ""
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+    kept = Path(tempfile.gettempdir()) / f"twill-apply-{name}-{digest}.log"
+    kept.write_text(text, encoding="utf-8")
+    lines = [line.strip() for line in text.splitlines() if _NOTABLE.search(line)][:8]
+    return ("; Triton says: " + " | ".join(lines) if lines else "") + f" (its whole output: {kept})"
 
 
 @dataclass(frozen=True)
