@@ -425,12 +425,11 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``twill apply``: solve or load the schedule, apply it, save the kernel, print the report."""
-    from rich.console import Console
-
     from twill.cli import check_output
     from twill.errors import TwillError
+    from twill.terminal import make_console
 
-    console = Console()
+    console = make_console()
     out = check_output(args.output, folder=True)
     if args.schedule:
         path = Path(args.schedule)

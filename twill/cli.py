@@ -28,15 +28,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
 
 from twill.errors import FrontendError, InfeasibleError, InterruptedSolveError, TwillError, TwillWarning
 from twill.problem import RELAXABLE
+from twill.terminal import make_console
 
 __all__ = ["check_output", "load_graph", "main"]
 
-_err = Console(stderr=True)
+_err = make_console(stderr=True)
 
 
 def check_output(path: str | os.PathLike[str], *, folder: bool = False) -> Path:
@@ -221,7 +221,7 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
     out = check_output(args.json) if args.json else None
     graph = load_graph(args.file, args.machine, _constexprs(args.constexpr), args.num_warps, args.num_stages,
                        args.loop)
-    console = Console()
+    console = make_console()
     console.print(f"[bold]{graph.name}[/]: {len(graph.ops)} ops, {len(graph.edges)} edges "
                   f"(from {graph.source or args.file})")
     started = time.monotonic()
@@ -280,7 +280,7 @@ def _read_schedule(path: str) -> Any:
 def _cmd_show(args: argparse.Namespace) -> int:
     from twill.show import render
 
-    Console().print(render(_read_schedule(args.file)))
+    make_console().print(render(_read_schedule(args.file)))
     return 0
 
 
@@ -293,7 +293,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         real = replace(sched.problem, options=replace(sched.problem.options, relax=frozenset()))
         sched = replace(sched, problem=real)
     found = violations(sched)
-    console = Console()
+    console = make_console()
     what_if = f" (a what-if schedule, solved with {', '.join(relaxed)} left out)" if relaxed else ""
     if not found:
         console.print(f"[green]{escape(args.file)}: valid[/] (every constraint family holds{what_if})")
@@ -319,7 +319,7 @@ def _cmd_machines(args: argparse.Namespace) -> int:
         units = ", ".join(f"{u.name}:{u.capacity}" for u in m.units.values())
         table.add_row(m.name, m.arch, m.description, units, f"{m.register_file} (<= {m.max_regs_per_thread})",
                       str(m.smem_per_cta), str(m.tmem_columns or "-"))
-    Console().print(table)
+    make_console().print(table)
     return 0
 
 

@@ -313,12 +313,11 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``twill explain``; exit 0 when a schedule exists, 1 when none does."""
-    from rich.console import Console
-
     from twill.cli import _constexprs, load_graph
+    from twill.terminal import make_console
 
     graph = load_graph(args.file, args.machine, _constexprs(args.constexpr))
-    console = Console()
+    console = make_console()
     options: dict[str, Any] = {"solver": args.solver, "time_limit": args.time_limit,
                                "max_groups": args.max_groups, "register_limit": args.register_limit,
                                "cross_group": not args.no_cross_group, "max_stages": args.max_stages,

@@ -247,7 +247,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``twill plot``."""
-    from rich.console import Console
+    from twill.terminal import make_console
 
     path = Path(args.file)
     if not path.is_file():
@@ -256,5 +256,5 @@ def run(args: argparse.Namespace) -> int:
 
     check_output(args.output)
     out = save(Schedule.from_json(path.read_text()), args.output, title=args.title, width=args.width)
-    Console().print(f"wrote {out}")
+    make_console().print(f"wrote {out}")
     return 0

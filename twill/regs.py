@@ -562,16 +562,15 @@ def add_parser(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``twill regs``: print the table, the register cliff and the spilling rows; returns 0."""
-    from rich.console import Console
-
     from twill.cli import check_output
+    from twill.terminal import make_console
 
     if args.json:
         check_output(args.json)
     reports = sweep(args.file, target=args.target, num_warps=args.num_warps, num_stages=args.num_stages,
                     constexprs=parse_constexprs(args.constexpr),
                     signature=parse_constexprs(args.signature, flag="--signature"))
-    console = Console()
+    console = make_console()
     console.print(render_table(reports))
     for cliff in find_cliffs(reports):
         if cliff.steepest:
@@ -589,9 +588,8 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m twill.regs ...``: the ``regs`` subcommand on its own."""
-    from rich.console import Console
-
     from twill.errors import TwillError
+    from twill.terminal import make_console
 
     parser = argparse.ArgumentParser(prog="twill")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -602,7 +600,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TwillError as exc:
         from rich.markup import escape
 
-        Console(stderr=True).print(f"[red]error[/] ({type(exc).__name__}): {escape(str(exc))}")
+        make_console(stderr=True).print(f"[red]error[/] ({type(exc).__name__}): {escape(str(exc))}")
         return 2
 
 

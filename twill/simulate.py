@@ -807,7 +807,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``twill simulate``."""
     from pathlib import Path
 
-    from rich.console import Console
+    from twill.terminal import make_console
 
     path = Path(args.file)
     if not path.is_file():
@@ -831,7 +831,7 @@ def run(args: argparse.Namespace) -> int:
 
         latencies = scaled
     result = simulate(sched, args.iterations, latencies, args.seed, unit_order=args.unit_order)
-    console = Console()
+    console = make_console()
     for line in result.summary():
         console.print(line)
     return 0
