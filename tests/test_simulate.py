@@ -129,6 +129,20 @@ def test_short_loops_run_and_balance_their_barriers(two_op, n, total):
     assert barrier.waits == n
 
 
+@pytest.mark.parametrize("latency", [1, 2, 3])
+def test_a_consumer_and_the_next_producer_at_the_same_moment_do_not_deadlock(latency):
+    """II 1, one group: C of iteration i and P of iteration i + latency start at the same cycle, and P's
+    register ring (depth = latency) needs C's release; the older iteration issues first."""
+    g = Graph("tie")
+    g.add_op("P", "alu", busy={"alu": 1}, regs=8)
+    g.add_op("C", "mufu", busy={"mufu": 1}, regs=8)
+    g.add_edge("P", "C", latency=latency)
+    s = twill.schedule(g, "h100")
+    assert (s.ii, s.slots["C"].start, s.buffer_depths()["P"]) == (1, latency, latency)
+    r = simulate(s, iterations=12)
+    assert r.total_cycles == latency + 12  # C of iteration 11 issues at latency + 11 and takes 1 cycle
+
+
 @pytest.mark.parametrize("n", [0, 1, 2, 3])
 def test_figure1_short_loops(fig1, n):
     r = simulate(fig1, n)

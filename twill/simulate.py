@@ -559,9 +559,12 @@ class _Engine:
         groups = sorted({g.index for g in schedule.warp_groups} | set(self.group.values()))
         self.program: dict[int, list[tuple[str, int]]] = {}
         for g in groups:
-            rows = [(start[v] + i * ii, rank[v], v, i) for v in self.sp.names if self.group[v] == g
+            # Ties in time: the older iteration first (every edge runs from an older or the same
+            # iteration, so this is a topological order; a consumer of iteration i then releases the
+            # buffer that the producer of iteration i + depth, issued at the same moment, reuses).
+            rows = [(start[v] + i * ii, i, rank[v], v) for v in self.sp.names if self.group[v] == g
                     for i in range(n)]
-            self.program[g] = [(v, i) for _, _, v, i in sorted(rows)]
+            self.program[g] = [(v, i) for _, i, _, v in sorted(rows)]
         lookback = max((-s for rows in self.rrt.values() for _, s, _, _ in rows if s < 0), default=0)
         self.units = _Units(p.resources.units, lookback)
         # Each instance's predecessor on each unit it uses, in the schedule's order of reservation starts.
@@ -569,9 +572,9 @@ class _Engine:
         if ordered:
             first, raw_first = _first_use(self.sp), _first_use(p)
             for unit in p.resources.units:
-                seq = sorted((start[v] + i * ii + first[v][unit], rank[v], v, i)
+                seq = sorted((start[v] + i * ii + first[v][unit], i, rank[v], v)
                              for v in self.sp.names if unit in first[v] for i in range(n))
-                for (_, _, w, k), (_, _, v, i) in itertools.pairwise(seq):
+                for (_, k, _, w), (_, i, _, v) in itertools.pairwise(seq):
                     self.unit_prev.setdefault((v, i), []).append(
                         (unit, (w, k), timing.t(raw_first[v][unit]), timing.t(raw_first[w][unit])))
         for op in p.ops:
