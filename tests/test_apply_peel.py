@@ -31,8 +31,12 @@ LOOP = """module {
 }"""
 
 
+def _i32(v: int) -> int:
+    return (v + 2**31) % 2**32 - 2**31
+
+
 def _eval_bounds(text: str, lb: int, ub: int) -> dict[str, int]:
-    """Evaluate the integer arith lines before the loop (C semantics: divsi truncates toward zero)."""
+    """Evaluate the integer arith lines before the loop as i32 (wrapping; divui on the unsigned bits)."""
     env: dict[str, int] = {"%lb": lb, "%ub": ub}
     for line in text.split("\n"):
         if "scf.for" in line:
@@ -53,33 +57,40 @@ def _eval_bounds(text: str, lb: int, ub: int) -> dict[str, int]:
             env[name] = vals[1] if vals[0] else vals[2]
         else:
             a, b = vals
-            env[name] = {"subi": a - b, "addi": a + b, "muli": a * b,
-                         "divsi": int(a / b) if b else 0}[op]
+            if op == "divui":
+                env[name] = _i32((a % 2**32) // (b % 2**32))
+            else:
+                env[name] = _i32({"subi": a - b, "addi": a + b, "muli": a * b}[op])
     return env
 
 
-def test_peeled_loop_runs_every_iteration_once() -> None:
-    new, peel = peel_last_iteration(LOOP)
+@pytest.mark.parametrize(("step", "lbs", "ubs"), [
+    (3, (0, 2, 5), range(-2, 14)),
+    (1, (-3, 0), range(-4, 6)),
+    (10**9, (-15 * 10**8, 0), (-10**9, 0, 1, 10**9, 15 * 10**8, 2**31 - 1)),  # spans past 2**31
+])
+def test_peeled_loop_runs_every_iteration_once(step: int, lbs: tuple[int, ...], ubs: range) -> None:
+    new, peel = peel_last_iteration(LOOP.replace("%c3 = arith.constant 3", f"%c3 = arith.constant {step}"))
     assert peel is not None and peel.predicates == ("%p",)
     bound = re.search(r"scf\.for %iv = %lb to (%\w+) step %c3", new).group(1)
     guard = re.search(r"= scf\.if (%\w+) -> \(f32, f32\)", new).group(1)
-    for lb in (0, 2, 5):
-        for ub in range(-2, 14):
+    for lb in lbs:
+        for ub in ubs:
             env = _eval_bounds(new, lb, ub)
-            steady = list(range(lb, env[bound], 3))
-            peeled = [env["%tpe_last"]] if env[guard] else []
-            assert steady + peeled == list(range(lb, ub, 3)), (lb, ub)
+            steady = list(range(lb, env[bound], step))
+            peeled = [env["%peel0_last"]] if env[guard] else []
+            assert steady + peeled == list(range(lb, ub, step)), (lb, ub)
 
 
 def test_the_copy_has_its_stage_predicate_false_and_its_own_names() -> None:
     new, _ = peel_last_iteration(LOOP)
     copy = new.split("scf.if")[1].split("} else {")[0]
-    assert "%tpe_p = arith.constant false" in copy
-    assert "%tpe_n = arith.mulf %r#1, %x : f32" in copy  # iter_args -> the loop's results
-    assert "%tpe_2 = arith.addf %r#0, %r#1 : f32" in copy  # a numeric name gets a valid prefixed one
-    assert "scf.yield %tpe_2, %tpe_s : f32, f32" in copy
+    assert "%peel0_c_p = arith.constant false" in copy
+    assert "%peel0_c_n = arith.mulf %r#1, %x : f32" in copy  # iter_args -> the loop's results
+    assert "%peel0_c_2 = arith.addf %r#0, %r#1 : f32" in copy  # a numeric name gets a valid prefixed one
+    assert "scf.yield %peel0_c_2, %peel0_c_s : f32, f32" in copy
     # Uses after the loop read the peeled iteration's results; the else branch passes the loop's through.
-    assert "%o = arith.addf %tpe_peeled#0, %tpe_peeled#1 : f32" in new
+    assert "%o = arith.addf %peel0_out#0, %peel0_out#1 : f32" in new
     assert "scf.yield %r#0, %r#1 : f32, f32" in new
 
 
@@ -105,7 +116,58 @@ def test_the_copy_parses_and_the_dead_early_stage_work_goes(tmp_path: Path) -> N
         "%lim = arith.subi", "%x2 = arith.addi %iv, %c1 : i32\n      %lim = arith.subi"),
     LOOP.replace("%lim = arith.subi %ub, %c3", "%lim = arith.subi %lb, %c3"),
     LOOP.replace("iter_args(%acc = %cst, %nxt = %x) -> (f32, f32)", "iter_args(%acc = %cst) -> (f32, f32)"),
+    LOOP.replace("%lim = arith.subi %ub, %c3", "%lim = arith.subi %ub, %c1"),  # 1 < step: can be true
+    LOOP.replace("step %c3 iter_args", "step %lb iter_args"),  # a step that is not a constant
 ])
 def test_a_loop_in_another_form_is_left_alone(text: str) -> None:
-    """No stage predicate ``iv < ub - k * step``, or iter_args that do not match the results."""
+    """No predicate ``iv < ub - c`` with a constant ``c >= step``, or iter_args that do not match."""
     assert peel_last_iteration(text) == (text, None)
+
+
+def _parses(text: str, tmp_path: Path) -> str:
+    from triton._C.libtriton import ir, passes
+
+    ctx = ir.context()
+    ir.load_dialects(ctx)
+    path = tmp_path / "peeled.mlir"
+    path.write_text(text)
+    module = ir.parse_mlir_module(str(path), ctx)
+    pm = ir.pass_manager(ctx)
+    passes.common.add_canonicalizer(pm)
+    pm.run(module, "peel-test")
+    return str(module)
+
+
+def test_a_predicate_that_can_hold_in_the_last_iteration_is_kept(tmp_path: Path) -> None:
+    """``iv < ub - 1`` with step 3 is true in a last iteration at ub - 3: it must not become false."""
+    text = LOOP.replace("      %n = arith.mulf", "      %lim1 = arith.subi %ub, %c1 : i32\n"
+                        "      %q = arith.cmpi slt, %iv, %lim1 : i32\n      %n = arith.mulf").replace(
+        "%2 = arith.addf %acc, %nxt : f32", "%sel = arith.select %q, %nxt, %x : f32\n"
+        "      %2 = arith.addf %acc, %sel : f32")
+    new, peel = peel_last_iteration(text)
+    assert peel is not None and peel.predicates == ("%p",)
+    assert "%peel0_c_q = arith.cmpi slt, %peel0_last, %peel0_c_lim1 : i32" in new
+    _parses(new, tmp_path)
+
+
+def test_names_never_collide_with_the_kernels_own(tmp_path: Path) -> None:
+    """Triton names values after Python variables: off, last, one, has, ... and even peel0_*."""
+    text = LOOP.replace("%n = arith.mulf %nxt, %x", "%off = arith.mulf %nxt, %x").replace(
+        "%s = arith.select %p, %n, %cst", "%s = arith.select %p, %off, %cst").replace(
+        "%2 = arith.addf %acc, %nxt", "%peel0_last = arith.addf %acc, %nxt").replace(
+        "scf.yield %2, %s", "scf.yield %peel0_last, %s")
+    new, _ = peel_last_iteration(text)
+    assert "%peel1_last = arith.select" in new and "%peel1_c_off = arith.mulf" in new
+    _parses(new, tmp_path)
+
+
+def test_only_the_loops_own_function_and_no_string_is_rewritten() -> None:
+    later = ('  tt.func @g(%x: f32) -> f32 {\n'
+             '    %r:2 = "test.op"() {note = "uses %r#0 and %p"} : () -> (f32, f32)\n'
+             '    tt.return %r#0 : f32\n  }\n}')
+    text = LOOP[:LOOP.rindex("}")] + later
+    new, _ = peel_last_iteration(text)
+    assert new.endswith(later)  # the second function's %r is its own
+    inline = LOOP.replace("%n = arith.mulf %nxt, %x : f32", '%n = arith.mulf %nxt, %x {s = "%n %iv"} : f32')
+    new, _ = peel_last_iteration(inline)
+    assert '%peel0_c_n = arith.mulf %r#1, %x {s = "%n %iv"} : f32' in new

@@ -30,6 +30,7 @@ from twill.apply_compile import PEEL_KEY, CompileStats, compiled_stats, finish_c
 from twill.apply_kernel import AppliedKernel
 from twill.apply_map import ApplyError, OpSlot, partition_plan, plan_placement
 from twill.apply_rewrite import read_slots, rewrite_ttgir
+from twill.errors import FrontendError
 from twill.machine import Machine
 from twill.schedule import Schedule
 
@@ -142,31 +143,39 @@ def _early_compute(schedule: Schedule, placement: Any) -> list[str]:
                    and s.node not in streaming and s.stage < placement.max_stage})
 
 
+_WASTE = ("the last iteration still works for an iteration that does not exist: its loads and barrier "
+          "waits predicated off, the early stages' ops ({ops}) computed and thrown away")
+
+
 def _peeled(spec: Any, text: str, target: str, num_stages: int, invariant: int, compiled: Any,
             stats: CompileStats, early: list[str]) -> tuple[Any, CompileStats, str, bool]:
     """Compile ``text`` again with the last iteration peeled (:mod:`twill.apply_peel`) and keep that kernel
-    only if ptxas spills no more bytes in it than in ``compiled``: the peeled copy of the body shares the
-    function's registers, and on the sub-tiled FA forward (already spilling) it tripled the spills and
-    cut the throughput by up to 2.8x on an H200 (``benchmarks/h200_attention.md``). Returns the kernel and
-    statistics to keep, the report line, and whether it is a kept (not a dropped) item."""
-    ops = ", ".join(early)
-    peeled = finish_compile(spec, text, target=target, num_stages=num_stages, peel=True)
+    only if it compiles and ptxas spills no more bytes (stores + loads) in it than in ``compiled``: the
+    peeled copy of the body shares the function's registers, and on the sub-tiled FA forward (already
+    spilling) it raised the spill bytes 1.7x (h200 schedule) and 2.5x (h100) and cut the throughput by
+    up to 2.8x on an H200 (``benchmarks/h200_attention.md``). Returns the kernel and statistics to keep,
+    the report line, and whether it is a kept (not a dropped) item."""
+    waste = _WASTE.format(ops=", ".join(early))
+    try:
+        peeled = finish_compile(spec, text, target=target, num_stages=num_stages, peel=True)
+    except FrontendError as exc:
+        return compiled, stats, (f"epilogue not peeled: the peeled kernel did not compile ({exc}); "
+                                 f"{waste}"), False
     done = getattr(peeled.metadata, PEEL_KEY, None)
     if not done:
-        return compiled, stats, ("epilogue not peeled (the pipelined loop is not in the form "
-                                 "twill.apply_peel reads): the last iteration still runs the early stages' "
-                                 f"ops ({ops}) for an iteration that does not exist, predicated off"), False
+        return compiled, stats, (f"epilogue not peeled (the pipelined loop is not in the form "
+                                 f"twill.apply_peel reads): {waste}"), False
     peeled_stats = compiled_stats(peeled, target=target, invariant_loads=invariant)
     spills, peeled_spills = (st.spill_store_bytes + st.spill_load_bytes for st in (stats, peeled_stats))
     if peeled_spills > spills:
         return compiled, stats, (f"epilogue not peeled: with the last iteration peeled ptxas spills "
-                                 f"{peeled_spills} B per thread instead of {spills}, so the last iteration "
-                                 f"still runs the early stages' ops ({ops}) predicated off"), False
-    preds = ", ".join(done["predicates"])
-    return peeled, peeled_stats, ("epilogue: the loop's last iteration is peeled after it (final TTGIR line "
-                                  f"{done['loop_line']}; stage predicates {preds} are false there), so the "
-                                  f"early stages' ops ({ops}) are not issued for an iteration that does not "
-                                  "exist"), True
+                                 f"{peeled_spills} B per thread (stores + loads) instead of {spills}; "
+                                 f"{waste}"), False
+    return peeled, peeled_stats, ("epilogue: the loop's last iteration is peeled after it (a copy of the "
+                                  f"body in which {done['stage_predicates']} stage predicate(s) iv < ub - c, "
+                                  "c >= step, are false), so the early stages' ops "
+                                  f"({', '.join(early)}) are not issued for an iteration past the end in "
+                                  "its last run"), True
 
 
 def _kept_dropped(schedule: Schedule, target: str, rewrite: Any, prefetch: int, placement: Any,
@@ -290,14 +299,17 @@ def apply(schedule: Schedule, kernel: Any, *, prefetch: int | None = None,
     applied = None
     invariant = sum(1 for op in lowering.module.ops() if op.name in ("tt.descriptor_load", "tt.load")
                     and lowering.loop not in op.ancestors())
-    early = _early_compute(schedule, placement) if target == "sm_90" and peel else []
+    early = _early_compute(schedule, placement)
     if compile:
         compiled = finish_compile(spec, rewrite.text, target=target, num_stages=num_stages)
         stats = compiled_stats(compiled, target=target, invariant_loads=invariant)
-        if early:
+        if early and target == "sm_90" and peel:
             compiled, stats, note, peeled = _peeled(spec, rewrite.text, target, num_stages, invariant,
                                                     compiled, stats, early)
             (kept if peeled else dropped).append(note)
+        elif early:
+            why = "--no-peel / peel=False" if target == "sm_90" else "twill peels only sm_90 loops"
+            dropped.append(f"epilogue not peeled ({why}): " + _WASTE.format(ops=", ".join(early)))
         checks.append("the compiled loop is software-pipelined" if stats.pipelined else
                       "WARNING: Triton did not pipeline the loop (it fell back to a synchronous loop)")
         if plan is not None:

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from twill import apply_peel
 from twill.apply_peel import peel_last_iteration
 from twill.errors import FrontendError
 from twill.frontend.ttgir_text import split_top_level
@@ -71,9 +72,13 @@ def tail_passes(pm: Any, options: Any, capability: int) -> None:
     passes.common.add_canonicalizer(pm)
 
 
+_PEEL_CODE = hashlib.sha256(Path(apply_peel.__file__).read_bytes()).hexdigest()[:16]
+"""Digest of :mod:`twill.apply_peel`'s source, in the cache key of a peeled compile (a changed peel must
+not reuse a cubin that Triton cached for the old one)."""
+
 PEEL_KEY = "twill_peel"
 """Metadata key of a compiled kernel whose last loop iteration twill peeled (:mod:`twill.apply_peel`): a
-dict with the peeled loop's line in the final TTGIR and the stage predicates made ``false`` in the copy."""
+dict with ``stage_predicates``, how many predicates of the loop body are ``false`` in the peeled copy."""
 
 
 @contextmanager
@@ -102,7 +107,7 @@ def _ttgir_override(path: Path, peel: bool) -> Iterator[None]:
                     passes.common.add_canonicalizer(pm)
                     passes.common.add_cse(pm)
                     pm.run(edited, "twill_peel")
-                    metadata[PEEL_KEY] = {"loop_line": done.loop_line, "predicates": list(done.predicates)}
+                    metadata[PEEL_KEY] = {"stage_predicates": len(done.predicates)}
             metadata["tensordesc_meta"] = edited.get_tensordesc_metadata()
             return edited
 
@@ -167,7 +172,7 @@ def finish_compile(spec: Any, ttgir: str, *, target: str, num_stages: int, divis
                 compiled = triton.compile(src, target=GPUTarget("cuda", capability, 32),
                                           options={"num_warps": spec.num_warps, "num_stages": num_stages},
                                           _env_vars={"TWILL_APPLY_TTGIR": digest,
-                                                     "TWILL_APPLY_PEEL": str(int(peel))})
+                                                     "TWILL_APPLY_PEEL": _PEEL_CODE if peel else "0"})
         except Exception as exc:  # Triton raises RuntimeError, CompilationError, AssertionError, ...
             raise FrontendError(f"Triton cannot finish the compile of {spec.name!r} for {target} from the "
                                 f"applied TTGIR: {type(exc).__name__}: {str(exc).strip()[:2000]}"
