@@ -152,7 +152,7 @@ def _peeled(spec: Any, text: str, target: str, num_stages: int, invariant: int, 
     """Compile ``text`` again with the last iteration peeled (:mod:`twill.apply_peel`) and keep that kernel
     only if it compiles and ptxas spills no more bytes (stores + loads) in it than in ``compiled``: the
     peeled copy of the body shares the function's registers, and on the sub-tiled FA forward (already
-    spilling) it raised the spill bytes 1.7x (h200 schedule) and 2.5x (h100) and cut the throughput by
+    spilling) it raised the spill bytes 2.4x (h200 schedule) and 2.2x (h100) and cut the throughput by
     up to 2.8x on an H200 (``benchmarks/h200_attention.md``). Returns the kernel and statistics to keep,
     the report line, and whether it is a kept (not a dropped) item."""
     waste = _WASTE.format(ops=", ".join(early))

@@ -6,8 +6,8 @@ barrier waits predicated off, its arithmetic computed and thrown away). For a sc
 in a non-last stage (twill's FA forward issues the QK GEMM and the softmax of iteration ``i + 1`` beside
 the PV GEMM of iteration ``i``), the last run still issues that GEMM (twill wraps it in an ``scf.if``
 whose two branches both issue it, :mod:`twill.apply_rewrite`) and computes that softmax: about half an
-iteration of wasted work per CTA (measured on an H200 at N = 1024, 8 iterations: 398 TFLOP/s unpeeled,
-415 peeled, ``benchmarks/h200_attention.md``).
+iteration of wasted work per CTA (measured on an H200 at N = 1024, 8 iterations: 400 TFLOP/s unpeeled,
+417 peeled, ``benchmarks/h200_attention.md``).
 
 :func:`peel_last_iteration` rewrites the final TTGIR (after all of Triton's TTGIR passes) the way a code
 generator emits a pipelined loop's epilogue: the loop stops one iteration early, and a copy of its body
