@@ -131,6 +131,39 @@ def test_compiled_partition_regions_hold_the_groups_ops(sm100) -> None:
     assert {p for p, ops in regions.items() if ops.get("ttng.async_tma_copy_global_to_local")} == {load_part}
 
 
+def test_triton_apart_pairs_the_s_load_with_every_mma() -> None:
+    from twill.apply import triton_apart
+
+    schedule = _schedule("b200")
+    # S = QK^T is read from TMEM in its own iteration (qk); the MMAs are the QK and PV GEMMs.
+    assert triton_apart(schedule.problem) == (("out", "qk"), ("qk", "qk_gemm"))
+
+
+def test_sm100_refuses_a_schedule_triton_cannot_warp_specialize(tmp_path: Path) -> None:
+    data = json.loads((DATA / "apply_attn_fwd.b200.json").read_text())
+    mma_group = next(o["warp_group"] for o in data["ops"] if o["name"] == "qk_gemm")
+    for op in data["ops"]:
+        if op["name"] == "qk":
+            op["warp_group"] = mma_group
+    for group in data["warp_groups"]:
+        group["ops"] = sorted({*group["ops"], "qk"} if group["index"] == mma_group else
+                              set(group["ops"]) - {"qk"})
+    data["warp_groups"] = [g for g in data["warp_groups"] if g["ops"]]
+    with pytest.raises(ApplyError, match=r"qk and qk_gemm \(group \d+\); Triton 3\.6's warp specialization"):
+        apply(Schedule.from_dict(data), KERNEL, output_dir=tmp_path / "out", compile=False)
+
+
+def test_cli_apply_solves_b200_with_the_triton_pairs_apart(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """From a fresh solve to a warp-specialized cubin (Triton 3.6 failed on the unconstrained optimum)."""
+    code = main(["apply", KERNEL, "--machine", "b200", "-o", str(tmp_path / "out"), "--no-baseline"])
+    assert code == 0, capsys.readouterr().err
+    sched = Schedule.from_json((tmp_path / "out" / "schedule.json").read_text())
+    assert set(sched.problem.options.apart) == {("out", "qk"), ("qk", "qk_gemm")}
+    assert "compiled ttg.warp_specialize has" in capsys.readouterr().out
+    assert (tmp_path / "out" / "attn_fwd.cubin").stat().st_size > 10_000
+
+
 def test_schedule_of_another_loop_is_rejected() -> None:
     data = json.loads((DATA / "apply_attn_fwd.h100.json").read_text())
     # A consistent schedule of a loop with an op "beta" where the kernel has "alpha" (renamed everywhere:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -302,3 +303,45 @@ def test_window_limit_skips_undecided_windows_and_says_so(monkeypatch: pytest.Mo
     undecided = [a for a in s.certificate.attempts if a.ii == exact.ii and a.phase == "joint"]
     assert undecided and all(a.status == "timeout" and "window_limit" in a.reason for a in undecided)
     twill.verify(s)
+
+
+# ----------------------------------------------------------------------------------------- apart pairs
+def test_apart_keeps_two_ops_on_different_groups_and_is_checked_and_saved():
+    s = twill.schedule(figure1_graph(), "h100", apart=[("P", "S")])
+    assert s.problem.options.apart == (("P", "S"),)
+    assert s.group["S"] != s.group["P"]
+    assert violations(s) == []
+    again = Schedule.from_json(s.to_json())
+    assert again.problem.options.apart == (("P", "S"),) and violations(again) == []
+    # A schedule that puts them together breaks the "apart" family.
+    g = s.group["S"]
+    together = {n: replace(slot, warp_group=g) if n == "P" else slot for n, slot in s.slots.items()}
+    groups = tuple(replace(w, ops=tuple(sorted({*w.ops, "P"})) if w.index == g else
+                           tuple(o for o in w.ops if o != "P")) for w in s.warp_groups)
+    found = violations(replace(s, slots=together, warp_groups=tuple(w for w in groups if w.ops)))
+    assert "apart" in [e.family for e in found]
+
+
+@pytest.mark.parametrize(("apart", "message"), [
+    ([("S", "X")], "apart: 'X' of the pair ('S', 'X') is not an op of 'figure1'"),
+    ([("S", "S")], "apart: ('S', 'S') is not a pair of two different op names"),
+    (["SP"], "apart: 'SP' is not a pair of two different op names"),
+])
+def test_apart_names_a_bad_pair(apart, message):
+    from twill.errors import OptionsError
+
+    with pytest.raises(OptionsError, match=re.escape(message)):
+        twill.schedule(figure1_graph(), "h100", apart=apart)
+
+
+def test_cli_apart(tmp_path):
+    from pathlib import Path
+
+    from twill.cli import main
+
+    out = tmp_path / "s.json"
+    paper = Path(__file__).resolve().parents[1] / "twill" / "paper.py"
+    assert main(["schedule", f"{paper}::figure1_graph", "--machine", "h100", "--apart", "S,P",
+                 "--json", str(out)]) == 0
+    s = Schedule.from_json(out.read_text())
+    assert s.problem.options.apart == (("P", "S"),) and s.group["S"] != s.group["P"]

@@ -134,8 +134,8 @@ def ws(quick_h100) -> Schedule:
 
 def test_families_listed():
     assert set(FAMILIES) == {"uniqueness", "consistency", "completion", "stages", "dependence", "cross_warp",
-                             "capacity", "memory", "registers", "register_file", "variable_latency",
-                             "group_shape", "blocking"}
+                             "apart", "capacity", "memory", "registers", "register_file",
+                             "variable_latency", "group_shape", "blocking"}
 
 
 def test_solved_schedules_pass(fig1, ws):
@@ -362,5 +362,6 @@ def test_blocking(quick_h100):
 
 def test_every_family_has_a_planted_case():
     tested = {"uniqueness", "consistency", "completion", "stages", "dependence", "cross_warp", "capacity",
-              "memory", "registers", "register_file", "variable_latency", "group_shape", "blocking"}
+              "memory", "registers", "register_file", "variable_latency", "group_shape", "blocking",
+              "apart"}  # planted in tests/test_schedule.py::test_apart_keeps_two_ops_on_different_groups...
     assert tested == set(FAMILIES)

@@ -34,7 +34,7 @@ from twill.errors import FrontendError
 from twill.machine import Machine
 from twill.schedule import Schedule
 
-__all__ = ["AppliedKernelResult", "ApplyError", "ApplyReport", "add_parser", "apply", "run"]
+__all__ = ["AppliedKernelResult", "ApplyError", "ApplyReport", "add_parser", "apply", "run", "triton_apart"]
 
 
 @dataclass(frozen=True)
@@ -134,6 +134,40 @@ class AppliedKernelResult:
     kernel: AppliedKernel | None
     report: ApplyReport
     ttgir: str
+
+
+def triton_apart(graph: Any) -> tuple[tuple[str, str], ...]:
+    """Op pairs Triton 3.6's warp specialization cannot put in one partition (sm_100).
+
+    The TMEM load of an MMA's result in the same iteration (``kind`` ``tmem_load`` at the end of a TMEM
+    edge of distance 0 from a ``gemm``) and any tcgen05 MMA (``kind`` ``gemm``): with such a load in a
+    partition that issues an MMA, Triton's ``RemoveTMEMTokens`` pass leaves a loop-carried TMEM token
+    yielded from inside a partition region ("'scf.yield' op using value defined outside the region",
+    the FA forward with S's load beside its own MMA) or ``NVWSInsertAref`` fails (the sub-tiled FA
+    forward, with one sub-tile's S load beside the other's MMA). Found on 2026-11-30 by compiling twill's
+    b200 FA forward schedules: each failed, and each compiled once re-solved with these pairs apart (same
+    II, 127 and 94 units). An accumulator read in the next iteration (distance 1) beside its MMA compiles
+    and is not constrained. ``graph`` is a :class:`~twill.graph.Graph` or a :class:`~twill.problem.Problem`.
+    """
+    loads = {e.dst for e in graph.edges if e.carrier == "tmem" and e.distance == 0
+             and graph.op(e.src).kind == "gemm" and graph.op(e.dst).kind == "tmem_load"}
+    mmas = {e.src for e in graph.edges if graph.op(e.src).kind == "gemm"} | {
+        e.dst for e in graph.edges if graph.op(e.dst).kind == "gemm"}
+    return tuple(sorted(tuple(sorted((load, mma))) for load in loads for mma in mmas))
+
+
+def _refuse_triton_partitions(schedule: Schedule) -> None:
+    """sm_100: a schedule that puts a :func:`triton_apart` pair on one warp group cannot be compiled."""
+    together = [(a, b) for a, b in triton_apart(schedule.problem)
+                if schedule.slots[a].warp_group == schedule.slots[b].warp_group]
+    if together:
+        pairs = ", ".join(f"{a} and {b} (group {schedule.slots[a].warp_group})" for a, b in together)
+        apart = " ".join(f"--apart {a},{b}" for a, b in triton_apart(schedule.problem))
+        raise ApplyError(f"the schedule puts a tcgen05 MMA and a TMEM load of an MMA result on one warp "
+                         f"group: {pairs}; Triton 3.6's warp specialization cannot compile that (its "
+                         "RemoveTMEMTokens / NVWSInsertAref passes fail). Solve with them apart (twill "
+                         f"schedule ... {apart}, or twill.schedule(..., "
+                         "apart=twill.apply.triton_apart(graph))); twill apply does so itself when it solves")
 
 
 def _early_compute(schedule: Schedule, placement: Any) -> list[str]:
@@ -278,6 +312,8 @@ def apply(schedule: Schedule, kernel: Any, *, prefetch: int | None = None,
     _refuse_unsupported(snaps, target)
     lowering = lower_loop(parse_ttgir(snaps.scheduled), machine, name=spec.name)
     placement = plan_placement(schedule, lowering, prefetch=prefetch)
+    if target == "sm_100":
+        _refuse_triton_partitions(schedule)
     plan = partition_plan(schedule, lowering, placement) if target == "sm_100" else None
     rewrite = rewrite_ttgir(snaps.scheduled, placement, lowering, target=target,
                             partitions=plan.lines if plan else None,
@@ -458,8 +494,9 @@ def run(args: argparse.Namespace) -> int:
         target = target_for(load_machine(args.machine))
         _refuse_unsupported(compile_to_ttgir(load_kernel(args.file), target=target), target)  # before solving
         graph = graph_from_kernel(args.file, args.machine)
+        apart = triton_apart(graph) if target == "sm_100" else ()
         with console.status(f"solving {graph.name} for {args.machine}..."):
-            sched = solve(graph, args.machine, time_limit=args.time_limit)
+            sched = solve(graph, args.machine, time_limit=args.time_limit, apart=apart)
     result = apply(sched, args.file, prefetch=args.prefetch, output_dir=args.output,
                    compile=not args.no_compile, baseline=not args.no_baseline, peel=not args.no_peel,
                    machine=args.machine)

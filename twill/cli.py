@@ -233,7 +233,8 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
                 register_limit=args.register_limit, cross_group=not args.no_cross_group,
                 max_stages=args.max_stages, stage_slack=args.stage_slack, prefetch=args.prefetch,
                 normalize_upper=args.normalize_upper, window_limit=args.window_limit,
-                ranges=not args.no_ranges, relax=frozenset(args.relax), progress=_progress(status))
+                ranges=not args.no_ranges, relax=frozenset(args.relax),
+                apart=[tuple(pair.split(",")) for pair in args.apart], progress=_progress(status))
     except InterruptedSolveError as exc:
         if exc.schedule is not None:  # the best schedule found before Ctrl-C, marked not proven
             if out is not None:
@@ -347,6 +348,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--register-limit", type=int, help="registers per thread per warp group")
     p.add_argument("--no-cross-group", action="store_true",
                    help="forbid register values crossing warp groups")
+    p.add_argument("--apart", action="append", default=[], metavar="OP,OP",
+                   help="keep these two ops on different warp groups (repeatable; a code generator's rule)")
     p.add_argument("--max-stages", type=int, help="largest number of pipeline stages")
     p.add_argument("--stage-slack", type=int, default=1,
                    help="stage windows tried per II beyond the modulo schedule's (0: paper's Algorithm 1)")

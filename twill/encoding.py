@@ -184,6 +184,8 @@ class Encoder(ModularModel):
                                    self.before(e.src, delay, e.dst, 0, kv=e.distance)))
             if e.carrier == "register" and not self.p.options.cross_group:
                 self.add(self.same(e.src, e.dst))
+        for a, b in self.p.options.apart:  # a code generator's rule (Options.apart)
+            self.add(m.Not(self.same(a, b)))
 
     def conditional(self, unit: str) -> list[_Booking]:
         """The SMEM-port traffic of register hand-offs (:meth:`Problem.transfers`) on ``unit``: a

@@ -71,6 +71,10 @@ class Options:
     relax : frozenset of str
         Constraint families to leave out (names in :data:`RELAXABLE`); the solver, the verifier and the
         resource checks all skip them. Empty for a real schedule.
+    apart : tuple of (str, str)
+        Pairs of ops that must sit on different warp groups: a code generator's rule, not the machine's
+        (``twill apply`` for sm_100 asks that a tcgen05 MMA and the TMEM load of its result be apart,
+        which Triton 3.6's warp specialization needs, :func:`twill.apply.triton_apart`). Stored sorted.
     """
 
     max_groups: int | None = None
@@ -82,6 +86,7 @@ class Options:
     prefetch: int = 1
     max_ii: int | None = None
     relax: frozenset[str] = frozenset()
+    apart: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         unknown = sorted(map(str, set(self.relax) - set(RELAXABLE)))
@@ -105,12 +110,20 @@ class Options:
                 or any(isinstance(r, bool) or not isinstance(r, int) for r in self.register_plan)):
             raise OptionsError(f"register_plan={list(self.register_plan)!r} must be a non-empty list of "
                                f"integers (setmaxnreg budgets, one per warp group)", option="register_plan")
+        pairs = []
+        for pair in self.apart:
+            if (isinstance(pair, str) or len(pair) != 2 or not all(isinstance(n, str) for n in pair)
+                    or pair[0] == pair[1]):
+                raise OptionsError(f"apart: {pair!r} is not a pair of two different op names", option="apart")
+            pairs.append(tuple(sorted(pair)))
+        object.__setattr__(self, "apart", tuple(sorted(set(pairs))))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form."""
         out = dict(self.__dict__)
         out["register_plan"] = list(self.register_plan) if self.register_plan else None
         out["relax"] = sorted(self.relax)
+        out["apart"] = [list(pair) for pair in self.apart]
         return out
 
     @classmethod
@@ -118,7 +131,8 @@ class Options:
         """Inverse of :meth:`to_dict`."""
         plan = data.get("register_plan")
         return cls(**{**dict(data), "register_plan": tuple(plan) if plan else None,
-                      "relax": frozenset(data.get("relax", ()))})
+                      "relax": frozenset(data.get("relax", ())),
+                      "apart": tuple(tuple(pair) for pair in data.get("apart", ()))})
 
 
 @dataclass(frozen=True)
@@ -526,6 +540,12 @@ def build_problem(graph: Graph, machine: Machine, options: Options | None = None
     """
     options = options or Options()
     graph.check(machine.unit_names)
+    names = {op.name for op in graph.ops}
+    for pair in options.apart:
+        missing = [n for n in pair if n not in names]
+        if missing:
+            raise OptionsError(f"apart: {', '.join(map(repr, missing))} of the pair {pair} is not an op of "
+                               f"{graph.name!r}", option="apart")
     edges = tuple(
         Edge(index=i, src=d.src, dst=d.dst, latency=graph.edge_latency(d), distance=d.distance,
              blocking=d.blocking, carrier=d.carrier, cross=_cross_cost(graph, d, machine),

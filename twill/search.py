@@ -20,7 +20,7 @@ import logging
 import math
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -145,6 +145,7 @@ def schedule(
     prefetch: int | None = None,
     max_ii: int | None = None,
     relax: frozenset[str] | set[str] | tuple[str, ...] = frozenset(),
+    apart: Sequence[tuple[str, str]] = (),
     normalize_upper: int = 300,
     window_limit: float | None = None,
     ranges: bool = True,
@@ -182,6 +183,9 @@ def schedule(
     relax : set of str
         Constraint families to leave out (:data:`twill.problem.RELAXABLE`), for what-if questions
         (:mod:`twill.explain`); the answer is then not a schedule the machine can run.
+    apart : sequence of (str, str)
+        Pairs of ops to keep on different warp groups (:class:`twill.problem.Options`), a code
+        generator's rule; the II is then optimal among the schedules that keep them apart.
     normalize_upper : int
         ``U`` of the cost normalization (paper §5.2: 300). A smaller ``U`` is a coarser time grid: fewer
         IIs between the MII and a register-bound optimum (the paper's FA backward ran at II 15-20).
@@ -227,7 +231,8 @@ def schedule(
                            f"{mach.max_regs_per_thread} registers per thread", option="register_limit")
     common = dict(max_groups=max_groups, register_limit=register_limit,
                   register_plan=tuple(register_plan) if register_plan else None, cross_group=cross_group,
-                  max_stages=max_stages, stage_slack=stage_slack, max_ii=max_ii, relax=frozenset(relax))
+                  max_stages=max_stages, stage_slack=stage_slack, max_ii=max_ii, relax=frozenset(relax),
+                  apart=tuple(apart))
 
     def solve(depth: int, limit: float | None) -> Schedule:
         return _schedule(graph, mach, Options(**common, prefetch=depth), solver=solver, ilp=ilp,

@@ -24,8 +24,8 @@ from twill.schedule import Schedule, group_role
 
 __all__ = ["FAMILIES", "verify", "violations"]
 
-FAMILIES = ("uniqueness", "consistency", "completion", "stages", "dependence", "cross_warp", "capacity",
-            "memory", "registers", "register_file", "variable_latency", "group_shape", "blocking")
+FAMILIES = ("uniqueness", "consistency", "completion", "stages", "dependence", "cross_warp", "apart",
+            "capacity", "memory", "registers", "register_file", "variable_latency", "group_shape", "blocking")
 
 
 def verify(schedule: Schedule) -> None:
@@ -112,6 +112,10 @@ def _dependence(s: Schedule) -> Iterator[ScheduleError]:
             yield ScheduleError(f"{e.label}: register value crosses from warp group {group[e.src]} to "
                                 f"{group[e.dst]}, but cross-group communication is forbidden",
                                 family="cross_warp", op=e.dst)
+    for a, b in s.problem.options.apart:
+        if group[a] == group[b]:
+            yield ScheduleError(f"{a} and {b} share warp group {group[a]}, but the options keep them apart",
+                                family="apart", op=b)
 
 
 def _capacity(s: Schedule) -> Iterator[ScheduleError]:
