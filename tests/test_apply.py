@@ -246,6 +246,7 @@ def test_a_compile_triton_refuses_quotes_its_diagnostics(capfd: pytest.CaptureFi
         finish_compile(spec, "module { garbage", target="sm_90", num_stages=3)
     log = Path(str(info.value).rsplit("its whole output: ", 1)[1].rstrip(")"))
     assert "error: custom op 'garbage'" in log.read_text()
+    log.unlink()
     assert capfd.readouterr().err == ""  # nothing of Triton's reached the terminal
 
 

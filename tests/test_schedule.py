@@ -326,6 +326,9 @@ def test_apart_keeps_two_ops_on_different_groups_and_is_checked_and_saved():
     ([("S", "X")], "apart: 'X' of the pair ('S', 'X') is not an op of 'figure1'"),
     ([("S", "S")], "apart: ('S', 'S') is not a pair of two different op names"),
     (["SP"], "apart: 'SP' is not a pair of two different op names"),
+    ([1], "apart: 1 is not a pair of two different op names"),
+    (("S", "P"), "apart=('S', 'P') is one pair, not a list of pairs: write [('S', 'P')]"),
+    ("SP", "apart='SP' must be a list of op-name pairs"),
 ])
 def test_apart_names_a_bad_pair(apart, message):
     from twill.errors import OptionsError
@@ -345,3 +348,36 @@ def test_cli_apart(tmp_path):
                  "--json", str(out)]) == 0
     s = Schedule.from_json(out.read_text())
     assert s.problem.options.apart == (("P", "S"),) and s.group["S"] != s.group["P"]
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"strategy": "swp"}, "needs strategy='joint'"),
+    ({"max_groups": 1}, "apart: 'P' and 'S' need two warp groups, but the pool offers one"),
+    ({"cross_group": False}, "joined by the register edge S->P, which cross_group=False keeps inside"),
+])
+def test_apart_that_no_schedule_can_keep_is_refused_before_solving(options, message):
+    from twill.errors import OptionsError
+
+    with pytest.raises(OptionsError, match=re.escape(message)):
+        twill.schedule(figure1_graph(), "h100", apart=[("S", "P")], time_limit=5, **options)
+
+
+def test_apart_of_two_variable_latency_ops_is_refused():
+    from twill.errors import OptionsError
+
+    g = figure1_graph()
+    g.add_op("L1", "tma_load", busy={"tma": 1}, latency=4, variable_latency=True)
+    g.add_op("L2", "tma_load", busy={"tma": 1}, latency=4, variable_latency=True)
+    g.add_edge("L1", "S", carrier="smem")
+    g.add_edge("L2", "O", carrier="smem")
+    with pytest.raises(OptionsError, match="'L1' and 'L2' both have variable latency"):
+        twill.schedule(g, "h100", apart=[("L1", "L2")], time_limit=5)
+
+
+def test_a_saved_schedule_whose_apart_names_an_unknown_op_is_refused(tmp_path):
+    from twill.errors import TwillError
+
+    data = json.loads(twill.schedule(figure1_graph(), "h100", apart=[("S", "P")]).to_json())
+    data["problem"]["options"]["apart"] = [["S", "nosuch"]]
+    with pytest.raises(TwillError, match="'nosuch' of the pair"):
+        Schedule.from_dict(data)

@@ -284,9 +284,11 @@ def apply(schedule: Schedule, kernel: Any, *, prefetch: int | None = None,
         The schedule is for another loop, Triton's emission order would break a dependence, the kernel
         splits a tensor-memory tile (its graph's TTGIR is not one Triton can pipeline), the schedule is a
         what-if (a constraint family left out), or its machine is neither bundled nor given, or is not
-        the ``machine`` given.
+        the ``machine`` given; for sm_100, the loop loads through pointers (``cp.async``) or the
+        schedule puts a :func:`triton_apart` pair on one warp group (Triton 3.6 cannot compile either).
     FrontendError
-        The kernel cannot be compiled (before or after the edit).
+        The kernel cannot be compiled (before or after the edit); the message quotes Triton's notable
+        diagnostics and names the file holding its whole output.
     """
     from twill.frontend.compile import KernelSpec, compile_to_ttgir, load_kernel, target_for
     from twill.frontend.lower import lower_loop
@@ -395,11 +397,12 @@ def _check_emitted(text: str, placement: Any, plan: Any) -> list[str]:
 
 
 _MARKERS = {"ttng.tc_gen5_mma": "ttng.tc_gen5_mma", "math.exp2": "math.exp2",
-            "tt.descriptor_load": "ttng.async_tma_copy_global_to_local"}
+            "tt.descriptor_load": "ttng.async_tma_copy_global_to_local", "ttng.tmem_load": "ttng.tmem_load"}
 
 
 def _check_partitions(ttgir: str, schedule: Schedule, plan: Any, lowering: Any) -> str:
-    """Check in the final TTGIR that MMAs, TMA loads and exponentials sit in their groups' partitions."""
+    """Check in the final TTGIR that MMAs, TMA loads, TMEM loads and exponentials sit in their groups'
+    partitions (each such op's partition region holds at least one op of its kind)."""
     regions = partition_regions(ttgir)
     if len(regions) != len(plan.stages):
         raise ApplyError(f"the compiled kernel has {len(regions)} partitions, the schedule "
@@ -415,8 +418,8 @@ def _check_partitions(ttgir: str, schedule: Schedule, plan: Any, lowering: Any) 
                 raise ApplyError(f"{name} ({member.name}) belongs to partition {part}, whose region of the "
                                  f"compiled kernel holds no {marker}")
             seen.append(f"{name}->p{part}")
-    return (f"compiled ttg.warp_specialize has {len(regions)} partitions; MMAs, TMA loads and exp2 found in "
-            f"the planned regions ({', '.join(seen)})")
+    return (f"compiled ttg.warp_specialize has {len(regions)} partitions; MMAs, TMA loads, TMEM loads and "
+            f"exp2 found in the planned regions ({', '.join(seen)})")
 
 
 # ------------------------------------------------------------------------------------------------ CLI

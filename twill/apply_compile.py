@@ -233,7 +233,9 @@ class CompileStats:
     setmaxnreg : tuple of (str, int)
         ``setmaxnreg`` budgets in the PTX (warp-specialized kernels).
     buffers : dict of str to str
-        Multi-buffered shared allocations of the final TTGIR, by variable (``{"k": "3x128x128xf16"}``).
+        Multi-buffered shared allocations of the final TTGIR, by Triton's SSA name of the allocation
+        (``{"k": "3x128x128xf16"}``; a tile may carry the name of the value that reads it first, and a
+        second allocation under one name is ``name#2``).
     pipelined : bool
         The main loop was software-pipelined (loads issued in a prologue before the loop).
     warp_specialize : int
@@ -324,7 +326,15 @@ def compiled_stats(compiled: Any, *, target: str, invariant_loads: int = 0) -> C
     info = parse_ptxas_log(log.stdout + log.stderr)
     ptx_info = parse_ptx(ptx)
     ttgir = compiled.asm["ttgir"]
-    buffers = {m["name"]: m["shape"] for m in _ALLOC.finditer(ttgir) if not m["shape"].endswith("i64")}
+    buffers: dict[str, str] = {}
+    for m in _ALLOC.finditer(ttgir):
+        if m["shape"].endswith("i64"):  # barriers
+            continue
+        key, k = m["name"], 1
+        while key in buffers:  # two allocations under one name: keep both
+            k += 1
+            key = f"{m['name']}#{k}"
+        buffers[key] = m["shape"]
     copies, iter_args = _loop_shape(ttgir)
     meta = compiled.metadata
     shared = int(getattr(meta, "shared", 0))

@@ -234,7 +234,8 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
                 max_stages=args.max_stages, stage_slack=args.stage_slack, prefetch=args.prefetch,
                 normalize_upper=args.normalize_upper, window_limit=args.window_limit,
                 ranges=not args.no_ranges, relax=frozenset(args.relax),
-                apart=[tuple(pair.split(",")) for pair in args.apart], progress=_progress(status))
+                apart=[tuple(n.strip() for n in pair.split(",")) for pair in args.apart],
+                progress=_progress(status))
     except InterruptedSolveError as exc:
         if exc.schedule is not None:  # the best schedule found before Ctrl-C, marked not proven
             if out is not None:

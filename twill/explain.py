@@ -34,10 +34,10 @@ from twill.search import schedule
 __all__ = ["WHAT_IFS", "Explanation", "Outcome", "add_parser", "explain", "run", "what_ifs"]
 
 WHAT_IFS: tuple[str, ...] = ("register_limit", "registers", "register_file", "smem", "tmem", "handoff",
-                             "blocking", "groups", "max_stages", "cross_group")
+                             "blocking", "groups", "max_stages", "cross_group", "apart")
 """Every what-if :func:`explain` knows, in the order it tries them: the families of
 :data:`~twill.problem.RELAXABLE` and the caller's own limits (``register_limit``, ``max_stages``,
-``cross_group``)."""
+``cross_group``, ``apart``)."""
 
 
 @dataclass(frozen=True)
@@ -188,6 +188,8 @@ def what_ifs(graph: Graph, machine: Machine, options: dict[str, Any]) -> list[tu
         out.append(("max_stages", f"if any number of stages were allowed (not {options['max_stages']})"))
     if options.get("cross_group") is False:
         out.append(("cross_group", "if register values could cross warp groups"))
+    if options.get("apart"):
+        out.append(("apart", "if the apart pairs could share a warp group"))
     return out
 
 
@@ -203,6 +205,8 @@ def _apply(families: Iterable[str], options: dict[str, Any]) -> dict[str, Any]:
             opts["max_stages"] = None
         elif f == "cross_group":
             opts["cross_group"] = True
+        elif f == "apart":
+            opts["apart"] = ()
         else:
             raise TwillError(f"unknown what-if {f!r}; known: {', '.join(WHAT_IFS)}")
     opts["relax"] = frozenset(relax)
@@ -287,7 +291,8 @@ def _default_description(family: str) -> str:
         return f"without the {family} constraint ({RELAXABLE[family]})"
     return {"register_limit": "with the machine's per-thread register limit",
             "max_stages": "with any number of stages",
-            "cross_group": "if register values could cross warp groups"}[family]
+            "cross_group": "if register values could cross warp groups",
+            "apart": "if the apart pairs could share a warp group"}[family]
 
 
 # ---------------------------------------------------------------------------------------------- CLI
@@ -306,6 +311,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--register-limit", type=int, help="registers per thread per warp group")
     p.add_argument("--no-cross-group", action="store_true",
                    help="forbid register values crossing warp groups")
+    p.add_argument("--apart", action="append", default=[], metavar="OP,OP",
+                   help="keep these two ops on different warp groups (repeatable)")
     p.add_argument("--max-stages", type=int, help="largest number of pipeline stages")
     p.add_argument("--stage-slack", type=int, default=1, help="stage windows tried per II (default 1)")
     p.set_defaults(func=run)
@@ -322,6 +329,8 @@ def run(args: argparse.Namespace) -> int:
                                "max_groups": args.max_groups, "register_limit": args.register_limit,
                                "cross_group": not args.no_cross_group, "max_stages": args.max_stages,
                                "stage_slack": args.stage_slack}
+    if args.apart:
+        options["apart"] = [tuple(n.strip() for n in pair.split(",")) for pair in args.apart]
     families = [f.strip() for f in args.families.split(",") if f.strip()] if args.families else None
     with console.status("solving...") as status:
         def report(fams: tuple[str, ...]) -> None:

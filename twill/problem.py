@@ -39,6 +39,26 @@ RELAXABLE: dict[str, str] = {
 schedule the machine can run."""
 
 
+def _apart_pairs(apart: Any) -> tuple[tuple[str, str], ...]:
+    """``Options.apart`` checked and normalized: sorted pairs of two different op names, sorted."""
+    if apart is None:
+        return ()
+    if isinstance(apart, str) or not isinstance(apart, Iterable):
+        raise OptionsError(f"apart={apart!r} must be a list of op-name pairs, e.g. [('qk', 'qk_gemm')]",
+                           option="apart")
+    items = list(apart)
+    if len(items) == 2 and all(isinstance(n, str) for n in items):
+        raise OptionsError(f"apart={apart!r} is one pair, not a list of pairs: write [{tuple(items)!r}]",
+                           option="apart")
+    pairs = []
+    for pair in items:
+        if (isinstance(pair, str) or not isinstance(pair, Iterable) or len(pair := tuple(pair)) != 2
+                or not all(isinstance(n, str) for n in pair) or pair[0] == pair[1]):
+            raise OptionsError(f"apart: {pair!r} is not a pair of two different op names", option="apart")
+        pairs.append(tuple(sorted(n.strip() for n in pair)))
+    return tuple(sorted(set(pairs)))
+
+
 @dataclass(frozen=True)
 class Options:
     """What the caller asks of the search.
@@ -110,13 +130,7 @@ class Options:
                 or any(isinstance(r, bool) or not isinstance(r, int) for r in self.register_plan)):
             raise OptionsError(f"register_plan={list(self.register_plan)!r} must be a non-empty list of "
                                f"integers (setmaxnreg budgets, one per warp group)", option="register_plan")
-        pairs = []
-        for pair in self.apart:
-            if (isinstance(pair, str) or len(pair) != 2 or not all(isinstance(n, str) for n in pair)
-                    or pair[0] == pair[1]):
-                raise OptionsError(f"apart: {pair!r} is not a pair of two different op names", option="apart")
-            pairs.append(tuple(sorted(pair)))
-        object.__setattr__(self, "apart", tuple(sorted(set(pairs))))
+        object.__setattr__(self, "apart", _apart_pairs(self.apart))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form."""
@@ -499,13 +513,16 @@ class Problem:
         """Inverse of :meth:`to_dict`."""
         from twill.graph import _op_from_dict
 
+        ops = tuple(_op_from_dict(o) for o in data["ops"])
+        options = Options.from_dict(data["options"])
+        _check_apart(options, {op.name for op in ops}, data["name"])
         return cls(
             name=data["name"],
-            ops=tuple(_op_from_dict(o) for o in data["ops"]),
+            ops=ops,
             edges=tuple(Edge(index=i, **e) for i, e in enumerate(data["edges"])),
             streaming=frozenset(data["streaming"]),
             resources=Resources.from_dict(data["resources"]),
-            options=Options.from_dict(data["options"]),
+            options=options,
             fixed_smem=int(data["fixed_smem"]),
             fixed_tmem=int(data["fixed_tmem"]),
             cycles_per_unit=float(data["cycles_per_unit"]),
@@ -530,6 +547,14 @@ def _transfer(graph: Graph, dep: Dependence, machine: Machine) -> int:
     return machine.handoff_transfer_cycles(graph.op(dep.src).result_bytes)
 
 
+def _check_apart(options: Options, names: set[str], name: str) -> None:
+    for pair in options.apart:
+        missing = [n for n in pair if n not in names]
+        if missing:
+            raise OptionsError(f"apart: {', '.join(map(repr, missing))} of the pair {pair} is not an op of "
+                               f"{name!r}", option="apart")
+
+
 def build_problem(graph: Graph, machine: Machine, options: Options | None = None) -> Problem:
     """Resolve ``graph`` on ``machine`` into a :class:`Problem` in machine cycles.
 
@@ -540,12 +565,7 @@ def build_problem(graph: Graph, machine: Machine, options: Options | None = None
     """
     options = options or Options()
     graph.check(machine.unit_names)
-    names = {op.name for op in graph.ops}
-    for pair in options.apart:
-        missing = [n for n in pair if n not in names]
-        if missing:
-            raise OptionsError(f"apart: {', '.join(map(repr, missing))} of the pair {pair} is not an op of "
-                               f"{graph.name!r}", option="apart")
+    _check_apart(options, {op.name for op in graph.ops}, graph.name)
     edges = tuple(
         Edge(index=i, src=d.src, dst=d.dst, latency=graph.edge_latency(d), distance=d.distance,
              blocking=d.blocking, carrier=d.carrier, cross=_cross_cost(graph, d, machine),

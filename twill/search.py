@@ -232,7 +232,7 @@ def schedule(
     common = dict(max_groups=max_groups, register_limit=register_limit,
                   register_plan=tuple(register_plan) if register_plan else None, cross_group=cross_group,
                   max_stages=max_stages, stage_slack=stage_slack, max_ii=max_ii, relax=frozenset(relax),
-                  apart=tuple(apart))
+                  apart=apart)
 
     def solve(depth: int, limit: float | None) -> Schedule:
         return _schedule(graph, mach, Options(**common, prefetch=depth), solver=solver, ilp=ilp,
@@ -314,6 +314,7 @@ def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp
     check_resources(raw)
     if strategy == "joint":
         _check_pool(raw)
+    _check_apart(raw, strategy)
     deadline = None if time_limit is None else started + time_limit
     t0 = time.monotonic()
     raw_bounds = bounds(raw)
@@ -398,6 +399,38 @@ def _check_pool(problem: Problem) -> None:
         f"their own (paper §5.3) besides the {len(compute)} compute ops ({', '.join(compute[:4])}"
         f"{', ...' if len(compute) > 4 else ''}); offer at least 2 groups, or use strategy='swp' "
         f"(software pipelining without warp specialization)", option=option)
+
+
+def _check_apart(problem: Problem, strategy: str) -> None:
+    """Reject ``apart`` pairs that no schedule can keep apart, before any solve (the search would scan
+    every II and say only "no schedule").
+
+    Raises
+    ------
+    OptionsError
+        ``strategy='swp'`` (its fixed split does not read ``apart``); a pair of two variable-latency ops
+        (all of them share the variable-latency group); a pool of one warp group; ``cross_group=False``
+        with a pair joined by a register edge.
+    """
+    pairs = problem.options.apart
+    if not pairs:
+        return
+    if strategy != "joint":
+        raise OptionsError(f"apart={[list(p) for p in pairs]} needs strategy='joint': the '{strategy}' "
+                           "strategy splits ops into groups by a fixed rule that does not read it",
+                           option="apart")
+    for a, b in pairs:
+        if problem.op(a).variable_latency and problem.op(b).variable_latency:
+            raise OptionsError(f"apart: {a!r} and {b!r} both have variable latency, and every variable-"
+                               "latency op sits on the one variable-latency group (paper §5.3)",
+                               option="apart")
+        if pool_size(problem) < 2:
+            raise OptionsError(f"apart: {a!r} and {b!r} need two warp groups, but the pool offers one "
+                               "(max_groups or the register plan)", option="apart")
+        joined = [e for e in problem.edges if e.carrier == "register" and {e.src, e.dst} == {a, b}]
+        if joined and not problem.options.cross_group:
+            raise OptionsError(f"apart: {a!r} and {b!r} are joined by the register edge {joined[0].label}, "
+                               "which cross_group=False keeps inside one group", option="apart")
 
 
 def _why_apart(problem: Problem, e: Edge) -> str:

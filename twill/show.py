@@ -42,6 +42,10 @@ def _summary(s: Schedule) -> Table:
     if relaxed:
         t.add_row("what-if", Text(f"{', '.join(relaxed)} left out: not a schedule the machine can run",
                                   style="red"))
+    if s.problem.options.apart:
+        pairs = ", ".join(f"{a} / {b}" for a, b in s.problem.options.apart)
+        t.add_row("kept apart", f"{pairs} (on different warp groups: the II is optimal among the schedules "
+                                "that keep them apart)")
     return t
 
 
