@@ -151,8 +151,7 @@ def triton_apart(graph: Any) -> tuple[tuple[str, str], ...]:
     """
     loads = {e.dst for e in graph.edges if e.carrier == "tmem" and e.distance == 0
              and graph.op(e.src).kind == "gemm" and graph.op(e.dst).kind == "tmem_load"}
-    mmas = {e.src for e in graph.edges if graph.op(e.src).kind == "gemm"} | {
-        e.dst for e in graph.edges if graph.op(e.dst).kind == "gemm"}
+    mmas = {op.name for op in graph.ops if op.kind == "gemm"}
     return tuple(sorted(tuple(sorted((load, mma))) for load in loads for mma in mmas))
 
 

@@ -53,7 +53,7 @@ def _apart_pairs(apart: Any) -> tuple[tuple[str, str], ...]:
     pairs = []
     for pair in items:
         if (isinstance(pair, str) or not isinstance(pair, Iterable) or len(pair := tuple(pair)) != 2
-                or not all(isinstance(n, str) for n in pair) or pair[0] == pair[1]):
+                or not all(isinstance(n, str) for n in pair) or pair[0].strip() == pair[1].strip()):
             raise OptionsError(f"apart: {pair!r} is not a pair of two different op names", option="apart")
         pairs.append(tuple(sorted(n.strip() for n in pair)))
     return tuple(sorted(set(pairs)))
