@@ -259,3 +259,16 @@ def test_cli_apply_refuses_a_split_tmem_kernel_before_solving(tmp_path: Path,
                  "--time-limit", "1", "--no-compile"])
     assert code == 2
     assert "splits a tensor-memory tile" in capsys.readouterr().err
+
+
+def test_a_kernel_triton_compiles_to_a_trap_is_reported_as_none() -> None:
+    """Triton's own sub-tiled sm_100 build needs more shared memory than a CTA has: its PTX is a trap."""
+    from twill.apply_compile import compiled_stats, finish_compile
+    from twill.frontend.compile import load_kernel
+
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    spec = load_kernel(f"{examples / 'flash_attention_fwd_subtiled.py'}::attn_fwd_subtiled_sm100")
+    stats = compiled_stats(finish_compile(spec, compile_to_ttgir(spec, target="sm_100").scheduled,
+                                          target="sm_100", num_stages=spec.num_stages), target="sm_100")
+    assert stats.trap_only and not stats.smem_fits
+    assert stats.summary().startswith("no kernel: Triton emitted only a trap")

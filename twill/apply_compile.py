@@ -242,6 +242,9 @@ class CompileStats:
         Partitions of a ``ttg.warp_specialize`` op (0 if none).
     loop_iter_args : int
         Loop-carried values of the main loop after pipelining.
+    trap_only : bool
+        The kernel's PTX body is a single ``trap`` (what Triton emits for a kernel whose shared memory
+        is over the limit): the other fields then describe no real code.
     """
 
     registers: int
@@ -256,6 +259,7 @@ class CompileStats:
     pipelined: bool = False
     warp_specialize: int = 0
     loop_iter_args: int = 0
+    trap_only: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (JSON-ready)."""
@@ -271,6 +275,9 @@ class CompileStats:
         bufs = ", ".join(f"{k} x{v.split('x')[0]}" for k, v in self.buffers.items())
         ws = f", {self.warp_specialize} partitions" if self.warp_specialize else ""
         fit = "" if self.smem_fits else " (OVER THE LIMIT)"
+        if self.trap_only:
+            return (f"no kernel: Triton emitted only a trap (it needs {self.shared_bytes} B of shared memory"
+                    f"{fit.lower()})")
         return (f"{self.registers} regs{spill}, smem {self.shared_bytes} B{fit}, {self.num_warps} warps"
                 f"{ws}; buffers: {bufs or 'none'}; {'pipelined' if self.pipelined else 'NOT pipelined'}")
 
@@ -325,6 +332,9 @@ def compiled_stats(compiled: Any, *, target: str, invariant_loads: int = 0) -> C
         log = _tool(tool, ["-v", f"--gpu-name=sm_{capability}a", str(path), "-o", os.devnull])
     info = parse_ptxas_log(log.stdout + log.stderr)
     ptx_info = parse_ptx(ptx)
+    body = ptx[ptx.find(".entry"):]
+    instructions = [line.strip() for line in body.splitlines()
+                    if line.strip() and not line.strip().startswith((".", "//", "{", "}", "(", ")", "$"))]
     ttgir = compiled.asm["ttgir"]
     buffers: dict[str, str] = {}
     for m in _ALLOC.finditer(ttgir):
@@ -346,7 +356,7 @@ def compiled_stats(compiled: Any, *, target: str, invariant_loads: int = 0) -> C
         smem_fits=shared <= SMEM_LIMIT[capability], num_warps=int(meta.num_warps),
         threads=int(ptx_info["threads"] or 32 * int(meta.num_warps)), setmaxnreg=ptx_info["setmaxnreg"],
         buffers=buffers, pipelined=copies > invariant_loads or bool(ws), warp_specialize=parts,
-        loop_iter_args=iter_args)
+        loop_iter_args=iter_args, trap_only=instructions == ["trap;"])
 
 
 def partition_regions(ttgir: str) -> dict[int, dict[str, int]]:
