@@ -20,9 +20,18 @@ import pulp
 
 from twill.errors import SolverError, SolverUnavailableError
 
-__all__ = ["BACKENDS", "IlpResult", "SolveStatus", "solve_ilp"]
+__all__ = ["BACKENDS", "IlpResult", "SolveStatus", "add_variable", "solve_ilp"]
 
 BACKENDS = ("cbc", "highs")
+
+
+def add_variable(model: pulp.LpProblem, name: str, low: float | None = None, up: float | None = None,
+                 cat: str = "Continuous") -> pulp.LpVariable:
+    """A variable of ``model``: ``model.add_variable`` where PuLP has it (3.x; constructing
+    ``LpVariable`` directly is deprecated for PuLP 4), ``LpVariable`` otherwise (PuLP 2.8 onward)."""
+    if hasattr(model, "add_variable"):
+        return model.add_variable(name, low, up, cat=cat)
+    return pulp.LpVariable(name, low, up, cat=cat)
 
 
 class SolveStatus(str, Enum):

@@ -36,7 +36,7 @@ from typing import Any
 import pulp
 
 from twill.bounds import critical_path
-from twill.ilp import SolveStatus, solve_ilp
+from twill.ilp import SolveStatus, add_variable, solve_ilp
 from twill.ims import iterative_modulo_schedule
 from twill.modular import ModularModel
 from twill.problem import Problem
@@ -336,7 +336,8 @@ def _build(problem: Problem, ii: int, length: int):
     x: dict[str, dict[int, pulp.LpVariable]] = {}
     t: dict[str, pulp.LpAffineExpression] = {}
     for i, op in enumerate(problem.ops):
-        x[op.name] = {s: pulp.LpVariable(f"x[{i}][{s}]", cat="Binary") for s in range(length - op.cycles + 1)}
+        x[op.name] = {s: add_variable(model, f"x[{i}][{s}]", cat="Binary")
+                      for s in range(length - op.cycles + 1)}
         model += pulp.lpSum(x[op.name].values()) == 1, f"one_{i}"
         t[op.name] = pulp.lpSum(s * var for s, var in x[op.name].items())
     _capacity(model, problem, ii, x)
@@ -373,7 +374,7 @@ def _lifetime(model: pulp.LpProblem, problem: Problem, ii: int, t: Mapping[str, 
     for i, op in enumerate(problem.ops):
         if not op.regs:
             continue
-        end = pulp.LpVariable(f"end[{i}]", 0, top, cat="Integer")
+        end = add_variable(model, f"end[{i}]", 0, top, cat="Integer")
         model += end >= t[op.name] + op.cycles, f"live_self_{i}"
         for e in problem.out_edges(op.name):
             if e.carrier != "register":

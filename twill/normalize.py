@@ -32,7 +32,7 @@ import pulp
 
 from twill.errors import OptionsError, SolverError
 from twill.graph import Op
-from twill.ilp import SolveStatus, solve_ilp
+from twill.ilp import SolveStatus, add_variable, solve_ilp
 from twill.problem import Edge, Problem
 
 __all__ = ["COUNTS", "Normalization", "normalize_costs", "normalize_problem", "problem_costs"]
@@ -191,8 +191,8 @@ def _model(reduced: list[int], mult: list[int], upper: int,
     n = len(reduced)
     m = pulp.LpProblem("normalize", pulp.LpMinimize)
     low = 1 if keep_positive else 0
-    cp = [pulp.LpVariable(f"c[{i}]", low, upper, cat="Integer") for i in range(n)]
-    f = pulp.LpVariable("F", 0, cat="Integer")
+    cp = [add_variable(m, f"c[{i}]", low, upper, cat="Integer") for i in range(n)]
+    f = add_variable(m, "F", 0, cat="Integer")
     m += f
     for i in range(n):
         for j in range(i + 1, n):
