@@ -94,19 +94,23 @@ def test_the_copy_has_its_stage_predicate_false_and_its_own_names() -> None:
     assert "scf.yield %r#0, %r#1 : f32, f32" in new
 
 
-def test_the_copy_parses_and_the_dead_early_stage_work_goes(tmp_path: Path) -> None:
+def _parses(text: str, tmp_path: Path) -> str:
+    """Parse ``text`` with Triton's MLIR parser, canonicalize it, and print it again."""
     from triton._C.libtriton import ir, passes
 
-    new, _ = peel_last_iteration(LOOP)
     ctx = ir.context()
     ir.load_dialects(ctx)
     path = tmp_path / "peeled.mlir"
-    path.write_text(new)
+    path.write_text(text)
     module = ir.parse_mlir_module(str(path), ctx)
     pm = ir.pass_manager(ctx)
     passes.common.add_canonicalizer(pm)
     pm.run(module, "peel-test")
-    text = str(module)
+    return str(module)
+
+
+def test_the_copy_parses_and_the_dead_early_stage_work_goes(tmp_path: Path) -> None:
+    text = _parses(peel_last_iteration(LOOP)[0], tmp_path)
     # One multiply left: the loop's; the copy's (work for an iteration that does not exist) is gone.
     assert text.count("arith.mulf") == 1
 
@@ -122,20 +126,6 @@ def test_the_copy_parses_and_the_dead_early_stage_work_goes(tmp_path: Path) -> N
 def test_a_loop_in_another_form_is_left_alone(text: str) -> None:
     """No predicate ``iv < ub - c`` with a constant ``c >= step``, or iter_args that do not match."""
     assert peel_last_iteration(text) == (text, None)
-
-
-def _parses(text: str, tmp_path: Path) -> str:
-    from triton._C.libtriton import ir, passes
-
-    ctx = ir.context()
-    ir.load_dialects(ctx)
-    path = tmp_path / "peeled.mlir"
-    path.write_text(text)
-    module = ir.parse_mlir_module(str(path), ctx)
-    pm = ir.pass_manager(ctx)
-    passes.common.add_canonicalizer(pm)
-    pm.run(module, "peel-test")
-    return str(module)
 
 
 def test_a_predicate_that_can_hold_in_the_last_iteration_is_kept(tmp_path: Path) -> None:

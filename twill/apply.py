@@ -157,11 +157,11 @@ def triton_apart(graph: Any) -> tuple[tuple[str, str], ...]:
 
 def _refuse_triton_partitions(schedule: Schedule) -> None:
     """sm_100: a schedule that puts a :func:`triton_apart` pair on one warp group cannot be compiled."""
-    together = [(a, b) for a, b in triton_apart(schedule.problem)
-                if schedule.slots[a].warp_group == schedule.slots[b].warp_group]
+    rule = triton_apart(schedule.problem)
+    together = [(a, b) for a, b in rule if schedule.slots[a].warp_group == schedule.slots[b].warp_group]
     if together:
         pairs = ", ".join(f"{a} and {b} (group {schedule.slots[a].warp_group})" for a, b in together)
-        apart = " ".join(f"--apart {a},{b}" for a, b in triton_apart(schedule.problem))
+        apart = " ".join(f"--apart {a},{b}" for a, b in rule)
         raise ApplyError(f"the schedule puts a tcgen05 MMA and a TMEM load of an MMA result on one warp "
                          f"group: {pairs}; Triton 3.6's warp specialization cannot compile that (its "
                          "RemoveTMEMTokens / NVWSInsertAref passes fail). Solve with them apart (twill "

@@ -156,7 +156,7 @@ def finish_compile(spec: Any, ttgir: str, *, target: str, num_stages: int, divis
     import triton
     from triton.backends.compiler import GPUTarget
 
-    from twill.frontend.compile import _capability, _source, default_divisible
+    from twill.frontend.compile import _capability, _source, _stderr_to, default_divisible
 
     capability = _capability(target)
     hinted = divisible if divisible is not None else (
@@ -168,7 +168,7 @@ def finish_compile(spec: Any, ttgir: str, *, target: str, num_stages: int, divis
         path.write_text(ttgir, encoding="utf-8")
         log = Path(tmp) / "compiler.log"
         try:
-            with _ttgir_override(path, peel), _stderr_into(log):
+            with _ttgir_override(path, peel), _stderr_to(str(log)):
                 compiled = triton.compile(src, target=GPUTarget("cuda", capability, 32),
                                           options={"num_warps": spec.num_warps, "num_stages": num_stages},
                                           _env_vars={"TWILL_APPLY_TTGIR": digest,
@@ -184,22 +184,6 @@ def finish_compile(spec: Any, ttgir: str, *, target: str, num_stages: int, divis
 
 
 _NOTABLE = re.compile(r"error:|UNREACHABLE|not supported|Assertion|LLVM ERROR")
-
-
-@contextmanager
-def _stderr_into(path: Path) -> Iterator[None]:
-    """Send file descriptor 2 (Triton's C++ diagnostics and MLIR's reproducer dump) into ``path``."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(path, "wb") as sink:
-            os.dup2(sink.fileno(), 2)
-            try:
-                yield
-            finally:
-                os.dup2(saved, 2)
-    finally:
-        os.close(saved)
 
 
 def _compiler_says(log: Path, name: str) -> str:

@@ -54,13 +54,10 @@ class Peel:
 
     Attributes
     ----------
-    loop_line : int
-        1-based line of the peeled ``scf.for``.
     predicates : tuple of str
         SSA names (in the loop body) of the predicates that are ``false`` in the peeled copy.
     """
 
-    loop_line: int
     predicates: tuple[str, ...]
 
 
@@ -206,4 +203,4 @@ def peel_last_iteration(text: str) -> tuple[str, Peel | None]:
     tail = [_outside_strings(line, redirect) for line in lines[end + 1:stop]]
     head_line = lines[head].replace(f" to {ub} step ", f" to {h['last']} step ", 1)
     new = [*lines[:head], *bounds, head_line, *body, lines[end], *peeled, *tail, *lines[stop:]]
-    return "\n".join(new), Peel(head + 1, tuple(false_preds))
+    return "\n".join(new), Peel(tuple(false_preds))
