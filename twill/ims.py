@@ -36,29 +36,51 @@ def _heights(problem: Problem, ii: int) -> dict[str, int]:
 
 
 class _Table:
-    """The modulo reservation table: usage per (unit, residue) and which ops use it."""
+    """The modulo reservation table: usage per unit and residue (one list of ``II`` counts per unit).
+
+    Each op's footprint is computed once: per unit, the residues its reservations cover relative to its
+    start, with the counts of overlapping reservations summed (an op may reserve a unit twice)."""
 
     def __init__(self, problem: Problem, ii: int) -> None:
         self.p, self.ii = problem, ii
-        self.use: dict[tuple[str, int], int] = {}
+        self.caps = problem.resources.units
+        self.use: dict[str, list[int]] = {unit: [0] * ii for unit in self.caps}
+        self._foot: dict[str, list[tuple[str, list[tuple[int, int]]]]] = {}
 
-    def slots(self, name: str, t: int) -> list[tuple[str, int, int]]:
-        out = []
-        for unit, offset, cycles, count in self.p.reservations(name):
-            for c in range(offset, offset + cycles):
-                out.append((unit, (t + c) % self.ii, count))
-        return out
+    def footprint(self, name: str) -> list[tuple[str, list[tuple[int, int]]]]:
+        """``[(unit, [(residue offset, count), ...]), ...]`` of op ``name``."""
+        if name not in self._foot:
+            per: dict[str, dict[int, int]] = {}
+            for unit, offset, cycles, count in self.p.reservations(name):
+                row = per.setdefault(unit, {})
+                for c in range(offset, offset + cycles):
+                    row[c % self.ii] = row.get(c % self.ii, 0) + count
+            self._foot[name] = [(unit, sorted(row.items())) for unit, row in per.items()]
+        return self._foot[name]
+
+    def residues(self, name: str, t: int) -> set[tuple[str, int]]:
+        """The (unit, residue) cells op ``name`` started at ``t`` occupies."""
+        ii = self.ii
+        return {(unit, (t + c) % ii) for unit, row in self.footprint(name) for c, _ in row}
 
     def fits(self, name: str, t: int) -> bool:
-        need: dict[tuple[str, int], int] = {}
-        for unit, res, count in self.slots(name, t):
-            need[(unit, res)] = need.get((unit, res), 0) + count
-        caps = self.p.resources.units
-        return all(self.use.get(k, 0) + n <= caps[k[0]] for k, n in need.items())
+        ii = self.ii
+        for unit, row in self.footprint(name):
+            used, cap = self.use[unit], self.caps[unit]
+            for c, n in row:
+                if used[(t + c) % ii] + n > cap:
+                    return False
+        return True
 
     def place(self, name: str, t: int, sign: int = 1) -> None:
-        for unit, res, count in self.slots(name, t):
-            self.use[(unit, res)] = self.use.get((unit, res), 0) + sign * count
+        ii = self.ii
+        for unit, row in self.footprint(name):
+            used = self.use[unit]
+            for c, n in row:
+                used[(t + c) % ii] += sign * n
+
+    def within_capacity(self) -> bool:
+        return all(n <= self.caps[unit] for unit, used in self.use.items() for n in used)
 
 
 def iterative_modulo_schedule(problem: Problem, ii: int, *, budget_factor: int = 10) -> dict[str, int] | None:
@@ -107,9 +129,8 @@ def iterative_modulo_schedule(problem: Problem, ii: int, *, budget_factor: int =
 def _evict_conflicts(problem: Problem, table: _Table, start: dict[str, int], name: str, t: int) -> None:
     """Remove placed ops whose reservations collide with ``name`` at ``t`` until it fits."""
     while not table.fits(name, t):
-        mine = {(u, r) for u, r, _ in table.slots(name, t)}
-        victim = next((n for n in list(start) if n != name and mine & {(u, r) for u, r, _ in
-                                                                       table.slots(n, start[n])}), None)
+        mine = table.residues(name, t)
+        victim = next((n for n in list(start) if n != name and mine & table.residues(n, start[n])), None)
         if victim is None:
             return  # the op alone exceeds a capacity; the final check rejects the schedule
         table.place(victim, start.pop(victim), -1)
@@ -125,5 +146,4 @@ def is_modulo_schedule(problem: Problem, ii: int, start: Mapping[str, int]) -> b
     table = _Table(problem, ii)
     for name, t in start.items():
         table.place(name, t)
-    caps = problem.resources.units
-    return all(n <= caps[k[0]] for k, n in table.use.items())
+    return table.within_capacity()
