@@ -291,18 +291,50 @@ def test_window_limit_skips_undecided_windows_and_says_so(monkeypatch: pytest.Mo
     def hard_at_the_optimum(problem, ii, stages, **kw):  # type: ignore[no-untyped-def]
         if ii != exact.ii:
             return real(problem, ii, stages, **kw)
-        seen.append(kw["deadline"])
-        while time.monotonic() < kw["deadline"]:  # a window the solver cannot decide in time
+        seen.append(kw["window_s"])
+        end = min(kw["deadline"], time.monotonic() + kw["window_s"])
+        while time.monotonic() < end:  # a window the solver cannot decide in time
             time.sleep(0.01)
         return JointResult(ii, stages, CheckResult.TIMEOUT, wall_s=0.2)
 
     monkeypatch.setattr(search, "solve_joint", hard_at_the_optimum)
     s = twill.schedule(g, "h100", window_limit=0.2, time_limit=60)
-    assert seen and all(d is not None for d in seen)
+    assert seen and all(w == 0.2 for w in seen)
     assert s.ii > exact.ii and not s.certificate.proven_optimal
     undecided = [a for a in s.certificate.attempts if a.ii == exact.ii and a.phase == "joint"]
-    assert undecided and all(a.status == "timeout" and "window_limit" in a.reason for a in undecided)
+    # each window of the II gets its own limit: the window after an undecided one is still asked
+    assert len(seen) == len(undecided) == 1 + s.certificate.stage_slack
+    assert all(a.status == "timeout" and "window_limit" in a.reason for a in undecided)
     twill.verify(s)
+
+
+
+def test_the_windows_of_one_ii_in_one_formula_answer_as_each_on_its_own() -> None:
+    """``solve_joint(first=...)`` states one formula for the windows ``first..stages`` and asks them in
+    order; each answer (status, window, L and the tightened goals) is the one a formula per window gives.
+    The FA-like loop at its optimal II 102: the first window (2 stages) is refuted, the next has L 294."""
+    import math
+
+    from twill.joint import solve_joint
+    from twill.modulo import modulo_schedule
+    from twill.normalize import normalize_problem
+    from twill.problem import build_problem
+    from twill.smt import CheckResult
+
+    problem, _ = normalize_problem(build_problem(fa_like_graph(), load_machine("h100")), upper=300)
+    mod = modulo_schedule(problem, 102)
+    first = math.ceil(mod.length / 102)
+
+    def shape(r):  # type: ignore[no-untyped-def]
+        return (r.status, r.stages, r.length, dict(r.proven), sorted(r.budgets.values()),
+                len(set(r.group.values())))
+
+    alone = [solve_joint(problem, 102, n, min_length=mod.length) for n in (first, first + 1)]
+    assert [r.status for r in alone] == [CheckResult.UNSAT, CheckResult.SAT] and alone[1].length == 294
+    shared = solve_joint(problem, 102, first + 1, first=first, min_length=mod.length)
+    assert shape(shared) == shape(alone[1]) and shared.length_low == 294
+    refuted = solve_joint(problem, 102, first, first=first, min_length=mod.length)
+    assert refuted.status == CheckResult.UNSAT and refuted.length_low == first * 102 + 1
 
 
 # ----------------------------------------------------------------------------------------- apart pairs

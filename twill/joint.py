@@ -33,7 +33,8 @@ class JointResult:
     Attributes
     ----------
     ii, stages : int
-        The initiation interval and the stage window ``n``.
+        The initiation interval and the stage window ``n`` (of the schedule found, when ``SAT``; the
+        largest window asked for otherwise).
     status : CheckResult
         ``SAT`` (a schedule), ``UNSAT`` (proof that none exists in the window), ``TIMEOUT`` or
         ``INTERRUPTED`` (no answer).
@@ -55,6 +56,9 @@ class JointResult:
         Seconds in total and in building the formula.
     n_terms : int
         Assertions added.
+    length_low : int
+        A proven lower bound on ``L`` (every shorter length refuted): ``length`` itself once the length
+        goal is proven, less when the deadline stopped it, 0 without a model.
     interrupted : bool
         Ctrl-C arrived while the secondary objectives were tightened: the schedule is the best found
         so far (``proven`` says which goals were not finished).
@@ -74,6 +78,7 @@ class JointResult:
     build_s: float = 0.0
     n_terms: int = 0
     interrupted: bool = False
+    length_low: int = 0
 
 
 def solve_joint(
@@ -81,12 +86,15 @@ def solve_joint(
     ii: int,
     stages: int,
     *,
+    first: int | None = None,
     min_length: int = 1,
     backend: str = "yices",
     deadline: float | None = None,
+    window_s: float | None = None,
     optimize: bool = True,
 ) -> JointResult:
-    """Solve the joint problem at ``ii`` for schedules of ``stages`` stages.
+    """Solve the joint problem at ``ii`` for schedules of ``stages`` stages, or of the first window of
+    ``first .. stages`` that has one.
 
     Parameters
     ----------
@@ -96,12 +104,20 @@ def solve_joint(
         Initiation interval.
     stages : int
         The window: ``(stages - 1) * ii < L <= stages * ii``.
+    first : int, optional
+        Decide the windows ``first .. stages`` in order with one formula (stated once for ``L <= stages *
+        ii``; each window asked inside a push, a refuted one closed off for good): the answer is the one
+        solving each window on its own would give, without stating a formula per window. The result's
+        ``stages`` is then the window of the schedule found.
     min_length : int
         A proven lower bound on ``L`` (the modulo ILP's minimum length), a valid cut.
     backend : str
         ``"yices"`` or ``"z3"``.
     deadline : float, optional
         ``time.monotonic()`` value at which to stop.
+    window_s : float, optional
+        Seconds each window may take (the one with a schedule: with its goals); the result then stops in
+        the window that ran out (``length_low`` says which).
     optimize : bool
         Tighten the secondary objectives (:data:`GOALS`, in order) after the first model.
 
@@ -111,28 +127,64 @@ def solve_joint(
         Ctrl-C during a check (after the search was stopped).
     """
     start = time.monotonic()
+    first = stages if first is None else first
     with SmtSession(backend) as sess:
-        enc = Encoder(problem, ii, stages, sess, min_length)
+        enc = Encoder(problem, ii, stages, sess, min_length, upto=first < stages)
         enc.build()
         build_s = time.monotonic() - start
-        status = _check(enc, sess, deadline)
+        status, window, deadline = _windows(enc, sess, first, deadline, window_s)
+        length_low = max(min_length, (window - 1) * ii + 1)  # the windows below ``window`` are refuted
         if status != CheckResult.SAT:
             return JointResult(ii, stages, status, checks=sess.checks, wall_s=time.monotonic() - start,
-                               build_s=build_s, n_terms=enc.count)
+                               build_s=build_s, n_terms=enc.count, length_low=length_low)
         best = _extract(enc, sess)
         proven: dict[str, bool] = {}
         interrupted = False
         if optimize:
             for goal in GOALS:
                 try:
-                    best, proven[goal] = _tighten(enc, sess, goal, best, deadline)
+                    best, proven[goal], low = _tighten(enc, sess, goal, best, deadline,
+                                                       length_low if goal == "length" else None)
+                    if goal == "length":
+                        length_low = low
                 except KeyboardInterrupt:  # keep the schedule found; the caller reports the interrupt
                     proven[goal], interrupted = False, True
                 if not proven[goal]:
                     break
-        return JointResult(ii, stages, CheckResult.SAT, best["start"], best["group"], best["budgets"],
+        return JointResult(ii, window, CheckResult.SAT, best["start"], best["group"], best["budgets"],
                            best["warps"], best["length"], proven, sess.checks, time.monotonic() - start,
-                           build_s, enc.count, interrupted)
+                           build_s, enc.count, interrupted, length_low)
+
+
+def _windows(enc: Encoder, sess: SmtSession, first: int, deadline: float | None,
+             window_s: float | None) -> tuple[CheckResult, int, float | None]:
+    """Check the windows ``first .. enc.n`` in order; returns the status, the window it ended in
+    (``enc.n + 1`` when every window is refuted) and that window's deadline. After ``SAT`` the window's
+    bound stays asserted, so the goals are tightened inside it."""
+
+    def until() -> float | None:
+        if window_s is None:
+            return deadline
+        end = time.monotonic() + window_s
+        return end if deadline is None else min(deadline, end)
+
+    if not enc.upto:
+        end = until()
+        status = _check(enc, sess, end)
+        return status, enc.n + (status == CheckResult.UNSAT), end
+    for n in range(first, enc.n + 1):
+        end = until()
+        sess.push()
+        mark = len(enc.scoped)
+        sess.add(enc.m.LE(enc.length, enc.int_(n * enc.ii)))
+        status = _check(enc, sess, end)
+        if status != CheckResult.UNSAT:
+            return status, n, end
+        sess.pop()
+        for formula in enc.scoped[mark:]:
+            sess.add(formula)
+        sess.add(enc.m.GT(enc.length, enc.int_(n * enc.ii)))
+    return CheckResult.UNSAT, enc.n + 1, deadline
 
 
 @dataclass(frozen=True)
@@ -241,7 +293,7 @@ def _goal(enc: Encoder, goal: str) -> tuple[Any, int, int]:
     """The term to minimize for ``goal``, its granularity, and a lower bound on its value."""
     m, res = enc.m, enc.p.resources
     if goal == "length":
-        return enc.length, 1, max(enc.min_length, (enc.n - 1) * enc.ii + 1)
+        return enc.length, 1, enc.min_length if enc.upto else max(enc.min_length, (enc.n - 1) * enc.ii + 1)
     if goal == "groups":
         count = m.Plus([m.Ite(u, enc.int_(1), enc.int_(0)) for u in enc.used])
         compute = any(not op.variable_latency for op in enc.p.ops)
@@ -253,19 +305,21 @@ def _goal(enc: Encoder, goal: str) -> tuple[Any, int, int]:
 
 
 def _tighten(enc: Encoder, sess: SmtSession, goal: str, best: dict[str, Any],
-             deadline: float | None) -> tuple[dict[str, Any], bool]:
+             deadline: float | None, low: int | None = None) -> tuple[dict[str, Any], bool, int]:
     """Minimize ``goal`` by bisection between a lower bound and the best model; fix it there.
 
     Each probe asserts ``goal <= mid`` inside a push/pop: SAT lowers the upper end to the model's value,
-    UNSAT proves the optimum is above ``mid``. Returns the best model and whether its value is proven
-    minimal (False if the deadline stopped a probe; the session is then spent).
+    UNSAT proves the optimum is above ``mid``. Returns the best model, whether its value is proven
+    minimal (False if the deadline stopped a probe; the session is then spent), and the proven lower
+    bound on the goal's value. ``low`` is a proven lower bound known beforehand.
     """
-    term, step, low = _goal(enc, goal)
+    term, step, least = _goal(enc, goal)
+    low = least if low is None else max(low, least)
     key = {"length": "length", "groups": "n_groups", "handoffs": "handoffs", "registers": "reg_total"}[goal]
-    best, _, status = _bisect(enc, sess, term, step, low, best, key, deadline)
+    best, low, status = _bisect(enc, sess, term, step, low, best, key, deadline)
     if status == CheckResult.SAT:
         sess.add(enc.m.Equals(term, enc.int_(best[key])))
-    return best, status == CheckResult.SAT
+    return best, status == CheckResult.SAT, low
 
 
 def _bisect(enc: Encoder, sess: SmtSession, term: Any, step: int, low: int, best: dict[str, Any], key: str,

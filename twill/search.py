@@ -4,7 +4,8 @@ joint schedule; the first answer has the highest throughput the model allows.
 For each II from ``max(ResMII, RecMII)``: the modulo ILP proves II infeasible or gives the least length
 ``LEN(M)``; the joint SMT is then asked for any schedule with ``ceil(L / II) = ceil(LEN(M) / II)`` (one
 call covers the whole window, and is then tightened to the least ``L``). ``stage_slack`` widens the search
-to that many further windows per II. Every failure is recorded in the :class:`~twill.schedule.Certificate`.
+to that many further windows per II; the windows of one II share one formula (asked in order). Every
+failure is recorded in the :class:`~twill.schedule.Certificate`.
 Runs of infeasible IIs are skipped with range queries (:func:`twill.joint.solve_range`: one formula with
 the II as an unknown refutes a whole range; docs/model.md §6), which changes the time, not the answer.
 
@@ -564,26 +565,25 @@ def _at_ii(run: _Run, ii: int, solver: str, ilp: str, method: str, strategy: str
     first = math.ceil(mod.length / ii)
     if strategy == "swp":
         return _swp(run, ii, mod)
-    for stages in range(first, first + opts.stage_slack + 1):
-        if opts.max_stages is not None and stages > opts.max_stages:
-            run.note(Attempt(ii, stages, "joint", "skipped", 0.0,
-                             f"{stages} stages > max_stages = {opts.max_stages}"))
-            break
-        if run.expired():  # building the next window's formula alone can take seconds
-            run.note(Attempt(ii, stages, "joint", "timeout", 0.0,
-                             "time limit reached before this window"))
+    last = first + opts.stage_slack
+    if opts.max_stages is not None and last > opts.max_stages:
+        run.note(Attempt(ii, max(first, opts.max_stages + 1), "joint", "skipped", 0.0,
+                         f"{max(first, opts.max_stages + 1)} stages > max_stages = {opts.max_stages}"))
+        last = opts.max_stages
+        if last < first:
             return None
-        left, need = run.left(), run.build_estimate(stages)
-        if left is not None and need > left:  # it could not even be stated before the deadline
-            run.timed_out = True
-            run.note(Attempt(ii, stages, "joint", "timeout", 0.0,
-                             f"time limit: {left:.1f} s left, and stating this window's formula takes "
-                             f"about {need:.1f} s"))
-            return None
-        res = _joint(run, ii, stages, mod, solver)
-        if res is not None:
-            return ("joint", ii, res, mod)
-    return None
+    if run.expired():  # building the formula alone can take seconds
+        run.note(Attempt(ii, first, "joint", "timeout", 0.0, "time limit reached before this II's windows"))
+        return None
+    left, need = run.left(), run.build_estimate(last)
+    if left is not None and need > left:  # it could not even be stated before the deadline
+        run.timed_out = True
+        run.note(Attempt(ii, first, "joint", "timeout", 0.0,
+                         f"time limit: {left:.1f} s left, and stating this II's formula takes about "
+                         f"{need:.1f} s"))
+        return None
+    res = _joint(run, ii, first, last, mod, solver)
+    return None if res is None else ("joint", ii, res, mod)
 
 
 def _modulo(run: _Run, ii: int, method: str, ilp: str, solver: str) -> ModuloResult | None:
@@ -605,34 +605,41 @@ def _modulo(run: _Run, ii: int, method: str, ilp: str, solver: str) -> ModuloRes
     return mod
 
 
-def _joint(run: _Run, ii: int, stages: int, mod: ModuloResult, solver: str) -> JointResult | None:
-    run.emit("phase", phase="joint", ii=ii, stages=stages)
-    deadline = run.deadline
-    window_end = None if run.window_limit is None else time.monotonic() + run.window_limit
-    if window_end is not None and (deadline is None or window_end < deadline):
-        deadline = window_end
-    res = solve_joint(run.problem, ii, stages, min_length=mod.length, backend=solver, deadline=deadline)
+def _joint(run: _Run, ii: int, first: int, last: int, mod: ModuloResult, solver: str) -> JointResult | None:
+    """Solve the stage windows ``first..last`` of ``ii`` in order with one formula (:func:`solve_joint`
+    with ``first``) and note one attempt per window decided or left open. A window that runs out of
+    ``window_limit`` is left undecided and the windows after it get a formula of their own."""
+    run.emit("phase", phase="joint", ii=ii, stages=last)
+    res = solve_joint(run.problem, ii, last, first=first, min_length=mod.length, backend=solver,
+                      deadline=run.deadline, window_s=run.window_limit)
     run.spend("joint", res.wall_s, res.checks)
-    run.spend("joint_build", res.build_s)  # part of "joint": stating the formula of one (II, window)
-    run.builds.append((stages, res.build_s))
-    window = f"L in ({(stages - 1) * ii}, {stages * ii}]"
+    run.spend("joint_build", res.build_s)  # part of "joint": stating the formula of one II's windows
+    run.builds.append((last, res.build_s))
+    stopped = res.stages  # the window of the schedule found, or the first one not refuted
+    if res.status != CheckResult.SAT:
+        stopped = min(last + 1, max(first, (res.length_low - 1) // ii + 1))
+    share = res.wall_s / (min(stopped, last) - first + 1)
+
+    def window(n: int) -> str:
+        return f"L in ({(n - 1) * ii}, {n * ii}]"
+
+    for n in range(first, stopped):
+        run.note(Attempt(ii, n, "joint", "unsat", share, f"no joint schedule with {window(n)}"))
     if res.status == CheckResult.SAT:
-        run.note(Attempt(ii, stages, "joint", "sat", res.wall_s, f"L = {res.length}"))
+        run.note(Attempt(ii, res.stages, "joint", "sat", share, f"L = {res.length}"))
         run.interrupted = res.interrupted
         return res
     if res.status == CheckResult.UNSAT:
-        run.note(Attempt(ii, stages, "joint", "unsat", res.wall_s,
-                         f"no joint schedule with {window}"))
         return None
     if res.status == CheckResult.INTERRUPTED:
-        run.note(Attempt(ii, stages, "joint", res.status.value, res.wall_s, f"undecided for {window}"))
+        run.note(Attempt(ii, stopped, "joint", res.status.value, share, f"undecided for {window(stopped)}"))
         raise KeyboardInterrupt
-    if window_end is not None and deadline is window_end and not run.expired():
-        run.note(Attempt(ii, stages, "joint", res.status.value, res.wall_s,
-                         f"undecided for {window} within window_limit = {run.window_limit:g} s"))
-        return None
+    if run.window_limit is not None and not run.expired():
+        run.note(Attempt(ii, stopped, "joint", res.status.value, share,
+                         f"undecided for {window(stopped)} within window_limit = {run.window_limit:g} s"))
+        return _joint(run, ii, stopped + 1, last, mod, solver) if stopped < last else None
     run.timed_out = True
-    run.note(Attempt(ii, stages, "joint", res.status.value, res.wall_s, f"undecided for {window}"))
+    run.note(Attempt(ii, stopped, "joint", res.status.value, share, f"undecided for {window(stopped)}"))
     return None
 
 
