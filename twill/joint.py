@@ -57,8 +57,9 @@ class JointResult:
     n_terms : int
         Assertions added.
     length_low : int
-        A proven lower bound on ``L`` (every shorter length refuted): ``length`` itself once the length
-        goal is proven, less when the deadline stopped it, 0 without a model.
+        A proven lower bound on ``L``, every shorter length refuted: with a schedule, ``length`` itself
+        once the length goal is proven; otherwise one past the windows refuted (``stages * ii + 1`` when
+        ``UNSAT``, the start of the window a deadline stopped).
     interrupted : bool
         Ctrl-C arrived while the secondary objectives were tightened: the schedule is the best found
         so far (``proven`` says which goals were not finished).
