@@ -56,16 +56,20 @@ Progress = Callable[[dict[str, Any]], None]
 
 RANGE_FIRST = 4
 """IIs in the first range query after a refuted II; each refuted range doubles the next (galloping).
-This and the two slice constants below are tuning choices, measured on the FA backward (Blackwell, plain):
+This and the slice constants below are tuning choices, measured on the FA backward (Blackwell, plain):
 a 16-II slice made its 32-wide queries time out and the widths collapse into II-by-II steps."""
 RANGE_MIN_SLICE_S = 2.0
 """Least seconds a range query may take. Otherwise it gets what deciding its IIs one by one would cost
-(up to ``RANGE_SLICE_IIS`` of them) at the slowest per-II time seen so far: a query that does not pay is
-stopped early, keeps what its bisection refuted, and the next one is narrower. The slowest, not the mean:
-deciding an II gets dearer toward the answer, and a query stopped just before its answer wastes its whole
-slice (FA backward, Blackwell, plain: the mean over 32 IIs cut the 64-II query that finds II 180 at 14.5 s
-of its 14 s need; 56-80 s in all, 22 s with this rule, three runs each)."""
+(up to ``RANGE_SLICE_IIS`` of them) at ``RANGE_SLICE_GROWTH`` times the slowest per-II time seen so far:
+a query that does not pay is stopped early, keeps what its bisection refuted, and the next one is
+narrower. A query stopped just before its answer wastes its whole slice, and deciding an II gets dearer
+toward the answer, so the estimate leans high (FA backward, Blackwell, plain: 0.3 s per II at the MII,
+0.5-4 s at IIs 146-180; its 64-II query that finds II 180 needs 14-20 s. Slices of the mean over 32 IIs
+cut it: 56-80 s in all; of the slowest over 64: 22 s, but 33-100 s once deciding the MII got cheaper;
+with the growth factor: 27-30 s beside another solve)."""
 RANGE_SLICE_IIS = 64
+RANGE_SLICE_GROWTH = 4
+"""How much dearer an II near the answer is assumed to be than the slowest decided so far (see above)."""
 
 
 @dataclass
@@ -535,7 +539,7 @@ def _range(run: _Run, lo: int, hi: int, solver: str) -> RangeResult | None:
     if hi <= lo or stages < 1 or run.expired():
         return None
     slowest = max(run.per_ii, default=RANGE_MIN_SLICE_S)
-    slice_s = max(RANGE_MIN_SLICE_S, slowest * min(hi - lo + 1, RANGE_SLICE_IIS))
+    slice_s = max(RANGE_MIN_SLICE_S, RANGE_SLICE_GROWTH * slowest * min(hi - lo + 1, RANGE_SLICE_IIS))
     deadline = time.monotonic() + slice_s
     if run.deadline is not None:
         deadline = min(deadline, run.deadline)
