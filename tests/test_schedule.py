@@ -337,6 +337,18 @@ def test_the_windows_of_one_ii_in_one_formula_answer_as_each_on_its_own() -> Non
     assert refuted.status == CheckResult.UNSAT and refuted.length_low == first * 102 + 1
 
 
+
+def test_a_window_past_max_stages_is_noted_only_once_the_allowed_ones_are_refuted() -> None:
+    """The FA-like loop at II 102: 2 stages refuted, 3 stages (where its schedule is) beyond max_stages=2,
+    noted as skipped after the refutation; Figure 1 has its schedule in the first window, so nothing
+    past max_stages is noted."""
+    s = twill.schedule(fa_like_graph(), "h100", max_stages=2)
+    first = [(a.stages, a.status) for a in s.certificate.attempts if a.ii == 102]
+    assert first == [(2, "unsat"), (3, "skipped")] and s.ii > 102 and s.stages <= 2
+    f1 = twill.schedule(figure1_graph(), "h100", max_stages=2)
+    assert [a.status for a in f1.certificate.attempts] == ["sat"]
+
+
 # ----------------------------------------------------------------------------------------- apart pairs
 def test_apart_keeps_two_ops_on_different_groups_and_is_checked_and_saved():
     s = twill.schedule(figure1_graph(), "h100", apart=[("P", "S")])

@@ -570,12 +570,18 @@ def _at_ii(run: _Run, ii: int, solver: str, ilp: str, method: str, strategy: str
     if strategy == "swp":
         return _swp(run, ii, mod)
     last = first + opts.stage_slack
-    if opts.max_stages is not None and last > opts.max_stages:
-        run.note(Attempt(ii, max(first, opts.max_stages + 1), "joint", "skipped", 0.0,
-                         f"{max(first, opts.max_stages + 1)} stages > max_stages = {opts.max_stages}"))
+    capped = opts.max_stages is not None and last > opts.max_stages
+    if capped:
         last = opts.max_stages
-        if last < first:
-            return None
+    skip = max(first, last + 1)  # the first window max_stages leaves out, noted once the others are refuted
+
+    def skipped() -> None:
+        run.note(Attempt(ii, skip, "joint", "skipped", 0.0,
+                         f"{skip} stages > max_stages = {opts.max_stages}"))
+
+    if last < first:
+        skipped()
+        return None
     if run.expired():  # building the formula alone can take seconds
         run.note(Attempt(ii, first, "joint", "timeout", 0.0, "time limit reached before this II's windows"))
         return None
@@ -587,7 +593,11 @@ def _at_ii(run: _Run, ii: int, solver: str, ilp: str, method: str, strategy: str
                          f"{need:.1f} s"))
         return None
     res = _joint(run, ii, first, last, mod, solver)
-    return None if res is None else ("joint", ii, res, mod)
+    if res is None:
+        if capped and not run.expired():
+            skipped()
+        return None
+    return ("joint", ii, res, mod)
 
 
 def _modulo(run: _Run, ii: int, method: str, ilp: str, solver: str) -> ModuloResult | None:
