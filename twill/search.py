@@ -570,17 +570,13 @@ def _at_ii(run: _Run, ii: int, solver: str, ilp: str, method: str, strategy: str
     if strategy == "swp":
         return _swp(run, ii, mod)
     last = first + opts.stage_slack
-    capped = opts.max_stages is not None and last > opts.max_stages
-    if capped:
-        last = opts.max_stages
-    skip = max(first, last + 1)  # the first window max_stages leaves out, noted once the others are refuted
-
-    def skipped() -> None:
-        run.note(Attempt(ii, skip, "joint", "skipped", 0.0,
-                         f"{skip} stages > max_stages = {opts.max_stages}"))
-
+    if opts.max_stages is not None:
+        last = min(last, opts.max_stages)
+    capped = last < first + opts.stage_slack  # max_stages leaves windows out: noted once the rest are refuted
+    skipped = Attempt(ii, max(first, last + 1), "joint", "skipped", 0.0,
+                      f"{max(first, last + 1)} stages > max_stages = {opts.max_stages}")
     if last < first:
-        skipped()
+        run.note(skipped)
         return None
     if run.expired():  # building the formula alone can take seconds
         run.note(Attempt(ii, first, "joint", "timeout", 0.0, "time limit reached before this II's windows"))
@@ -595,7 +591,7 @@ def _at_ii(run: _Run, ii: int, solver: str, ilp: str, method: str, strategy: str
     res = _joint(run, ii, first, last, mod, solver)
     if res is None:
         if capped and not run.expired():
-            skipped()
+            run.note(skipped)
         return None
     return ("joint", ii, res, mod)
 
