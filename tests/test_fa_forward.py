@@ -269,3 +269,23 @@ def test_range_queries_reach_the_plain_kernels_optimum_with_the_same_proof() -> 
     by_range = [a for a in jumped.certificate.attempts if "range query" in a.reason]
     assert by_range and all(a.status == "unsat" and a.ii < jumped.ii for a in by_range)
     assert not any("range query" in a.reason for a in plain.certificate.attempts)
+
+
+def test_a_range_query_takes_no_longer_than_the_window_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``window_limit`` no single question outlasts it: a range query's time slice is capped too
+    (without the cap each slice is at least 2 s, search.RANGE_MIN_SLICE_S)."""
+    import time
+
+    import twill.search as search
+
+    real = search.solve_range
+    slices: list[float] = []
+
+    def timed(problem, lo, hi, stages, **kw):  # type: ignore[no-untyped-def]
+        slices.append(kw["deadline"] - time.monotonic())
+        return real(problem, lo, hi, stages, **kw)
+
+    monkeypatch.setattr(search, "solve_range", timed)
+    assert search.RANGE_MIN_SLICE_S > 1.0
+    twill.schedule(_graph(PLAIN, "attn_fwd", "h100"), "h100", window_limit=1.0, time_limit=120)
+    assert slices and max(slices) <= 1.0

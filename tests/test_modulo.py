@@ -394,3 +394,72 @@ def test_is_modulo_schedule_counts_a_units_capacity_across_ops(h100, make_proble
     assert _valid(p, 2, ok) and is_modulo_schedule(p, 2, ok)
     clash = {"S": 0, "P": 1, "O": 4}  # O in S's residue: two TC reservations in one slot
     assert not _valid(p, 2, clash) and not is_modulo_schedule(p, 2, clash)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Stopped early: the bounds [low, length] on the least length that the search's stage windows rest on.
+
+
+def _stop_after(monkeypatch, smt_checks: int, ilp_solves: int) -> None:
+    """Make the SMT solver answer TIMEOUT after ``smt_checks`` checks and the MILP solver after
+    ``ilp_solves`` solves, as a time limit would, at a point of the search chosen by the test."""
+    from twill.ilp import IlpResult
+    from twill.smt import CheckResult, SmtSession
+
+    real_check, real_ilp = SmtSession.check, twill.modulo.solve_ilp
+    calls = {"smt": 0, "ilp": 0}
+
+    def check(self, deadline=None):
+        calls["smt"] += 1
+        return real_check(self, deadline) if calls["smt"] <= smt_checks else CheckResult.TIMEOUT
+
+    def solve(model, **kwargs):
+        calls["ilp"] += 1
+        if calls["ilp"] > ilp_solves:
+            return IlpResult(SolveStatus.TIMEOUT, 0.0)
+        return real_ilp(model, **kwargs)
+
+    monkeypatch.setattr(SmtSession, "check", check)
+    monkeypatch.setattr(twill.modulo, "solve_ilp", solve)
+
+
+@pytest.mark.skipif(not _HAS_METHOD, reason="no SMT method in this version")
+@pytest.mark.parametrize("seed", [0, 2, 5, 9, 17])
+@pytest.mark.parametrize(("smt_checks", "ilp_solves"), [(0, 0), (1, 0), (2, 0), (0, 1), (0, 2)])
+def test_a_stopped_search_bounds_the_least_length(h100, make_problem, monkeypatch, seed, smt_checks,
+                                                   ilp_solves):
+    # Whatever the point where the solvers stop answering, a schedule that comes back is valid and the
+    # least length (brute force) lies in [low, length]; an OPTIMAL one has low == length == the least.
+    p = _random_problem(seed, h100, make_problem)
+    want_ii, want_length = _brute_min_ii(p)
+    _stop_after(monkeypatch, smt_checks, ilp_solves)
+    for method in ("smt", "cbc"):
+        r = _solve(p, want_ii, method)
+        assert r.status != SolveStatus.INFEASIBLE
+        if not r.found:
+            assert r.status == SolveStatus.TIMEOUT and r.low <= want_length
+            continue
+        assert _valid(p, want_ii, dict(r.start))
+        assert r.length == max(r.start[op.name] + op.cycles for op in p.ops)
+        assert r.low <= want_length <= r.length
+        if r.status == SolveStatus.OPTIMAL:
+            assert r.low == r.length == want_length
+
+
+@pytest.mark.skipif(not _HAS_METHOD, reason="no SMT method in this version")
+def test_the_heuristic_schedule_comes_back_when_the_smt_search_cannot_start(h100, make_problem):
+    # No time at all: the iterative modulo scheduler's schedule is still a (not proven) answer.
+    from twill.ims import iterative_modulo_schedule
+
+    for seed in range(8):
+        p = _random_problem(seed, h100, make_problem)
+        want_ii, want_length = _brute_min_ii(p)
+        heuristic = iterative_modulo_schedule(p, want_ii)
+        r = _solve(p, want_ii, "smt", time_limit=0.0)
+        if heuristic is None:
+            assert not r.found
+            continue
+        length = max(heuristic[op.name] + op.cycles for op in p.ops)
+        assert r.found and r.length == length and dict(r.start) == heuristic
+        assert r.status == (SolveStatus.OPTIMAL if r.low == length else SolveStatus.FEASIBLE)
+        assert r.low <= want_length

@@ -349,6 +349,44 @@ def test_a_window_past_max_stages_is_noted_only_once_the_allowed_ones_are_refute
     assert [a.status for a in f1.certificate.attempts] == ["sat"]
 
 
+def test_a_modulo_phase_stopped_with_bounds_gives_the_same_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the modulo phase only bounds the least modulo length (its time slice ran out), the joint
+    windows run from ``ceil(low / II)`` to ``ceil(length / II) + stage_slack``, a superset of the exact
+    ones: the FA-like loop, with every lower bound one II below the exact least length, gets the same II,
+    L and costs, proven, and one more window (refuted) at each II."""
+    import dataclasses
+    import math
+
+    import twill.search as search
+    from twill.ilp import SolveStatus
+
+    exact = twill.schedule(fa_like_graph(), "h100")
+    real = search.modulo_schedule
+    lengths: dict[int, int] = {}
+
+    def bounded(problem, ii, **kw):  # type: ignore[no-untyped-def]
+        mod = real(problem, ii, **kw)
+        if mod.status != SolveStatus.OPTIMAL:
+            return mod
+        lengths[ii] = mod.length
+        return dataclasses.replace(mod, status=SolveStatus.FEASIBLE, low=max(1, mod.length - ii))
+
+    monkeypatch.setattr(search, "modulo_schedule", bounded)
+    s = twill.schedule(fa_like_graph(), "h100")
+    assert s.certificate.proven_optimal and exact.certificate.proven_optimal
+    assert (s.ii, s.length, s.stages) == (exact.ii, exact.length, exact.stages)
+    assert sorted(g.registers for g in s.warp_groups) == sorted(g.registers for g in exact.warp_groups)
+    def handoffs(x: Schedule) -> int:
+        return sum(e.cross for e in x.problem.edges if x.group[e.src] != x.group[e.dst])
+
+    assert handoffs(s) == handoffs(exact)
+    for ii, length in lengths.items():
+        windows = [a.stages for a in s.certificate.attempts if a.ii == ii and a.phase == "joint"]
+        lowest = max(1, math.ceil((length - ii) / ii))
+        assert windows[0] == lowest < math.ceil(length / ii)
+        assert next(a.status for a in s.certificate.attempts if a.ii == ii) == "unsat"
+
+
 # ----------------------------------------------------------------------------------------- apart pairs
 def test_apart_keeps_two_ops_on_different_groups_and_is_checked_and_saved():
     s = twill.schedule(figure1_graph(), "h100", apart=[("P", "S")])

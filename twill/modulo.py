@@ -63,6 +63,10 @@ class ModuloResult:
         Seconds in the solver.
     n_vars, n_constraints : int
         Model size.
+    low : int
+        A proven lower bound on the least length at this II: ``length`` when ``OPTIMAL``; with
+        ``FEASIBLE`` the least length lies in ``[low, length]`` (the critical path, or one past the
+        longest length refuted); 0 when nothing is known.
     """
 
     ii: int
@@ -72,6 +76,11 @@ class ModuloResult:
     wall_s: float
     n_vars: int
     n_constraints: int
+    low: int = 0
+
+    def __post_init__(self) -> None:
+        if self.status == SolveStatus.OPTIMAL and self.low != self.length:
+            object.__setattr__(self, "low", self.length)
 
     @property
     def found(self) -> bool:
@@ -129,7 +138,8 @@ def modulo_schedule(
     ModuloResult
         ``OPTIMAL`` with the least ``L``; ``INFEASIBLE`` when no ``L`` up to the stage horizon admits a
         modulo schedule (then none exists at this II); ``TIMEOUT`` or ``FEASIBLE`` when the time limit
-        stopped the search.
+        stopped the search (``FEASIBLE``: the shortest schedule found, the heuristic's at least, and
+        ``low``, a proven lower bound on the least length).
 
     Raises
     ------
@@ -155,18 +165,18 @@ def modulo_schedule(
             deadline is not None and time.monotonic() >= deadline):
         return first
     second = _ilp_schedule(problem, ii, low, seed, backend, deadline, tie_break=False)
-    wall = first.wall_s + second.wall_s
+    wall, low = first.wall_s + second.wall_s, max(first.low, second.low)
     if second.status in (SolveStatus.OPTIMAL, SolveStatus.INFEASIBLE) or not first.found or (
             second.found and second.length <= first.length):
-        return dataclasses.replace(second, wall_s=wall)
-    return dataclasses.replace(first, wall_s=wall)
+        return dataclasses.replace(second, wall_s=wall, low=low)
+    return dataclasses.replace(first, wall_s=wall, low=low)
 
 
 def _ilp_schedule(problem: Problem, ii: int, low: int, seed: dict[str, int] | None, backend: str,
                   deadline: float | None, tie_break: bool) -> ModuloResult:
     """Least-length modulo schedule by the time-indexed ILP: down from the heuristic schedule ``seed``,
     or a scan of lengths when there is none."""
-    probes = _Probes(problem, ii, backend, deadline)
+    probes = _Probes(problem, ii, backend, deadline, low)
     if seed is not None:
         found = probes.descend(seed, low)
         if found is None:
@@ -196,9 +206,16 @@ def _smt_schedule(problem: Problem, ii: int, low: int, seed: dict[str, int] | No
         return ModuloResult(ii, SolveStatus.OPTIMAL, seeded[0], seeded[1], time.monotonic() - started, 0, 0)
     horizons = sorted({min(full, max(2 * low, low + 2 * ii)), full})
     size = (0, 0)
+
+    def stopped() -> ModuloResult:  # the deadline: the heuristic schedule, if any, is the best known
+        if seeded is None:
+            return ModuloResult(ii, SolveStatus.TIMEOUT, {}, 0, time.monotonic() - started, *size, low=low)
+        return ModuloResult(ii, SolveStatus.FEASIBLE, seeded[0], seeded[1], time.monotonic() - started, *size,
+                            low=low)
+
     for lmax in horizons:
         if deadline is not None and time.monotonic() >= deadline:  # stating the model takes time too
-            return ModuloResult(ii, SolveStatus.TIMEOUT, {}, 0, time.monotonic() - started, *size)
+            return stopped()
         with SmtSession(backend) as sess:
             model = ModularModel(problem, ii, lmax, sess)
             model.completion(low)
@@ -212,9 +229,10 @@ def _smt_schedule(problem: Problem, ii: int, low: int, seed: dict[str, int] | No
             else:
                 status = sess.check(deadline)
                 if status == CheckResult.UNSAT:
+                    low = max(low, lmax + 1)  # none within this horizon
                     continue
                 if status != CheckResult.SAT:
-                    return ModuloResult(ii, SolveStatus.TIMEOUT, {}, 0, time.monotonic() - started, *size)
+                    return stopped()
                 best, first = _smt_best(model, sess), False
             lo, proven = low, True
             while lo < best[1]:
@@ -232,8 +250,8 @@ def _smt_schedule(problem: Problem, ii: int, low: int, seed: dict[str, int] | No
                     break
                 sess.pop()
             status = SolveStatus.OPTIMAL if proven else SolveStatus.FEASIBLE
-            return ModuloResult(ii, status, best[0], best[1], time.monotonic() - started, *size)
-    return ModuloResult(ii, SolveStatus.INFEASIBLE, {}, 0, time.monotonic() - started, *size)
+            return ModuloResult(ii, status, best[0], best[1], time.monotonic() - started, *size, low=lo)
+    return ModuloResult(ii, SolveStatus.INFEASIBLE, {}, 0, time.monotonic() - started, *size, low=low)
 
 
 def _smt_best(model: ModularModel, sess: SmtSession) -> tuple[dict[str, int], int]:
@@ -244,8 +262,9 @@ def _smt_best(model: ModularModel, sess: SmtSession) -> tuple[dict[str, int], in
 class _Probes:
     """Feasibility probes at fixed lengths; remembers the schedules found and the time spent."""
 
-    def __init__(self, problem: Problem, ii: int, backend: str, deadline: float | None) -> None:
+    def __init__(self, problem: Problem, ii: int, backend: str, deadline: float | None, low: int) -> None:
         self.p, self.ii, self.backend, self.deadline = problem, ii, backend, deadline
+        self.low = low  # proven lower bound on the least length: raised by every refuted probe
         self.wall = 0.0
         self.size = (0, 0)
         self.schedules: dict[int, dict[str, int]] = {}
@@ -320,6 +339,7 @@ class _Probes:
                 self.keep(start)
             return True
         if out.status == SolveStatus.INFEASIBLE:
+            self.low = max(self.low, length + 1)
             return False
         return None if not tie_break else True
 
@@ -327,8 +347,8 @@ class _Probes:
         start = self.schedules.get(length, {}) if length is not None else {}
         if not start:
             status = SolveStatus.TIMEOUT if status != SolveStatus.INFEASIBLE else status
-            return ModuloResult(self.ii, status, {}, 0, self.wall, *self.size)
-        return ModuloResult(self.ii, status, start, length, self.wall, *self.size)
+            return ModuloResult(self.ii, status, {}, 0, self.wall, *self.size, low=self.low)
+        return ModuloResult(self.ii, status, start, length, self.wall, *self.size, low=self.low)
 
 
 def _build(problem: Problem, ii: int, length: int):

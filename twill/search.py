@@ -70,6 +70,12 @@ with the growth factor: 27-30 s beside another solve)."""
 RANGE_SLICE_IIS = 64
 RANGE_SLICE_GROWTH = 4
 """How much dearer an II near the answer is assumed to be than the slowest decided so far (see above)."""
+MODULO_SLICE_S = 20.0
+"""Seconds the modulo phase of one II may take before the search goes on with the bounds it has on the
+least modulo length ``LEN(M)`` (``[low, length]``): the joint windows then run from ``ceil(low / II)`` to
+``ceil(length / II) + stage_slack``, a superset of those the exact ``LEN(M)`` gives. A tuning choice:
+every FA loop decides each II's ``LEN(M)`` in under 1.5 s; the 45-op synthetic loop took 19 s at II 126
+and 114 s at II 127 (benchmarks/results.md)."""
 
 
 @dataclass
@@ -201,13 +207,16 @@ def schedule(
         Seconds for one joint window ``(II, stages)``. A window that takes longer is recorded as
         undecided and the search goes on to the next one, so a hard window near the bound does not stop
         the search; the answer is then marked not proven optimal, and the certificate lists the
-        undecided windows. Without it, every window is decided (or the whole ``time_limit`` runs out).
+        undecided windows. A range query gets no more than one window either. Without it, every window
+        is decided (or the whole ``time_limit`` runs out).
     ranges : bool
         Jump over runs of infeasible IIs with range queries (one SMT formula with the II as an unknown
         refutes many IIs at once; see :func:`twill.joint.solve_range`). The answer and its proof are the
         same either way; ``False`` decides every II on its own, as Algorithm 1 does.
     progress : callable, optional
-        Called with a dict per event (``phase``, ``ii``, ``stages``, ``elapsed`` ...).
+        Called with a dict per event: ``event`` (``bounds``, ``ii``, ``phase``, ``spent``, ``attempt``,
+        ``range``, or ``modulo_bounds`` when an II's modulo phase ran out of its slice and hands over
+        ``low`` and ``length``), ``elapsed`` seconds, and the event's own keys (``ii``, ``stages`` ...).
 
     Returns
     -------
@@ -540,6 +549,8 @@ def _range(run: _Run, lo: int, hi: int, solver: str) -> RangeResult | None:
         return None
     slowest = max(run.per_ii, default=RANGE_MIN_SLICE_S)
     slice_s = max(RANGE_MIN_SLICE_S, RANGE_SLICE_GROWTH * slowest * min(hi - lo + 1, RANGE_SLICE_IIS))
+    if run.window_limit is not None:  # one question never takes longer than a window may
+        slice_s = min(slice_s, run.window_limit)
     deadline = time.monotonic() + slice_s
     if run.deadline is not None:
         deadline = min(deadline, run.deadline)
@@ -566,13 +577,12 @@ def _at_ii(run: _Run, ii: int, solver: str, ilp: str, method: str, strategy: str
     mod = _modulo(run, ii, method, ilp, solver)
     if mod is None:
         return None
-    first = math.ceil(mod.length / ii)
     if strategy == "swp":
         return _swp(run, ii, mod)
-    last = first + opts.stage_slack
-    if opts.max_stages is not None:
-        last = min(last, opts.max_stages)
-    capped = last < first + opts.stage_slack  # max_stages leaves windows out: noted once the rest are refuted
+    # LEN(M) lies in [mod.low, mod.length] (one value once proven): every window it allows, + stage_slack
+    first, wanted = max(1, math.ceil(mod.low / ii)), math.ceil(mod.length / ii) + opts.stage_slack
+    last = wanted if opts.max_stages is None else min(wanted, opts.max_stages)
+    capped = last < wanted  # max_stages leaves windows out: noted once the rest are refuted
     skipped = Attempt(ii, max(first, last + 1), "joint", "skipped", 0.0,
                       f"{max(first, last + 1)} stages > max_stages = {opts.max_stages}")
     if last < first:
@@ -597,21 +607,31 @@ def _at_ii(run: _Run, ii: int, solver: str, ilp: str, method: str, strategy: str
 
 
 def _modulo(run: _Run, ii: int, method: str, ilp: str, solver: str) -> ModuloResult | None:
+    """The modulo phase of ``ii``: the least modulo length, or bounds on it after
+    :data:`MODULO_SLICE_S` seconds (a schedule found bounds it from above, ``mod.low`` from below).
+    Without any schedule by then it goes on for the rest of the time limit, since the joint windows need
+    an upper bound. None if the II has no modulo schedule or the time limit stopped the phase."""
     run.emit("phase", phase="modulo", ii=ii)
-    mod = modulo_schedule(run.problem, ii, method=method, backend=ilp, smt=solver, time_limit=run.left())
+    left = run.left()
+    mod = modulo_schedule(run.problem, ii, method=method, backend=ilp, smt=solver,
+                          time_limit=MODULO_SLICE_S if left is None else min(left, MODULO_SLICE_S))
+    if not mod.found and mod.status != SolveStatus.INFEASIBLE and not run.expired():
+        spent = mod.wall_s
+        mod = modulo_schedule(run.problem, ii, method=method, backend=ilp, smt=solver, time_limit=run.left())
+        mod = dataclasses.replace(mod, wall_s=mod.wall_s + spent)
     run.spend("modulo", mod.wall_s)
     if mod.status == SolveStatus.INFEASIBLE:
         run.note(Attempt(ii, None, "modulo", "infeasible", mod.wall_s,
                          f"no modulo schedule meets the unit capacities and dependences ({method})"))
         return None
-    if mod.status != SolveStatus.OPTIMAL:
-        # A schedule whose length is not proven minimal gives no valid lower bound on L (solve_joint's
-        # min_length), so the joint search cannot start from it; this only happens at the deadline.
+    if not mod.found:
+        # No schedule, so no upper bound on LEN(M) to end the joint windows; only at the deadline.
         run.timed_out = True
-        what = "no modulo schedule" if not mod.found else f"modulo length {mod.length} not proven minimal"
-        run.note(Attempt(ii, None, "modulo", "timeout", mod.wall_s,
-                         f"time limit in the modulo phase: {what}"))
+        run.note(Attempt(ii, None, "modulo", "timeout", mod.wall_s, "time limit in the modulo phase: no "
+                         "modulo schedule"))
         return None
+    if mod.status != SolveStatus.OPTIMAL:
+        run.emit("modulo_bounds", ii=ii, low=mod.low, length=mod.length)
     return mod
 
 
@@ -620,7 +640,7 @@ def _joint(run: _Run, ii: int, first: int, last: int, mod: ModuloResult, solver:
     with ``first``) and note one attempt per window decided or left open. A window that runs out of
     ``window_limit`` is left undecided and the windows after it get a formula of their own."""
     run.emit("phase", phase="joint", ii=ii, stages=last)
-    res = solve_joint(run.problem, ii, last, first=first, min_length=mod.length, backend=solver,
+    res = solve_joint(run.problem, ii, last, first=first, min_length=mod.low, backend=solver,
                       deadline=run.deadline, window_s=run.window_limit)
     run.spend("joint", res.wall_s, res.checks)
     run.spend("joint_build", res.build_s)  # part of "joint": stating the formula of one II's windows
