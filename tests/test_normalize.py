@@ -171,3 +171,16 @@ def test_op_whose_reservations_start_late_is_normalized():
     raw = build_problem(g, load_machine("h100"))
     problem, norm = normalize_problem(raw)
     assert norm.exact and problem.op("A").cycles == 2
+
+
+def test_cbc_runs_without_its_threaded_search():
+    # CBC's threaded search (any ``threads`` option, 1 included) stalled a few percent of these small
+    # ILPs for 10 s on a lock wait (twill/ilp.py); the command twill builds must leave it off.
+    import pulp
+
+    from twill.ilp import _solver
+
+    cmd = _solver("cbc", 5.0)
+    assert isinstance(cmd, pulp.PULP_CBC_CMD)
+    assert cmd.optionsDict.get("threads") is None
+    assert not any("thread" in str(o).lower() for o in cmd.options)

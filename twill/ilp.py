@@ -56,12 +56,16 @@ def _solver(backend: str, time_limit: float | None) -> pulp.LpSolver:
     if backend == "cbc":
         with warnings.catch_warnings():  # PuLP 3.x announces that PULP_CBC_CMD moves in PuLP 4 (pinned < 4)
             warnings.simplefilter("ignore", DeprecationWarning)
-            return pulp.PULP_CBC_CMD(msg=False, timeLimit=limit, gapRel=0.0, threads=1)
+            # No ``threads``: any value (1 included) starts CBC's threaded search, whose lock wait
+            # stalled 2-3 % of the calls for 10 s (the normalization ILP of the Blackwell GEMM, 150 calls:
+            # 3 stalls and 50 s with ``threads=1``, none and 17 s without; CBC issue #640 reports the
+            # same lock hangs with more threads). Without it CBC searches serially, on one core.
+            return pulp.PULP_CBC_CMD(msg=False, timeLimit=limit, gapRel=0.0)
     if backend == "highs":
         if not pulp.HiGHS().available():
             raise SolverUnavailableError("MILP backend 'highs' needs the highspy package "
                                          "(pip install highspy); available: cbc")
-        return pulp.HiGHS(msg=False, timeLimit=limit, gapRel=0.0, threads=1)
+        return pulp.HiGHS(msg=False, timeLimit=limit, gapRel=0.0)
     raise SolverUnavailableError(f"unknown MILP backend {backend!r}; available: {', '.join(BACKENDS)}")
 
 
