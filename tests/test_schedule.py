@@ -365,6 +365,7 @@ def test_a_modulo_phase_stopped_with_bounds_gives_the_same_answer(monkeypatch: p
     lengths: dict[int, int] = {}
 
     def bounded(problem, ii, **kw):  # type: ignore[no-untyped-def]
+        assert 0 < kw["time_limit"] <= search.MODULO_SLICE_S  # the phase's slice (no time limit here)
         mod = real(problem, ii, **kw)
         if mod.status != SolveStatus.OPTIMAL:
             return mod
@@ -376,6 +377,7 @@ def test_a_modulo_phase_stopped_with_bounds_gives_the_same_answer(monkeypatch: p
     assert s.certificate.proven_optimal and exact.certificate.proven_optimal
     assert (s.ii, s.length, s.stages) == (exact.ii, exact.length, exact.stages)
     assert sorted(g.registers for g in s.warp_groups) == sorted(g.registers for g in exact.warp_groups)
+
     def handoffs(x: Schedule) -> int:
         return sum(e.cross for e in x.problem.edges if x.group[e.src] != x.group[e.dst])
 
