@@ -352,8 +352,10 @@ def test_a_window_past_max_stages_is_noted_only_once_the_allowed_ones_are_refute
 def test_a_modulo_phase_stopped_with_bounds_gives_the_same_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     """When the modulo phase only bounds the least modulo length (its time slice ran out), the joint
     windows run from ``ceil(low / II)`` to ``ceil(length / II) + stage_slack``, a superset of the exact
-    ones: the FA-like loop, with every lower bound one II below the exact least length, gets the same II,
-    L and costs, proven, and one more window (refuted) at each II."""
+    ones, and the joint search's lower bound on L is ``low``. The FA-like loop, every II's bounds one II
+    below and two above the exact least length (past the optimal L, so a lower bound on L taken from it
+    would force a longer one): the same II, L and costs, proven, one more window (refuted) below, and the
+    certificate saying which IIs were only bounded."""
     import dataclasses
     import math
 
@@ -370,11 +372,14 @@ def test_a_modulo_phase_stopped_with_bounds_gives_the_same_answer(monkeypatch: p
         if mod.status != SolveStatus.OPTIMAL:
             return mod
         lengths[ii] = mod.length
-        return dataclasses.replace(mod, status=SolveStatus.FEASIBLE, low=max(1, mod.length - ii))
+        # only the bounds are read by the joint search (the start times serve strategy="swp")
+        return dataclasses.replace(mod, status=SolveStatus.FEASIBLE, low=max(1, mod.length - ii),
+                                   length=mod.length + 2 * ii)
 
     monkeypatch.setattr(search, "modulo_schedule", bounded)
     s = twill.schedule(fa_like_graph(), "h100")
     assert s.certificate.proven_optimal and exact.certificate.proven_optimal
+    assert all(length + 2 * ii > exact.length for ii, length in lengths.items())
     assert (s.ii, s.length, s.stages) == (exact.ii, exact.length, exact.stages)
     assert sorted(g.registers for g in s.warp_groups) == sorted(g.registers for g in exact.warp_groups)
 
@@ -382,11 +387,14 @@ def test_a_modulo_phase_stopped_with_bounds_gives_the_same_answer(monkeypatch: p
         return sum(e.cross for e in x.problem.edges if x.group[e.src] != x.group[e.dst])
 
     assert handoffs(s) == handoffs(exact)
+    assert lengths and all(length > ii for ii, length in lengths.items())
     for ii, length in lengths.items():
         windows = [a.stages for a in s.certificate.attempts if a.ii == ii and a.phase == "joint"]
-        lowest = max(1, math.ceil((length - ii) / ii))
-        assert windows[0] == lowest < math.ceil(length / ii)
+        assert windows[0] == math.ceil((length - ii) / ii) == math.ceil(length / ii) - 1
         assert next(a.status for a in s.certificate.attempts if a.ii == ii) == "unsat"
+        assert max(windows) <= math.ceil((length + 2 * ii) / ii) + s.certificate.stage_slack
+        assert any(f"LEN(M) at II {ii} bounded to [{length - ii}, {length + 2 * ii}]" in n
+                   for n in s.certificate.notes)
 
 
 # ----------------------------------------------------------------------------------------- apart pairs

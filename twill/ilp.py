@@ -65,7 +65,7 @@ def _solver(backend: str, time_limit: float | None) -> pulp.LpSolver:
         if not pulp.HiGHS().available():
             raise SolverUnavailableError("MILP backend 'highs' needs the highspy package "
                                          "(pip install highspy); available: cbc")
-        return pulp.HiGHS(msg=False, timeLimit=limit, gapRel=0.0)
+        return pulp.HiGHS(msg=False, timeLimit=limit, gapRel=0.0, threads=1)
     raise SolverUnavailableError(f"unknown MILP backend {backend!r}; available: {', '.join(BACKENDS)}")
 
 

@@ -79,6 +79,8 @@ class ModuloResult:
     low: int = 0
 
     def __post_init__(self) -> None:
+        if self.status == SolveStatus.FEASIBLE and self.low >= self.length:  # the bound meets the schedule
+            object.__setattr__(self, "status", SolveStatus.OPTIMAL)
         if self.status == SolveStatus.OPTIMAL and self.low != self.length:
             object.__setattr__(self, "low", self.length)
 
@@ -164,7 +166,9 @@ def modulo_schedule(
     if first.status in (SolveStatus.OPTIMAL, SolveStatus.INFEASIBLE) or (
             deadline is not None and time.monotonic() >= deadline):
         return first
-    second = _ilp_schedule(problem, ii, low, seed, backend, deadline, tie_break=False)
+    # the ILP goes on from what the SMT search proved and found
+    second = _ilp_schedule(problem, ii, max(low, first.low), dict(first.start) if first.found else seed,
+                           backend, deadline, tie_break=False)
     wall, low = first.wall_s + second.wall_s, max(first.low, second.low)
     if second.status in (SolveStatus.OPTIMAL, SolveStatus.INFEASIBLE) or not first.found or (
             second.found and second.length <= first.length):

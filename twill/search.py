@@ -4,8 +4,9 @@ joint schedule; the first answer has the highest throughput the model allows.
 For each II from ``max(ResMII, RecMII)``: the modulo ILP proves II infeasible or gives the least length
 ``LEN(M)``; the joint SMT is then asked for any schedule with ``ceil(L / II) = ceil(LEN(M) / II)`` (one
 call covers the whole window, and is then tightened to the least ``L``). ``stage_slack`` widens the search
-to that many further windows per II; the windows of one II share one formula (asked in order). Every
-failure is recorded in the :class:`~twill.schedule.Certificate`.
+to that many further windows per II; the windows of one II share one formula (asked in order). A modulo
+phase that runs out of its slice (:data:`MODULO_SLICE_S`) gives bounds on ``LEN(M)`` instead, and every
+window they allow is asked. Every failure is recorded in the :class:`~twill.schedule.Certificate`.
 Runs of infeasible IIs are skipped with range queries (:func:`twill.joint.solve_range`: one formula with
 the II as an unknown refutes a whole range; docs/model.md §6), which changes the time, not the answer.
 
@@ -97,6 +98,7 @@ class _Run:
     ranges: bool = True
     per_ii: list[float] = field(default_factory=list)  # seconds of each II decided one by one
     range_build: float = 0.0  # seconds to state the last range formula
+    bounded: list[tuple[int, int, int]] = field(default_factory=list)  # (II, low, length): LEN(M) not proven
 
     def note(self, attempt: Attempt, quiet: bool = False) -> None:
         """Record ``attempt``; report it (an ``attempt`` progress event) unless ``quiet``."""
@@ -608,17 +610,16 @@ def _at_ii(run: _Run, ii: int, solver: str, ilp: str, method: str, strategy: str
 
 def _modulo(run: _Run, ii: int, method: str, ilp: str, solver: str) -> ModuloResult | None:
     """The modulo phase of ``ii``: the least modulo length, or bounds on it after
-    :data:`MODULO_SLICE_S` seconds (a schedule found bounds it from above, ``mod.low`` from below).
-    Without any schedule by then it goes on for the rest of the time limit, since the joint windows need
-    an upper bound. None if the II has no modulo schedule or the time limit stopped the phase."""
+    :data:`MODULO_SLICE_S` seconds (the shortest schedule found bounds it from above, ``mod.low`` from
+    below). The slice applies only when the iterative modulo scheduler has a schedule at ``ii`` (the
+    phase then surely returns one); otherwise the phase may take the rest of the time limit, since the
+    joint windows need an upper bound. None if the II has no modulo schedule or the time limit stopped
+    the phase."""
     run.emit("phase", phase="modulo", ii=ii)
     left = run.left()
-    mod = modulo_schedule(run.problem, ii, method=method, backend=ilp, smt=solver,
-                          time_limit=MODULO_SLICE_S if left is None else min(left, MODULO_SLICE_S))
-    if not mod.found and mod.status != SolveStatus.INFEASIBLE and not run.expired():
-        spent = mod.wall_s
-        mod = modulo_schedule(run.problem, ii, method=method, backend=ilp, smt=solver, time_limit=run.left())
-        mod = dataclasses.replace(mod, wall_s=mod.wall_s + spent)
+    if iterative_modulo_schedule(run.problem, ii) is not None:  # a schedule, hence an upper bound, is sure
+        left = MODULO_SLICE_S if left is None else min(left, MODULO_SLICE_S)
+    mod = modulo_schedule(run.problem, ii, method=method, backend=ilp, smt=solver, time_limit=left)
     run.spend("modulo", mod.wall_s)
     if mod.status == SolveStatus.INFEASIBLE:
         run.note(Attempt(ii, None, "modulo", "infeasible", mod.wall_s,
@@ -631,6 +632,7 @@ def _modulo(run: _Run, ii: int, method: str, ilp: str, solver: str) -> ModuloRes
                          "modulo schedule"))
         return None
     if mod.status != SolveStatus.OPTIMAL:
+        run.bounded.append((ii, mod.low, mod.length))
         run.emit("modulo_bounds", ii=ii, low=mod.low, length=mod.length)
     return mod
 
@@ -738,9 +740,11 @@ def _finish(run: _Run, found: tuple, norm: Normalization | None, raw_bounds: Any
         notes.append(f"scope: every II below {ii} was refuted for schedules of up to n_min(II) + "
                      f"{p.options.stage_slack} stages, where n_min(II) = ceil(LEN(M) / II) and LEN(M), the "
                      f"least modulo-schedule length, bounds every joint schedule from below")
-    for goal, ok in res.proven.items():
-        if not ok:
-            notes.append(f"{goal} not proven minimal (time limit)")
+    for at, low, length in run.bounded if strategy == "joint" else ():
+        notes.append(f"modulo phase: LEN(M) at II {at} bounded to [{low}, {length}], not proven within its "
+                     f"{MODULO_SLICE_S:g} s slice; every stage window the bounds allow was searched")
+    why = "time limit" if strategy == "joint" else f"time limit or the modulo phase's {MODULO_SLICE_S:g} s"
+    notes += [f"{goal} not proven minimal ({why})" for goal, ok in res.proven.items() if not ok]
     stats = tuple(PhaseStats(ph, round(t, 4), run.phase_calls.get(ph, 1)) for ph, t in run.phase_time.items())
     slots = slots_from(start, group, ii, p.names)
     return Schedule(
