@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import twill
+import twill.cpsat
 from twill.bounds import bounds
 from twill.ilp import SolveStatus
 from twill.modulo import modulo_schedule
@@ -239,3 +240,22 @@ def test_blackwell_transposed_backward_gives_the_dq_reduction_a_group_at_a_reduc
     assert dq_group not in {reduced.group[n] for n in exps}
     assert set(next(w for w in compute if w.index == dq_group).ops) <= {"dq_gemm", "dq", "dq_convert_layout"}
     assert reduced.ii >= default.ii
+
+
+@pytest.mark.skipif(not twill.cpsat.available(), reason="ortools is not installed")
+@pytest.mark.parametrize(("kernel", "machine"), [("attn_bwd_subtiled_sm100", "b200"),
+                                                 ("attn_bwd_sm90", "h100")])
+def test_cpsat_modulo_reserves_the_forced_hand_offs(kernel: str, machine: str) -> None:
+    """The backward kernels have register values that always cross warp groups; their SMEM-port traffic
+    is part of every modulo schedule (Problem.reservations). CP-SAT's least length equals the SMT
+    method's at the MII and the next IIs, and its schedules pass the independent modulo check."""
+    from twill.ims import is_modulo_schedule
+    from twill.machine import load_machine
+
+    problem, _ = normalize_problem(build_problem(_graph(kernel, machine), load_machine(machine)), upper=300)
+    assert any(problem.forced_cross(e) for e in problem.edges)
+    mii = bounds(problem).mii
+    for ii in range(mii, mii + 3):
+        smt, cp = modulo_schedule(problem, ii, method="smt"), modulo_schedule(problem, ii, method="cpsat")
+        assert (cp.status, cp.length) == (smt.status, smt.length)
+        assert is_modulo_schedule(problem, ii, dict(cp.start))

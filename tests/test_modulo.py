@@ -10,6 +10,7 @@ from dataclasses import replace
 import pulp
 import pytest
 
+import twill.cpsat
 import twill.modulo
 from twill.bounds import rec_mii, res_mii
 from twill.graph import Graph, Reservation
@@ -25,14 +26,15 @@ SOLVER_MARKS = {
     "cbc": [],
     "highs": [pytest.mark.skipif(not pulp.HiGHS().available(), reason="highspy is not installed")],
     "smt": [pytest.mark.skipif(not _HAS_METHOD, reason="no SMT method in this version")],
+    "cpsat": [pytest.mark.skipif(not twill.cpsat.available(), reason="ortools is not installed")],
 }
 SOLVERS = [pytest.param(name, marks=marks) for name, marks in SOLVER_MARKS.items()]
 
 
 def _solve(problem: Problem, ii: int, solver: str = "cbc", **kwargs):
     """``modulo_schedule`` with ``solver`` = a MILP backend (the ILP method) or ``"smt"``."""
-    if solver == "smt":
-        return modulo_schedule(problem, ii, method="smt", **kwargs)
+    if solver in ("smt", "cpsat"):
+        return modulo_schedule(problem, ii, method=solver, **kwargs)
     if _HAS_METHOD:
         kwargs["method"] = "ilp"
     return modulo_schedule(problem, ii, backend=solver, **kwargs)
@@ -468,3 +470,33 @@ def test_the_heuristic_schedule_comes_back_when_the_smt_search_cannot_start(h100
         assert r.found and r.length == length and dict(r.start) == heuristic
         assert r.status == (SolveStatus.OPTIMAL if r.low == length else SolveStatus.FEASIBLE)
         assert r.low <= want_length
+
+
+# ----------------------------------------------------------------------------------------------------
+# The CP-SAT method (optional ortools).
+
+
+def test_cpsat_without_ortools_names_the_package(h100, make_problem, monkeypatch):
+    import sys
+
+    from twill.errors import SolverUnavailableError
+
+    monkeypatch.setitem(sys.modules, "ortools.sat.python", None)  # import fails as if not installed
+    p = _random_problem(0, h100, make_problem)
+    with pytest.raises(SolverUnavailableError, match=r"ortools.*twill\[cpsat\]"):
+        modulo_schedule(p, 8, method="cpsat")
+
+
+@pytest.mark.skipif(not twill.cpsat.available(), reason="ortools is not installed")
+def test_cpsat_keeps_the_heuristic_schedule_at_the_deadline(h100, make_problem):
+    # No time at all: the answer is the heuristic's schedule (not proven), as for the SMT method.
+    from twill.ims import iterative_modulo_schedule
+
+    p = _random_problem(5, h100, make_problem)
+    want_ii, want_length = _brute_min_ii(p)
+    heuristic = iterative_modulo_schedule(p, want_ii)
+    assert heuristic is not None
+    r = _solve(p, want_ii, "cpsat", time_limit=0.0)
+    length = max(heuristic[op.name] + op.cycles for op in p.ops)
+    assert r.found and dict(r.start) == heuristic and r.length == length
+    assert r.low <= want_length <= r.length

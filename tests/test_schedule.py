@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 import twill
+import twill.cpsat
 from twill.costmodel import CostModel
 from twill.errors import TwillError
 from twill.graph import Graph
@@ -395,6 +396,17 @@ def test_a_modulo_phase_stopped_with_bounds_gives_the_same_answer(monkeypatch: p
         assert max(windows) <= math.ceil((length + 2 * ii) / ii) + s.certificate.stage_slack
         assert any(f"LEN(M) at II {ii} bounded to [{length - ii}, {length + 2 * ii}]" in n
                    for n in s.certificate.notes)
+
+
+@pytest.mark.skipif(not twill.cpsat.available(), reason="ortools is not installed")
+def test_the_cpsat_modulo_method_gives_the_same_answer() -> None:
+    """``modulo="cpsat"`` is one more exact way to the least modulo length: the same II, L and proof."""
+    exact = twill.schedule(fa_like_graph(), "h100")
+    s = twill.schedule(fa_like_graph(), "h100", modulo="cpsat")
+    assert s.certificate.proven_optimal
+    assert (s.ii, s.length, s.stages) == (exact.ii, exact.length, exact.stages)
+    assert [(a.ii, a.stages, a.status) for a in s.certificate.attempts] == [
+        (a.ii, a.stages, a.status) for a in exact.certificate.attempts]
 
 
 # ----------------------------------------------------------------------------------------- apart pairs

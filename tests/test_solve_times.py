@@ -76,3 +76,21 @@ def test_time_limit_stops_a_long_search_in_time(bench: Callable[[str], ModuleTyp
     # a quiet machine; a unit test on a shared CI core only guards against a search that ignores the
     # limit (a lost stop request once let this loop run for 300 s).
     assert time.monotonic() - start <= limit + 15
+
+
+def test_modulo_methods_benchmark_runs_and_the_methods_agree(bench: Callable[[str], ModuleType],
+                                                              tmp_path) -> None:
+    import twill.cpsat
+
+    mod = bench("modulo_methods")
+    out = tmp_path / "modulo.md"
+    methods = "smt,ilp,cpsat" if twill.cpsat.available() else "smt,ilp"
+    assert mod.main(["--cases", "figure1,synthetic10", "--methods", methods, "--out", str(out)]) == 0
+    rows = [line.split("|")[1:-1] for line in out.read_text().splitlines() if line.startswith("| figure1")
+            or line.startswith("| synthetic10")]
+    assert len(rows) == 6  # three IIs per case
+    for row in rows:
+        found = [row[i].strip() for i in range(2, len(row), 2)]  # "status L" per method
+        assert len(set(found)) == 1 and found[0].startswith("optimal")
+    with pytest.raises(SystemExit):
+        mod.main(["--methods", "smt,nope", "--out", str(out)])

@@ -31,6 +31,7 @@ from typing import Any
 from rich.markup import escape
 
 from twill.errors import FrontendError, InfeasibleError, InterruptedSolveError, TwillError, TwillWarning
+from twill.modulo import METHODS
 from twill.problem import RELAXABLE
 from twill.terminal import make_console
 
@@ -340,8 +341,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="OUT", help="write the schedule as JSON")
     p.add_argument("--solver", default="yices", choices=("yices", "z3"), help="SMT backend")
     p.add_argument("--ilp", default="cbc", choices=("cbc", "highs"), help="MILP backend")
-    p.add_argument("--modulo", default="smt", choices=("smt", "ilp"),
-                   help="how the optimal modulo schedule is found (both exact)")
+    p.add_argument("--modulo", default="smt", choices=METHODS,
+                   help="how the optimal modulo schedule is found (all exact; cpsat needs ortools)")
     p.add_argument("--strategy", default="joint", choices=("joint", "swp"),
                    help="joint (Algorithm 1) or swp (modulo schedule + fixed split)")
     p.add_argument("--time-limit", type=float, metavar="S", help="seconds for the whole search")
