@@ -454,15 +454,17 @@ def test_a_stopped_search_bounds_the_least_length(h100, make_problem, monkeypatc
 
 
 @pytest.mark.skipif(not _HAS_METHOD, reason="no SMT method in this version")
-def test_the_heuristic_schedule_comes_back_when_the_smt_search_cannot_start(h100, make_problem):
-    # No time at all: the iterative modulo scheduler's schedule is still a (not proven) answer.
+@pytest.mark.parametrize("limit", [{"time_limit": 0.0}, {"bounds_after": 0.0}])
+def test_the_heuristic_schedule_comes_back_when_the_smt_search_cannot_start(h100, make_problem, limit):
+    # No time at all (or none before bounds will do): the iterative modulo scheduler's schedule is still
+    # a (not proven) answer.
     from twill.ims import iterative_modulo_schedule
 
     for seed in range(8):
         p = _random_problem(seed, h100, make_problem)
         want_ii, want_length = _brute_min_ii(p)
         heuristic = iterative_modulo_schedule(p, want_ii)
-        r = _solve(p, want_ii, "smt", time_limit=0.0)
+        r = _solve(p, want_ii, "smt", **limit)
         if heuristic is None:
             assert not r.found
             continue
@@ -500,3 +502,15 @@ def test_cpsat_keeps_the_heuristic_schedule_at_the_deadline(h100, make_problem):
     length = max(heuristic[op.name] + op.cycles for op in p.ops)
     assert r.found and dict(r.start) == heuristic and r.length == length
     assert r.low <= want_length <= r.length
+
+
+@pytest.mark.skipif(not _HAS_METHOD, reason="no SMT method in this version")
+@pytest.mark.parametrize("seed", [0, 5, 17])
+def test_bounds_after_does_not_stop_a_call_without_a_schedule(h100, make_problem, monkeypatch, seed):
+    # Without the heuristic's schedule there is no upper bound to stop with: the call goes on and proves
+    # the least length (brute force), however short bounds_after is.
+    monkeypatch.setattr(twill.modulo, "iterative_modulo_schedule", lambda problem, ii: None)
+    p = _random_problem(seed, h100, make_problem)
+    want_ii, want_length = _brute_min_ii(p)
+    r = _solve(p, want_ii, "smt", bounds_after=0.0)
+    assert (r.status, r.length) == (SolveStatus.OPTIMAL, want_length)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from twill.errors import SolverUnavailableError
+from twill.ilp import SolveStatus
 from twill.problem import Problem
 
 __all__ = ["CpsatOutcome", "available", "solve_modulo"]
@@ -35,9 +36,9 @@ class CpsatOutcome:
 
     Attributes
     ----------
-    status : str
-        ``"optimal"``, ``"feasible"`` (time limit; ``start`` is the best found), ``"infeasible"`` (no
-        schedule up to the horizon) or ``"timeout"`` (nothing found, nothing proven).
+    status : SolveStatus
+        ``OPTIMAL``, ``FEASIBLE`` (time limit; ``start`` is the best found), ``INFEASIBLE`` (no schedule up
+        to the horizon) or ``TIMEOUT`` (nothing found, nothing proven).
     start : dict of str to int
         Start time of each op (empty without a schedule).
     length : int
@@ -49,7 +50,7 @@ class CpsatOutcome:
         Model size.
     """
 
-    status: str
+    status: SolveStatus
     start: dict[str, int]
     length: int
     low: int
@@ -99,7 +100,7 @@ def solve_modulo(problem: Problem, ii: int, *, low: int, horizon: int, seed: dic
     for e in problem.edges:
         if e.src == e.dst:  # a self edge needs delta * II >= d, whatever the start
             if e.distance * ii < e.latency:
-                return CpsatOutcome("infeasible", {}, 0, low, 0, 0)
+                return CpsatOutcome(SolveStatus.INFEASIBLE, {}, 0, low, 0, 0)
             continue
         m.Add(start[e.dst] + e.distance * ii >= start[e.src] + problem.least_latency(e))
     full: dict[str, int] = {}
@@ -122,7 +123,7 @@ def solve_modulo(problem: Problem, ii: int, *, low: int, horizon: int, seed: dic
     for unit in sorted(set(full) | set(parts)):
         cap = problem.resources.units.get(unit, 0) - full.get(unit, 0)
         if cap < 0:
-            return CpsatOutcome("infeasible", {}, 0, low, 0, 0)
+            return CpsatOutcome(SolveStatus.INFEASIBLE, {}, 0, low, 0, 0)
         if parts.get(unit):
             m.AddCumulative([iv for iv, _ in parts[unit]], [c for _, c in parts[unit]], cap)
     if seed is not None:
@@ -137,14 +138,15 @@ def solve_modulo(problem: Problem, ii: int, *, low: int, horizon: int, seed: dic
     if deadline is not None:
         left = deadline - time.monotonic()
         if left <= 0:
-            return CpsatOutcome("timeout", {}, 0, low, *size)
+            return CpsatOutcome(SolveStatus.TIMEOUT, {}, 0, low, *size)
         solver.parameters.max_time_in_seconds = left
     status = solver.Solve(m)
     if status == cp_model.INFEASIBLE:
-        return CpsatOutcome("infeasible", {}, 0, low, *size)
+        return CpsatOutcome(SolveStatus.INFEASIBLE, {}, 0, low, *size)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return CpsatOutcome("timeout", {}, 0, low, *size)
+        return CpsatOutcome(SolveStatus.TIMEOUT, {}, 0, low, *size)
     found = {name: solver.Value(var) for name, var in start.items()}
     span = max(found[op.name] + op.cycles for op in problem.ops)
     bound = min(span, max(low, math.ceil(solver.BestObjectiveBound() - 1e-6)))
-    return CpsatOutcome("optimal" if status == cp_model.OPTIMAL else "feasible", found, span, bound, *size)
+    solved = SolveStatus.OPTIMAL if status == cp_model.OPTIMAL else SolveStatus.FEASIBLE
+    return CpsatOutcome(solved, found, span, bound, *size)

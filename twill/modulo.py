@@ -110,7 +110,7 @@ every FA loop's modulo phase decides each II well inside it, benchmarks/results.
 
 def modulo_schedule(
     problem: Problem, ii: int, *, method: str = "smt", backend: str = "cbc", smt: str = "yices",
-    time_limit: float | None = None, tie_break: bool = True,
+    time_limit: float | None = None, tie_break: bool = True, bounds_after: float | None = None,
 ) -> ModuloResult:
     """Find a minimum-length modulo schedule of ``problem`` at initiation interval ``ii``.
 
@@ -136,6 +136,10 @@ def modulo_schedule(
         Seconds for the whole call.
     tie_break : bool
         ILP method: run stage 2 (fewest live registers at the minimal length).
+    bounds_after : float, optional
+        Seconds after which a call that holds a schedule (the iterative modulo scheduler's at least)
+        stops with ``FEASIBLE`` and the bounds ``[low, length]`` instead of proving the least length; a
+        call without one goes on to ``time_limit``.
 
     Returns
     -------
@@ -157,6 +161,9 @@ def modulo_schedule(
     deadline = None if time_limit is None else time.monotonic() + time_limit
     low = max(critical_path(problem), max(op.cycles for op in problem.ops))
     seed = iterative_modulo_schedule(problem, ii)  # a heuristic upper bound for either method
+    if seed is not None and bounds_after is not None:
+        end = time.monotonic() + bounds_after
+        deadline = end if deadline is None else min(deadline, end)
     if method == "ilp":
         return _ilp_schedule(problem, ii, low, seed, backend, deadline, tie_break)
     if method == "cpsat":
@@ -216,10 +223,7 @@ def _smt_schedule(problem: Problem, ii: int, low: int, seed: dict[str, int] | No
     size = (0, 0)
 
     def stopped() -> ModuloResult:  # the deadline: the heuristic schedule, if any, is the best known
-        if seeded is None:
-            return ModuloResult(ii, SolveStatus.TIMEOUT, {}, 0, time.monotonic() - started, *size, low=low)
-        return ModuloResult(ii, SolveStatus.FEASIBLE, seeded[0], seeded[1], time.monotonic() - started, *size,
-                            low=low)
+        return _best_known(problem, ii, [seed], low, time.monotonic() - started, size)
 
     for lmax in horizons:
         if deadline is not None and time.monotonic() >= deadline:  # stating the model takes time too
@@ -269,20 +273,21 @@ def _cpsat_schedule(problem: Problem, ii: int, low: int, seed: dict[str, int] | 
     started = time.monotonic()
     horizon = ii * (stage_horizon(problem, ii) + 1)
     out = cpsat.solve_modulo(problem, ii, low=low, horizon=horizon, seed=seed, deadline=deadline)
-    wall = time.monotonic() - started
-    if out.status in ("optimal", "infeasible"):
-        status = SolveStatus.OPTIMAL if out.status == "optimal" else SolveStatus.INFEASIBLE
-        return ModuloResult(ii, status, out.start, out.length, wall, out.n_vars, out.n_constraints,
-                            low=out.low)
-    best = (out.start, out.length) if out.start else (None, 0)
-    if seed is not None:
-        seeded = max(seed[op.name] + op.cycles for op in problem.ops)
-        if best[0] is None or seeded < best[1]:
-            best = (seed, seeded)
-    if best[0] is None:
-        return ModuloResult(ii, SolveStatus.TIMEOUT, {}, 0, wall, out.n_vars, out.n_constraints, low=out.low)
-    return ModuloResult(ii, SolveStatus.FEASIBLE, best[0], best[1], wall, out.n_vars, out.n_constraints,
-                        low=out.low)
+    wall, size = time.monotonic() - started, (out.n_vars, out.n_constraints)
+    if out.status in (SolveStatus.OPTIMAL, SolveStatus.INFEASIBLE):
+        return ModuloResult(ii, out.status, out.start, out.length, wall, *size, low=out.low)
+    return _best_known(problem, ii, [out.start or None, seed], out.low, wall, size)
+
+
+def _best_known(problem: Problem, ii: int, schedules: list[Mapping[str, int] | None], low: int, wall: float,
+                size: tuple[int, int]) -> ModuloResult:
+    """A search stopped before its proof: ``FEASIBLE`` with the shortest of ``schedules`` (None entries
+    skipped) and the proven bound ``low``, or ``TIMEOUT`` without any."""
+    found = [(max(s[op.name] + op.cycles for op in problem.ops), dict(s)) for s in schedules if s]
+    if not found:
+        return ModuloResult(ii, SolveStatus.TIMEOUT, {}, 0, wall, *size, low=low)
+    length, start = min(found, key=lambda f: f[0])
+    return ModuloResult(ii, SolveStatus.FEASIBLE, start, length, wall, *size, low=low)
 
 
 def _smt_best(model: ModularModel, sess: SmtSession) -> tuple[dict[str, int], int]:

@@ -75,8 +75,8 @@ MODULO_SLICE_S = 20.0
 """Seconds the modulo phase of one II may take before the search goes on with the bounds it has on the
 least modulo length ``LEN(M)`` (``[low, length]``): the joint windows then run from ``ceil(low / II)`` to
 ``ceil(length / II) + stage_slack``, a superset of those the exact ``LEN(M)`` gives. A tuning choice:
-every FA loop decides each II's ``LEN(M)`` in under 1.5 s; the 45-op synthetic loop took 19 s at II 126
-and 114 s at II 127 (benchmarks/results.md)."""
+every FA loop decides each II's ``LEN(M)`` in under 1.5 s; the 45-op synthetic loop took 16-19 s at II 126
+and 114 s at II 127 (benchmarks/results/modulo_methods.md, benchmarks/results/solve_times_changes.md)."""
 
 
 @dataclass
@@ -618,10 +618,8 @@ def _modulo(run: _Run, ii: int, method: str, ilp: str, solver: str) -> ModuloRes
     joint windows need an upper bound. None if the II has no modulo schedule or the time limit stopped
     the phase."""
     run.emit("phase", phase="modulo", ii=ii)
-    left = run.left()
-    if iterative_modulo_schedule(run.problem, ii) is not None:  # a schedule, hence an upper bound, is sure
-        left = MODULO_SLICE_S if left is None else min(left, MODULO_SLICE_S)
-    mod = modulo_schedule(run.problem, ii, method=method, backend=ilp, smt=solver, time_limit=left)
+    mod = modulo_schedule(run.problem, ii, method=method, backend=ilp, smt=solver, time_limit=run.left(),
+                          bounds_after=MODULO_SLICE_S)
     run.spend("modulo", mod.wall_s)
     if mod.status == SolveStatus.INFEASIBLE:
         run.note(Attempt(ii, None, "modulo", "infeasible", mod.wall_s,
