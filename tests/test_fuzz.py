@@ -27,6 +27,10 @@ Properties:
 * the order in which ops and edges are added does not change II or L;
 * range queries (the default search) and deciding every II on its own agree on II, length, groups and
   the IIs refuted, and one range query answers what the joint solver says of each II of the range;
+* the joint problem on CP-SAT (:mod:`twill.joint_cpsat`, a second encoding written apart from the SMT one)
+  gives each ``(II, window)`` the SMT encoding's answer: the same status and, with a schedule, the same
+  least length, group count, hand-off latency and register file; a whole search on it the same II, length
+  and goals (both only when ``ortools`` is installed);
 * the same input twice gives the same JSON, byte for byte (:meth:`Schedule.to_json` with
   ``timings=False``), also in a process with another ``PYTHONHASHSEED``.
 
@@ -46,16 +50,19 @@ from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import twill
+import twill.cpsat
 from twill.bounds import bounds
 from twill.graph import Graph, Reservation
-from twill.joint import solve_joint, solve_range
+from twill.joint import JointResult, solve_joint, solve_range
+from twill.joint_cpsat import solve_joint_cpsat
 from twill.machine import Constant, Machine, load_machine
 from twill.modulo import modulo_schedule
-from twill.problem import Options, build_problem, check_resources
+from twill.problem import Options, Problem, build_problem, check_resources
 from twill.schedule import Schedule
 from twill.smt import CheckResult
 
@@ -65,7 +72,7 @@ NAMED_BARRIER = 1
 NEG = -(10**9)
 
 EXAMPLES = {"verify": 20, "oracle_modulo": 40, "oracle_schedule": 20, "shuffle": 8, "json": 5, "ranges": 20,
-            "range_query": 30}
+            "range_query": 30, "cpsat_joint": 150, "cpsat_schedule": 10}
 """Examples per property, run in CI (``derandomize=True``)."""
 
 
@@ -566,3 +573,69 @@ def test_a_range_query_agrees_with_each_ii_on_its_own(spec: LoopSpec, width: int
         assert (res.status, res.refuted) == (CheckResult.UNSAT, hi)
     else:
         assert (res.status, res.ii, res.refuted) == (CheckResult.SAT, feasible[0], feasible[0] - 1)
+
+
+def _goals(problem: Problem, res: JointResult) -> tuple[int, int, int, int]:
+    """The joint goals of a schedule, from its starts, groups, budgets and warps: length, groups, hand-off
+    latency between groups, registers (threads x budget summed over the groups)."""
+    handoffs = sum(e.cross for e in problem.edges if res.group[e.src] != res.group[e.dst])
+    registers = sum(32 * res.group_warps[w] * res.budgets[w] for w in res.budgets)
+    return res.length, len(set(res.group.values())), handoffs, registers
+
+
+needs_ortools = pytest.mark.skipif(not twill.cpsat.available(), reason="ortools is not installed")
+
+
+@cache
+def small_smem_machine(kb: int) -> Machine:
+    """:func:`fuzz_machine` with ``kb`` KB of shared memory per CTA."""
+    return replace(fuzz_machine(), name=f"h100-fuzz-{kb}k", smem_per_cta=kb * 1024)
+
+
+def tight_problem(spec: LoopSpec) -> Problem | None:
+    """``spec`` on the :func:`small_smem_machine` with the least shared memory (in 4 KB steps) that
+    :func:`check_resources` accepts, so that the live values, buffers and staging buffers bind it; None if
+    even 228 KB is too little."""
+    for kb in range(4, 229, 4):
+        problem = build_problem(spec.graph(), small_smem_machine(kb), Options())
+        try:
+            check_resources(problem)
+        except twill.ResourceError:
+            continue
+        return problem
+    return None
+
+
+@needs_ortools
+@_settings("cpsat_joint")
+@given(spec=loops(), extra=st.integers(0, 3), stages=st.integers(1, 3))
+def test_the_cpsat_encoding_agrees_with_the_smt_one(spec: LoopSpec, extra: int, stages: int) -> None:
+    """At one ``(II, windows 1..stages)`` the two encodings of the joint problem give the same answer: both
+    refute it, or both find a schedule with the same least L and the same optimal later goals."""
+    problem = tight_problem(spec)
+    assume(problem is not None)
+    b = bounds(problem)
+    ii = b.mii + extra
+    smt = solve_joint(problem, ii, stages, first=1, min_length=b.critical_path)
+    cp = solve_joint_cpsat(problem, ii, stages, first=1, min_length=b.critical_path)
+    assert cp.status == smt.status
+    if smt.status == CheckResult.SAT:
+        assert all(smt.proven.values()) and all(cp.proven.values())
+        assert _goals(problem, cp) == _goals(problem, smt)
+        assert cp.stages == smt.stages
+
+
+@needs_ortools
+@_settings("cpsat_schedule")
+@given(spec=loops(max_ops=5))
+def test_a_search_on_cpsat_finds_the_same_schedule_shape(spec: LoopSpec) -> None:
+    """``solver="cpsat"`` (every II decided on its own, verified like any schedule) gives the II, length,
+    group count and register budgets' total of the default search, and refutes the same IIs."""
+    g = spec.graph()
+    smt, cp = _solve(g), _solve(g, solver="cpsat")
+    if smt is None:
+        assert cp is None
+        return
+    assert cp is not None
+    assert (cp.ii, cp.length, len(cp.warp_groups)) == (smt.ii, smt.length, len(smt.warp_groups))
+    assert set(cp.certificate.ruled_out()) == set(smt.certificate.ruled_out())

@@ -94,3 +94,24 @@ def test_modulo_methods_benchmark_runs_and_the_methods_agree(bench: Callable[[st
         assert len(set(found)) == 1 and found[0].startswith("optimal")
     with pytest.raises(SystemExit):
         mod.main(["--methods", "smt,nope", "--out", str(out)])
+
+
+def test_joint_methods_benchmark_runs_and_the_solvers_agree(bench: Callable[[str], ModuleType],
+                                                            tmp_path) -> None:
+    import twill.cpsat
+
+    mod = bench("joint_methods")
+    out, notes = tmp_path / "joint.md", tmp_path / "notes.md"
+    notes.write_text("## Notes\n\nkept by hand\n")
+    solvers = "yices,cpsat" if twill.cpsat.available() else "yices,z3"
+    assert mod.main(["--cases", "figure1,gemm_h100", "--solvers", solvers, "--notes", str(notes),
+                     "--out", str(out)]) == 0
+    text = out.read_text()
+    rows = [line.split("|")[1:-1] for line in text.splitlines() if line.startswith(("| figure1", "| gemm"))]
+    assert len(rows) == 2
+    for row in rows:
+        found = [row[i].strip() for i in range(1, len(row), 2)]  # "II, L, proof" per solver
+        assert len(set(found)) == 1 and found[0].endswith(", proven")
+    assert text.rstrip().endswith("kept by hand")
+    with pytest.raises(SystemExit):
+        mod.main(["--solvers", "yices,nope", "--out", str(out)])

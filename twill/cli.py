@@ -2,8 +2,9 @@
 
 ::
 
-    twill schedule FILE.py[::KERNEL] --machine h100 [--constexpr K=V ...] [--json OUT] [--solver yices|z3]
-                   [--time-limit S] [--strategy joint|swp] [--max-groups N] [--register-limit R] ...
+    twill schedule FILE.py[::KERNEL] --machine h100 [--constexpr K=V ...] [--json OUT]
+                   [--solver yices|z3|cpsat] [--time-limit S] [--strategy joint|swp] [--max-groups N]
+                   [--register-limit R] ...
     twill schedule FILE.ttgir --machine h100        # a TTGIR file
     twill schedule FILE.py::build_graph             # a function returning a twill.Graph
     twill show OUT.json                             # print a saved schedule
@@ -339,7 +340,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--loop", type=int, metavar="N", help="schedule the N-th of sibling loops (0-based, in "
                    "program order; default: the only loop)")
     p.add_argument("--json", metavar="OUT", help="write the schedule as JSON")
-    p.add_argument("--solver", default="yices", choices=("yices", "z3"), help="SMT backend")
+    p.add_argument("--solver", default="yices", choices=("yices", "z3", "cpsat"),
+                   help="joint solver: SMT backend yices or z3, or cpsat (OR-Tools CP-SAT, optional)")
     p.add_argument("--ilp", default="cbc", choices=("cbc", "highs"), help="MILP backend")
     p.add_argument("--modulo", default="smt", choices=METHODS,
                    help="how the optimal modulo schedule is found (all exact; cpsat needs ortools)")

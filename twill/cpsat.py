@@ -27,7 +27,7 @@ from twill.errors import SolverUnavailableError
 from twill.ilp import SolveStatus
 from twill.problem import Problem
 
-__all__ = ["CpsatOutcome", "available", "solve_modulo"]
+__all__ = ["CpsatOutcome", "available", "load_cp_model", "solve_modulo"]
 
 
 @dataclass(frozen=True)
@@ -67,12 +67,14 @@ def available() -> bool:
     return True
 
 
-def _cp_model() -> Any:
+def load_cp_model(what: str = "modulo method 'cpsat'", others: str = "smt, ilp") -> Any:
+    """OR-Tools' ``cp_model`` module; :class:`SolverUnavailableError` naming ``what`` needs it and the
+    ``others`` that do not, when ortools is not installed."""
     try:
         from ortools.sat.python import cp_model
     except ImportError as exc:
-        raise SolverUnavailableError("modulo method 'cpsat' needs the ortools package (pip install "
-                                     "'twill[cpsat]' or pip install ortools); available: smt, ilp") from exc
+        raise SolverUnavailableError(f"{what} needs the ortools package (pip install 'twill[cpsat]' or pip "
+                                     f"install ortools); available: {others}") from exc
     return cp_model
 
 
@@ -90,7 +92,7 @@ def solve_modulo(problem: Problem, ii: int, *, low: int, horizon: int, seed: dic
     SolverUnavailableError
         ``ortools`` is not installed.
     """
-    cp_model = _cp_model()
+    cp_model = load_cp_model()
     m = cp_model.CpModel()
     most = max(op.cycles for op in problem.ops)
     start = {op.name: m.NewIntVar(0, horizon, f"s[{op.name}]") for op in problem.ops}

@@ -30,7 +30,7 @@ from twill.modular import Item, ModularModel, _Booking, _Lazy
 from twill.problem import HANDOFF_UNIT, Edge, Problem
 from twill.smt import SmtSession
 
-__all__ = ["PER_ROUND", "Encoder", "pool_size"]
+__all__ = ["PER_ROUND", "Encoder", "accumulators", "pool_size"]
 
 PER_ROUND = 64
 """Lazy liveness checks added per overfull resource per round (the items with the largest excess)."""
@@ -59,6 +59,13 @@ def involution(problem: Problem) -> dict[str, str] | None:
         if moved and all(sigma[sigma[n]] == n for n in sigma):
             return sigma
     return None
+
+
+def accumulators(problem: Problem) -> list[str]:
+    """Ops whose tracked register value is carried to themselves (live at every moment), sorted."""
+    res = problem.resources
+    return sorted(op.name for op in problem.ops if res.tracked(op.regs) and any(
+        e.dst == op.name and e.distance >= 1 and e.carrier == "register" for e in problem.out_edges(op.name)))
 
 
 def pool_size(problem: Problem) -> int:
@@ -415,10 +422,7 @@ class Encoder(ModularModel):
 
     def _accumulators(self) -> list[str]:
         """Ops whose register value is carried to themselves (live at every moment)."""
-        res = self.p.resources
-        return sorted(op.name for op in self.p.ops if res.tracked(op.regs) and any(
-            e.dst == op.name and e.distance >= 1 and e.carrier == "register"
-            for e in self.p.out_edges(op.name)))
+        return accumulators(self.p)
 
     def _held(self, w: int, accs: list[str]) -> Any:
         """Registers per thread group ``w`` holds at every moment: its overhead and its accumulators."""

@@ -306,7 +306,8 @@ def add_parser(sub: Any) -> None:
                                       f"{', '.join(WHAT_IFS)}")
     p.add_argument("--no-pairs", action="store_true", help="when there is no schedule, do not try pairs")
     p.add_argument("--time-limit", type=float, metavar="S", help="seconds per solve")
-    p.add_argument("--solver", default="yices", choices=("yices", "z3"), help="SMT backend")
+    p.add_argument("--solver", default="yices", choices=("yices", "z3", "cpsat"),
+                   help="joint solver: SMT backend yices or z3, or cpsat (OR-Tools CP-SAT, optional)")
     p.add_argument("--max-groups", type=int, help="warp groups offered to the solver")
     p.add_argument("--register-limit", type=int, help="registers per thread per warp group")
     p.add_argument("--no-cross-group", action="store_true",

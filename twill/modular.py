@@ -19,7 +19,31 @@ from pysmt.typing import INT
 from twill.problem import Problem
 from twill.smt import SmtSession
 
-__all__ = ["Item", "ModularModel"]
+__all__ = ["Item", "ModularModel", "start_windows"]
+
+
+def start_windows(problem: Problem, ii: int, lmax: int) -> tuple[dict[str, int], dict[str, int]]:
+    """Earliest and latest start of each op implied by the dependences and ``L <= lmax`` at ``ii``.
+
+    ``start[v] >= start[u] + d' - δ II`` (``d'`` the least latency) pushes earliest starts forward and
+    latest starts back; iterated to a fixed point (at most |V| rounds; a positive cycle, II below
+    RecMII, leaves an empty window: some ``lo > hi``).
+    """
+    lo = {op.name: 0 for op in problem.ops}
+    hi = {op.name: lmax - op.cycles for op in problem.ops}
+    edges = [(e.src, e.dst, problem.least_latency(e) - e.distance * ii) for e in problem.edges]
+    for _ in range(len(lo) + 1):
+        changed = False
+        for u, v, w in edges:
+            if lo[u] + w > lo[v]:
+                lo[v] = lo[u] + w
+                changed = True
+            if hi[v] - w < hi[u]:
+                hi[u] = hi[v] - w
+                changed = True
+        if not changed or any(lo[n] > hi[n] for n in lo):
+            break
+    return lo, hi
 
 
 @dataclass
@@ -106,27 +130,8 @@ class ModularModel:
             self.add(m.And(m.GE(self.II, m.Int(ii)), m.LE(self.II, m.Int(self.ii_hi))))
 
     def _windows(self) -> tuple[dict[str, int], dict[str, int]]:
-        """Earliest and latest start of each op implied by the dependences and ``lmax``.
-
-        ``start[v] >= start[u] + d' - δ II`` (``d'`` the least latency) pushes earliest starts forward and
-        latest starts back; iterated to a fixed point (at most |V| rounds; a positive cycle, II below
-        RecMII, leaves an empty window).
-        """
-        lo = {op.name: 0 for op in self.p.ops}
-        hi = {op.name: self.lmax - op.cycles for op in self.p.ops}
-        edges = [(e.src, e.dst, self.p.least_latency(e) - e.distance * self.ii_hi) for e in self.p.edges]
-        for _ in range(len(lo) + 1):
-            changed = False
-            for u, v, w in edges:
-                if lo[u] + w > lo[v]:
-                    lo[v] = lo[u] + w
-                    changed = True
-                if hi[v] - w < hi[u]:
-                    hi[u] = hi[v] - w
-                    changed = True
-            if not changed or any(lo[n] > hi[n] for n in lo):
-                break
-        return lo, hi
+        """Earliest and latest start of each op (:func:`start_windows` at ``ii_hi``, the loosest)."""
+        return start_windows(self.p, self.ii_hi, self.lmax)
 
     # ------------------------------------------------------------------------ term helpers
     def add(self, formula: Any) -> None:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twill.bounds import Bounds, bounds
+from twill.cpsat import load_cp_model
 from twill.encoding import pool_size
 from twill.errors import (
     GraphError,
@@ -41,19 +42,24 @@ from twill.graph import Graph
 from twill.ilp import SolveStatus
 from twill.ims import iterative_modulo_schedule
 from twill.joint import JointResult, RangeResult, solve_joint, solve_range
+from twill.joint_cpsat import solve_joint_cpsat
 from twill.liveness import fold, memory_intervals, register_intervals
 from twill.machine import Machine, load_machine
 from twill.modulo import ModuloResult, modulo_schedule
 from twill.normalize import Normalization, normalize_problem
 from twill.problem import Edge, Options, Problem, build_problem, check_resources
 from twill.schedule import STRATEGIES, Attempt, Certificate, PhaseStats, Schedule, make_groups, slots_from
-from twill.smt import CheckResult
+from twill.smt import SMT_BACKENDS, CheckResult
 from twill.verify import violations
 
 __all__ = ["STRATEGIES", "schedule"]
 
 logger = logging.getLogger(__name__)
 Progress = Callable[[dict[str, Any]], None]
+
+JOINT_SOLVERS = (*SMT_BACKENDS, "cpsat")
+"""The values of ``schedule(solver=)``: an SMT backend (:mod:`twill.joint`) or CP-SAT
+(:mod:`twill.joint_cpsat`)."""
 
 RANGE_FIRST = 4
 """IIs in the first range query after a refuted II; each refuted range doubles the next (galloping).
@@ -176,7 +182,10 @@ def schedule(
     machine : str or Machine
         Bundled machine name (``"h100"``, ``"h200"``, ``"b200"``), TOML path, or a loaded machine.
     solver : str
-        SMT backend: ``"yices"`` (default) or ``"z3"``.
+        Joint solver: the SMT backend ``"yices"`` (default) or ``"z3"``, or ``"cpsat"``: the joint problem
+        on OR-Tools' CP-SAT (:mod:`twill.joint_cpsat`, with the optional ``ortools`` package), a second
+        encoding written apart from the SMT one that gives the same answer and proof, every II decided on
+        its own (no range queries); slower on the FA loops (benchmarks/results/joint_methods.md).
     ilp : str
         MILP backend for normalization (and the ILP modulo method): ``"cbc"`` or ``"highs"``.
     modulo : str
@@ -245,6 +254,10 @@ def schedule(
         raise GraphError(f"graph must be a twill.Graph, got {type(graph).__name__} {graph!r:.60}; build one "
                          "with twill.graph_from_kernel('FILE.py::KERNEL') or twill.Graph")
     _check_numbers(normalize_upper=normalize_upper, time_limit=time_limit, window_limit=window_limit)
+    if solver not in JOINT_SOLVERS:
+        raise OptionsError(f"solver {solver!r} is not one of {', '.join(JOINT_SOLVERS)}", option="solver")
+    if solver == "cpsat":
+        load_cp_model("solver 'cpsat'", "yices, z3")  # SolverUnavailableError now, before any phase runs
     started = time.monotonic()
     mach = load_machine(machine)
     if register_limit is not None and register_limit > mach.max_regs_per_thread:
@@ -504,7 +517,7 @@ def _search(run: _Run, limit_ii: int, solver: str, ilp: str, method: str, strate
             return found
         run.per_ii.append(time.monotonic() - began)
         ii += 1
-        while strategy == "joint" and run.ranges and width > 1 and not run.expired():
+        while strategy == "joint" and run.ranges and solver != "cpsat" and width > 1 and not run.expired():
             hi = min(ii + width - 1, limit_ii)
             res = _range(run, ii, hi, solver)
             if res is None:
@@ -618,7 +631,8 @@ def _modulo(run: _Run, ii: int, method: str, ilp: str, solver: str) -> ModuloRes
     joint windows need an upper bound. None if the II has no modulo schedule or the time limit stopped
     the phase."""
     run.emit("phase", phase="modulo", ii=ii)
-    mod = modulo_schedule(run.problem, ii, method=method, backend=ilp, smt=solver, time_limit=run.left(),
+    smt = "yices" if solver == "cpsat" else solver  # the SMT modulo method's backend
+    mod = modulo_schedule(run.problem, ii, method=method, backend=ilp, smt=smt, time_limit=run.left(),
                           bounds_after=MODULO_SLICE_S)
     run.spend("modulo", mod.wall_s)
     if mod.status == SolveStatus.INFEASIBLE:
@@ -642,8 +656,12 @@ def _joint(run: _Run, ii: int, first: int, last: int, mod: ModuloResult, solver:
     with ``first``) and note one attempt per window decided or left open. A window that runs out of
     ``window_limit`` is left undecided and the windows after it get a formula of their own."""
     run.emit("phase", phase="joint", ii=ii, stages=last)
-    res = solve_joint(run.problem, ii, last, first=first, min_length=mod.low, backend=solver,
-                      deadline=run.deadline, window_s=run.window_limit)
+    if solver == "cpsat":
+        res = solve_joint_cpsat(run.problem, ii, last, first=first, min_length=mod.low, deadline=run.deadline,
+                                window_s=run.window_limit)
+    else:
+        res = solve_joint(run.problem, ii, last, first=first, min_length=mod.low, backend=solver,
+                          deadline=run.deadline, window_s=run.window_limit)
     run.spend("joint", res.wall_s, res.checks)
     run.spend("joint_build", res.build_s)  # part of "joint": stating the formula of one II's windows
     run.builds.append((last, res.build_s))
