@@ -3,8 +3,8 @@
 For every case of ``solve_times.py`` (the same graphs and options), one :func:`twill.schedule` call per
 solver in this process, with a time limit; the table gives the II, the length, whether it is proven
 optimal, and the seconds (or why there is no schedule). The answers must agree wherever both finish.
-Results go to ``benchmarks/results/joint_methods.md``; ``--notes FILE`` appends a hand-written section
-(kept when the page is written again with the same file).
+Results go to ``benchmarks/results/joint_methods.md``, followed by the hand-written notes of
+``benchmarks/results/joint_methods_notes.md`` (``--notes FILE`` for another file).
 
     python benchmarks/joint_methods.py                           # yices and cpsat (if ortools is installed)
     python benchmarks/joint_methods.py --cases 'fa_fwd_*' --time-limit 60 --notes notes.md
@@ -30,6 +30,7 @@ from twill import cpsat
 from twill.search import JOINT_SOLVERS
 
 OUT = Path(__file__).resolve().parent / "results" / "joint_methods.md"
+NOTES = OUT.with_name("joint_methods_notes.md")
 
 
 def run_case(case: Case, solver: str, time_limit: float) -> str:
@@ -50,7 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help=f"comma-separated, of {', '.join(JOINT_SOLVERS)}")
     ap.add_argument("--cases", default="*", help="comma-separated case names or globs")
     ap.add_argument("--time-limit", type=float, default=120.0, help="seconds per search")
-    ap.add_argument("--notes", type=Path, help="a Markdown file appended to the page as its notes")
+    ap.add_argument("--notes", type=Path, default=NOTES if NOTES.exists() else None,
+                    help=f"a Markdown file appended to the page as its notes (default {NOTES.name})")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     solvers = [s.strip() for s in args.solvers.split(",") if s.strip()]

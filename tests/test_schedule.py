@@ -410,6 +410,32 @@ def test_the_cpsat_modulo_method_gives_the_same_answer() -> None:
         (a.ii, a.stages, a.status) for a in exact.certificate.attempts]
 
 
+@pytest.mark.skipif(not twill.cpsat.available(), reason="ortools is not installed")
+def test_the_cpsat_joint_solver_gives_the_same_answer() -> None:
+    """``solver="cpsat"`` (the joint problem on CP-SAT) finds the II, L and goals of the SMT encoding and
+    refutes the same (II, window) pairs, every II on its own."""
+    exact = twill.schedule(fa_like_graph(), "h100", ranges=False)
+    s = twill.schedule(fa_like_graph(), "h100", solver="cpsat")
+    assert s.certificate.proven_optimal
+    assert (s.ii, s.length, s.stages, len(s.warp_groups)) == (exact.ii, exact.length, exact.stages,
+                                                              len(exact.warp_groups))
+    assert sum(g.warps * g.registers for g in s.warp_groups) == sum(
+        g.warps * g.registers for g in exact.warp_groups)
+    assert [(a.ii, a.stages, a.status) for a in s.certificate.attempts] == [
+        (a.ii, a.stages, a.status) for a in exact.certificate.attempts]
+
+
+def test_an_unknown_solver_is_named(monkeypatch) -> None:
+    import sys
+
+    with pytest.raises(twill.OptionsError, match=r"solver 'cvc5' is not one of yices, z3, cpsat"):
+        twill.schedule(figure1_graph(), "h100", solver="cvc5")
+    monkeypatch.setitem(sys.modules, "ortools.sat.python", None)  # import fails as if not installed
+    with pytest.raises(twill.SolverUnavailableError, match=r"solver 'cpsat' needs the ortools package.*"
+                                                           r"available: yices, z3"):
+        twill.schedule(figure1_graph(), "h100", solver="cpsat")
+
+
 # ----------------------------------------------------------------------------------------- apart pairs
 def test_apart_keeps_two_ops_on_different_groups_and_is_checked_and_saved():
     s = twill.schedule(figure1_graph(), "h100", apart=[("P", "S")])

@@ -225,7 +225,8 @@ def schedule(
     ranges : bool
         Jump over runs of infeasible IIs with range queries (one SMT formula with the II as an unknown
         refutes many IIs at once; see :func:`twill.joint.solve_range`). The answer and its proof are the
-        same either way; ``False`` decides every II on its own, as Algorithm 1 does.
+        same either way; ``False`` decides every II on its own, as Algorithm 1 does (so does
+        ``solver="cpsat"``, which has no range query).
     progress : callable, optional
         Called with a dict per event: ``event`` (``bounds``, ``ii``, ``phase``, ``spent``, ``attempt``,
         ``range``, or ``modulo_bounds`` when an II's modulo phase ran out of its slice and hands over
