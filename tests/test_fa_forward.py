@@ -20,6 +20,7 @@ import networkx as nx
 import pytest
 
 import twill
+import twill.cpsat
 from twill.bounds import bounds
 from twill.normalize import normalize_problem
 from twill.problem import Options, Problem, build_problem
@@ -289,3 +290,29 @@ def test_a_range_query_takes_no_longer_than_the_window_limit(monkeypatch: pytest
     assert search.RANGE_MIN_SLICE_S > 1.0
     twill.schedule(_graph(PLAIN, "attn_fwd", "h100"), "h100", window_limit=1.0, time_limit=120)
     assert slices and max(slices) <= 1.0
+
+
+# ------------------------------------------------------------------------------- a second encoding
+@pytest.mark.skipif(not twill.cpsat.available(), reason="ortools is not installed")
+def test_the_cpsat_encoding_agrees_at_the_plain_hopper_optimum_and_below() -> None:
+    """The joint problem on CP-SAT (written apart from the SMT encoding) refutes the II below the plain FA
+    forward's optimum and finds the same least length and goals at the optimum, over the same windows."""
+    from twill.joint import solve_joint
+    from twill.joint_cpsat import solve_joint_cpsat
+    from twill.modulo import modulo_schedule
+
+    s = twill.schedule(_graph(PLAIN, "attn_fwd", "h100"), "h100")
+    assert s.certificate.proven_optimal
+    for ii in (s.ii - 1, s.ii):
+        mod = modulo_schedule(s.problem, ii)
+        first, last = max(1, math.ceil(mod.low / ii)), math.ceil(mod.length / ii) + 1
+        smt = solve_joint(s.problem, ii, last, first=first, min_length=mod.low)
+        cp = solve_joint_cpsat(s.problem, ii, last, first=first, min_length=mod.low)
+        assert cp.status == smt.status
+        if ii < s.ii:
+            assert cp.status.value == "unsat"
+            continue
+        assert all(cp.proven.values()) and cp.length == smt.length == s.length
+        assert len(set(cp.group.values())) == len(set(smt.group.values())) == len(s.warp_groups)
+        assert sum(cp.group_warps[w] * cp.budgets[w] for w in cp.budgets) == sum(
+            smt.group_warps[w] * smt.budgets[w] for w in smt.budgets)
