@@ -25,7 +25,7 @@ import networkx as nx
 from networkx.algorithms import isomorphism
 from pysmt.typing import INT
 
-from twill.liveness import fold, memory_intervals, register_intervals
+from twill.liveness import fold, memory_intervals, register_intervals, use_hold
 from twill.modular import Item, ModularModel, _Booking, _Lazy
 from twill.problem import HANDOFF_UNIT, Edge, Problem
 from twill.smt import SmtSession
@@ -373,8 +373,7 @@ class Encoder(ModularModel):
         return added
 
     def _hold(self, e: Edge) -> int:
-        dst = self.p.op(e.dst)
-        return 0 if e.inplace or not dst.is_async else dst.cycles
+        return use_hold(self.p, e)
 
     def _end(self, name: str, kind: str, edges: Iterable[Edge], hold: Callable[[Edge], int],
              same_group_only: bool) -> tuple[Any, int]:

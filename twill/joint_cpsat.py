@@ -37,11 +37,12 @@ from typing import Any
 
 from twill.cpsat import load_cp_model
 from twill.encoding import accumulators, involution, pool_size
+from twill.errors import SolverError
 from twill.joint import GOALS, JointResult
-from twill.liveness import _hold
+from twill.liveness import use_hold
 from twill.modular import start_windows
 from twill.problem import HANDOFF_UNIT, Problem
-from twill.smt import CheckResult, _start_holding_ctrl_c
+from twill.smt import CheckResult, start_holding_ctrl_c
 
 __all__ = ["CPSAT_WORKERS", "solve_joint_cpsat"]
 
@@ -414,14 +415,14 @@ class _Model:
             if not res.tracked(op.regs):
                 continue
             uses = [e for e in self.p.out_edges(op.name) if e.carrier == "register"]
-            end, top = self.end(op.name, [(e.dst, _hold(self.p, e), e.distance,
+            end, top = self.end(op.name, [(e.dst, use_hold(self.p, e), e.distance,
                                            True if e.dst == op.name else self.same(op.name, e.dst))
                                           for e in uses])
             items.append((op.name, op.name, op.regs, None, end, top, True))
             for e in uses:
-                if e.dst == op.name or not _hold(self.p, e):
+                if e.dst == op.name or not use_hold(self.p, e):
                     continue
-                items.append((e.dst, e.dst, op.regs, _hold(self.p, e), None, 0,
+                items.append((e.dst, e.dst, op.regs, use_hold(self.p, e), None, 0,
                               self.neg(self.same(op.name, e.dst))))
         if not items:
             return
@@ -526,7 +527,7 @@ class _Runner:
         thread = threading.Thread(target=worker, name="twill-cpsat", daemon=True)
         self.solves += 1
         try:
-            _start_holding_ctrl_c(thread)
+            start_holding_ctrl_c(thread)
             while not done.is_set():
                 done.wait(_POLL_S)
         except KeyboardInterrupt:
@@ -590,10 +591,10 @@ def solve_joint_cpsat(
     status, solver = runner.solve(m, deadline)
     if status == cp.INFEASIBLE:
         return result(CheckResult.UNSAT, length_low=stages * ii + 1)
-    bound = max(low, math.ceil(solver.BestObjectiveBound() - 1e-6)) if status != cp.MODEL_INVALID else low
+    if status == cp.MODEL_INVALID:
+        raise SolverError(f"internal error: invalid CP-SAT model ({model.m.Validate()})")
+    bound = max(low, math.ceil(solver.BestObjectiveBound() - 1e-6))  # proven: no shorter L
     if status not in (cp.OPTIMAL, cp.FEASIBLE):
-        if status == cp.MODEL_INVALID:
-            raise RuntimeError(f"internal error: invalid CP-SAT model ({model.m.Validate()})")
         window = max(first, (bound - 1) // ii + 1)
         return result(CheckResult.TIMEOUT, length_low=min(bound, stages * ii + 1),
                       stages=min(stages, window))

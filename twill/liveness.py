@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from twill.problem import Edge, Problem
 
-__all__ = ["Interval", "fold", "memory_intervals", "register_intervals"]
+__all__ = ["Interval", "fold", "memory_intervals", "register_intervals", "use_hold"]
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,9 @@ class Interval:
         return self.end - self.start
 
 
-def _hold(problem: Problem, e: Edge) -> int:
+def use_hold(problem: Problem, e: Edge) -> int:
+    """How long past its consumer's start a register value on ``e`` stays live: the consumer's cycles if
+    it reads registers asynchronously and does not update them in place, else 0."""
     dst = problem.op(e.dst)
     return 0 if e.inplace or not dst.is_async else dst.cycles
 
@@ -65,10 +67,10 @@ def register_intervals(problem: Problem, ii: int, start: Mapping[str, int],
             if e.carrier != "register":
                 continue
             if group[e.dst] == group[op.name] or e.dst == op.name:
-                end = max(end, start[e.dst] + e.distance * ii + _hold(problem, e))
-            elif _hold(problem, e):
+                end = max(end, start[e.dst] + e.distance * ii + use_hold(problem, e))
+            elif use_hold(problem, e):
                 out.append(Interval(f"{op.name}->{e.dst} (received)", start[e.dst],
-                                    start[e.dst] + _hold(problem, e), op.regs, group[e.dst]))
+                                    start[e.dst] + use_hold(problem, e), op.regs, group[e.dst]))
         out.append(Interval(op.name, start[op.name], end, op.regs, group[op.name]))
     return out
 

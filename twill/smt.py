@@ -27,7 +27,8 @@ from typing import Any
 
 from twill.errors import SolverError, SolverUnavailableError
 
-__all__ = ["SMT_BACKENDS", "CheckResult", "SmtSession", "available_backends", "load_yices"]
+__all__ = ["SMT_BACKENDS", "CheckResult", "SmtSession", "available_backends", "load_yices",
+           "start_holding_ctrl_c"]
 
 SMT_BACKENDS = ("yices", "z3")
 _YICES_STATE: dict[str, Any] = {}
@@ -88,7 +89,7 @@ def load_yices() -> str:
     return _YICES_STATE["path"]
 
 
-def _start_holding_ctrl_c(thread: threading.Thread) -> None:
+def start_holding_ctrl_c(thread: threading.Thread) -> None:
     """Start ``thread``; a Ctrl-C that arrives meanwhile is delivered once it has started.
 
     A KeyboardInterrupt raised inside ``Thread.start`` would leave it unknown whether the worker runs (and
@@ -274,7 +275,7 @@ class SmtSession:
         thread = threading.Thread(target=worker, name="twill-smt", daemon=True)
         stopped: CheckResult | None = None
         try:
-            _start_holding_ctrl_c(thread)
+            start_holding_ctrl_c(thread)
             while not done.is_set():
                 wait = 0.05 if deadline is None else max(0.0, min(0.05, deadline - time.monotonic()))
                 done.wait(wait)
