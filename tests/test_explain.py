@@ -181,3 +181,44 @@ def test_a_bound_that_includes_forced_hand_offs_is_said_to() -> None:
     lines = twill.explain(g, "h100", time_limit=60).lines()
     assert "the bound itself includes a cost a family below prices" in lines[1]
     assert any(line.startswith("binds: II 331 -> 25 cycles") and "hand-offs" in line for line in lines)
+
+
+def test_explain_names_nothing_when_the_baseline_was_stopped_undecided(monkeypatch):
+    """A baseline that found no schedule because the time limit stopped it (an II left undecided) does
+    not prove that none exists: no family is named responsible and no pair is tried; a baseline whose
+    every II was refuted does name the families."""
+    import sys
+
+    from twill.errors import InfeasibleError
+    from twill.schedule import Attempt, Certificate
+
+    ex = sys.modules["twill.explain"]  # the module (twill.explain is also the function's name)
+    real = ex.schedule
+    calls: list[frozenset] = []
+
+    def stopped(graph, mach, **options):
+        calls.append(frozenset(options.get("relax", ())))
+        if options.get("relax"):
+            return real(graph, mach, **{**options, "time_limit": None})
+        cert = Certificate(2, 2, 1, False, (Attempt(2, 1, "joint", "unsat", 0.1), Attempt(3, 2, "joint",
+                                                                                           "timeout", 5.0)))
+        raise InfeasibleError("time limit reached before any schedule was found", certificate=cert)
+
+    monkeypatch.setattr(ex, "schedule", stopped)
+    from twill.paper import figure1_graph
+
+    g = figure1_graph()
+    result = explain(g, "h100", families=["registers", "smem"])
+    assert result.baseline is None and result.undecided and result.responsible == ()
+    assert len(calls) == 3  # the baseline and the two what-ifs; no pairs
+    assert "none ruled out either" in result.lines()[0]
+
+    def refuted(graph, mach, **options):
+        if options.get("relax"):
+            return real(graph, mach, **{**options, "time_limit": None})
+        cert = Certificate(2, 2, 1, False, (Attempt(2, 1, "joint", "unsat", 0.1),))
+        raise InfeasibleError("no schedule for II in [2, 2]", certificate=cert)
+
+    monkeypatch.setattr(ex, "schedule", refuted)
+    result = explain(g, "h100", families=["registers", "smem"])
+    assert not result.undecided and ("registers",) in result.responsible

@@ -512,3 +512,24 @@ def test_a_saved_schedule_whose_apart_names_an_unknown_op_is_refused(tmp_path):
     data["problem"]["options"]["apart"] = [["S", "nosuch"]]
     with pytest.raises(TwillError, match="'nosuch' of the pair"):
         Schedule.from_dict(data)
+
+
+def test_a_schedule_not_proven_shortest_refutes_only_the_windows_below_its_bound(monkeypatch) -> None:
+    """CP-SAT minimizes L over all the windows of an II at once: when the time limit stops it at a
+    schedule in window 3 with only L >= 11 proven (II 10), window 1 is refuted, window 2 is undecided,
+    and the certificate says so (it once called window 2 refuted)."""
+    import time
+    from types import SimpleNamespace
+
+    from twill import search
+    from twill.bounds import bounds
+    from twill.joint import JointResult
+    from twill.smt import CheckResult
+
+    problem = twill.schedule(figure1_graph(), "h100").problem
+    run = search._Run(problem, bounds(problem), None, None, time.monotonic(), [], {}, {})
+    found = JointResult(10, 3, CheckResult.SAT, {"S": 0, "P": 1, "O": 2}, {"S": 0, "P": 0, "O": 0}, {0: 24},
+                        {0: 4}, 25, {"length": False}, length_low=11)
+    monkeypatch.setattr(search, "solve_joint_cpsat", lambda *args, **kwargs: found)
+    assert search._joint(run, 10, 1, 4, SimpleNamespace(low=5), "cpsat") is found
+    assert [(a.stages, a.status) for a in run.attempts] == [(1, "unsat"), (2, "timeout"), (3, "sat")]

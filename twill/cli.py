@@ -208,7 +208,9 @@ def _progress(status: Any) -> Any:
             status.update(f"{where}{window}: {event['phase']}  [{event['elapsed']:.1f}s]  "
                           f"{state.get('bounds', '')}")
         elif kind == "attempt" and event["status"] != "sat":
-            _err.print(f"  II = {event['ii']}: {event['phase']} {event['status']} [{event['elapsed']:.1f}s]")
+            window = f", {event['stages']} stage(s)" if event.get("stages") else ""
+            _err.print(f"  II = {event['ii']}{window}: {event['phase']} {event['status']} "
+                       f"[{event['elapsed']:.1f}s]")
         elif kind == "range" and event["refuted"] >= event["lo"]:
             _err.print(f"  II = {event['lo']}..{event['refuted']}: joint unsat (one range query, up to "
                        f"{event['stages']} stages) [{event['elapsed']:.1f}s]")

@@ -28,7 +28,7 @@ from twill.errors import InfeasibleError, ResourceError, TwillError
 from twill.graph import Graph
 from twill.machine import Machine, load_machine
 from twill.problem import RELAXABLE
-from twill.schedule import Schedule
+from twill.schedule import DECIDED, Schedule
 from twill.search import schedule
 
 __all__ = ["WHAT_IFS", "Explanation", "Outcome", "add_parser", "explain", "run", "what_ifs"]
@@ -93,6 +93,9 @@ class Explanation:
     responsible : tuple of tuple of str
         When there is no schedule: the smallest sets of what-ifs found that make one exist (singletons
         first, then pairs); empty when none of those sets does, or when a schedule exists.
+    undecided : bool
+        The baseline found no schedule but did not prove that none exists (the time limit stopped it
+        with some II undecided): nothing is named responsible then.
     """
 
     graph: str
@@ -101,6 +104,7 @@ class Explanation:
     baseline_error: str
     outcomes: tuple[Outcome, ...]
     responsible: tuple[tuple[str, ...], ...] = ()
+    undecided: bool = False
 
     def binding(self) -> list[Outcome]:
         """What-ifs that lower II, or keep II and shorten ``L`` (best first)."""
@@ -113,6 +117,12 @@ class Explanation:
 
     def lines(self) -> list[str]:
         """The explanation in plain language, one finding per line."""
+        if self.baseline is None and self.undecided:
+            out = [f"{self.graph} on {self.machine}: no schedule found, none ruled out either (some II was "
+                   f"left undecided: {self.baseline_error}); raise the time limit to learn what binds"]
+            out += [f"{o.description}: II {o.ii_cycles:.0f} cycles" if o.schedule is not None else
+                    f"unknown {o.description}: {o.error}" for o in self.outcomes]
+            return out
         if self.baseline is None:
             out = [f"{self.graph} on {self.machine}: no schedule ({self.baseline_error})"]
             if self.responsible:
@@ -260,12 +270,18 @@ def explain(
         known = dict(candidates)
         candidates = [(f, known.get(f, _default_description(f))) for f in wanted]
 
+    undecided = False
+
     def solve(fams: tuple[str, ...]) -> tuple[Schedule | None, str]:
+        nonlocal undecided
         if on_solve is not None:
             on_solve(fams)
         try:
             return schedule(graph, mach, **_apply(fams, schedule_options)), ""
         except (InfeasibleError, ResourceError) as exc:
+            cert = getattr(exc, "certificate", None)
+            if not fams and cert is not None:  # the baseline: was "no schedule" proven?
+                undecided = any(a.status not in DECIDED for a in cert.attempts)
             return None, str(exc)
 
     base, error = solve(())
@@ -274,7 +290,7 @@ def explain(
         s, why = solve((fam,))
         outcomes.append(Outcome((fam,), text, s, why))
     responsible: list[tuple[str, ...]] = []
-    if base is None:
+    if base is None and not undecided:
         responsible = [o.families for o in outcomes if o.schedule is not None]
         if not responsible and pairs:
             words = dict(candidates)
@@ -283,7 +299,7 @@ def explain(
                 outcomes.append(Outcome((a, b), f"{words[a]} and {words[b]}", s, why))
                 if s is not None:
                     responsible.append((a, b))
-    return Explanation(graph.name, mach.name, base, error, tuple(outcomes), tuple(responsible))
+    return Explanation(graph.name, mach.name, base, error, tuple(outcomes), tuple(responsible), undecided)
 
 
 def _default_description(family: str) -> str:

@@ -19,8 +19,8 @@ from twill.errors import TwillError
 from twill.liveness import memory_intervals, register_intervals
 from twill.problem import Problem
 
-__all__ = ["MAX_STAGES_READ", "SANITY_LIMIT", "SCHEMA_VERSION", "STRATEGIES", "Attempt", "Certificate",
-           "OpSlot", "PhaseStats", "Schedule", "WarpGroup", "group_role"]
+__all__ = ["DECIDED", "MAX_STAGES_READ", "SANITY_LIMIT", "SCHEMA_VERSION", "STRATEGIES", "Attempt",
+           "Certificate", "OpSlot", "PhaseStats", "Schedule", "WarpGroup", "group_role"]
 
 SCHEMA_VERSION = 1
 SANITY_LIMIT = 10**6
@@ -70,6 +70,11 @@ class WarpGroup:
     registers: int
     registers_needed: int
     role: str
+
+
+DECIDED = ("infeasible", "unsat", "sat", "skipped", "invalid")
+"""Attempt statuses that decide their (II, window); any other (``timeout``, ``interrupted``) leaves it
+open."""
 
 
 @dataclass(frozen=True)

@@ -48,8 +48,17 @@ from twill.machine import Machine, load_machine
 from twill.modulo import ModuloResult, modulo_schedule
 from twill.normalize import Normalization, normalize_problem
 from twill.problem import Edge, Options, Problem, build_problem, check_resources
-from twill.schedule import STRATEGIES, Attempt, Certificate, PhaseStats, Schedule, make_groups, slots_from
-from twill.smt import SMT_BACKENDS, CheckResult
+from twill.schedule import (
+    DECIDED,
+    STRATEGIES,
+    Attempt,
+    Certificate,
+    PhaseStats,
+    Schedule,
+    make_groups,
+    slots_from,
+)
+from twill.smt import SMT_BACKENDS, CheckResult, available_backends
 from twill.verify import violations
 
 __all__ = ["STRATEGIES", "schedule"]
@@ -105,6 +114,7 @@ class _Run:
     per_ii: list[float] = field(default_factory=list)  # seconds of each II decided one by one
     range_build: float = 0.0  # seconds to state the last range formula
     bounded: list[tuple[int, int, int]] = field(default_factory=list)  # (II, low, length): LEN(M) not proven
+    methods: str = ""  # the joint solver and modulo method, for the certificate
 
     def note(self, attempt: Attempt, quiet: bool = False) -> None:
         """Record ``attempt``; report it (an ``attempt`` progress event) unless ``quiet``."""
@@ -255,11 +265,11 @@ def schedule(
         raise GraphError(f"graph must be a twill.Graph, got {type(graph).__name__} {graph!r:.60}; build one "
                          "with twill.graph_from_kernel('FILE.py::KERNEL') or twill.Graph")
     _check_numbers(normalize_upper=normalize_upper, time_limit=time_limit, window_limit=window_limit)
+    started = time.monotonic()  # the time limit counts from here (loading OR-Tools takes ~1 s)
     if solver not in JOINT_SOLVERS:
         raise OptionsError(f"solver {solver!r} is not one of {', '.join(JOINT_SOLVERS)}", option="solver")
-    if solver == "cpsat":
-        load_cp_model("solver 'cpsat'", "yices, z3")  # SolverUnavailableError now, before any phase runs
-    started = time.monotonic()
+    if solver == "cpsat":  # SolverUnavailableError now, before any phase runs
+        load_cp_model("solver 'cpsat'", ", ".join(available_backends()) or "none")
     mach = load_machine(machine)
     if register_limit is not None and register_limit > mach.max_regs_per_thread:
         raise OptionsError(f"register_limit={register_limit} is above {mach.name}'s "
@@ -275,8 +285,9 @@ def schedule(
                          normalize_upper=normalize_upper, window_limit=window_limit, ranges=ranges,
                          progress=progress)
 
+    first_limit = None if time_limit is None else max(0.1, time_limit - (time.monotonic() - started))
     if prefetch is not None:
-        sched = solve(prefetch, time_limit)
+        sched = solve(prefetch, first_limit)
         need = prefetch_needed(sched)
         if sched.problem.streaming and need > prefetch:
             sched = _noted(sched, f"prefetch: the {prefetch} extra buffer(s) asked for leave part of the "
@@ -285,7 +296,7 @@ def schedule(
                                   f"simulate shows by how much)")
             warnings.warn(sched.certificate.notes[-1], TwillWarning, stacklevel=2)
         return sched
-    sched, depth = solve(1, time_limit), 1
+    sched, depth = solve(1, first_limit), 1
     shallow: list[str] = []  # the depths solved and found too shallow, for the certificate
     while sched.problem.streaming:
         need = prefetch_needed(sched)
@@ -359,7 +370,7 @@ def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp
     t2 = time.monotonic()
     bound = bounds(problem)
     run = _Run(problem, bound, deadline, progress, started, [], {}, {}, window_limit=window_limit,
-               ranges=ranges)
+               ranges=ranges, methods=f"joint problem on {solver}, modulo phase by {modulo}")
     run.spend("bounds", (t1 - t0) + (time.monotonic() - t2))
     run.spend("normalize", t2 - t1)
     run.emit("bounds", res_mii=bound.res_mii, rec_mii=bound.rec_mii, mii=bound.mii)
@@ -488,7 +499,8 @@ def _summary(cert: Certificate) -> str:
     if not ruled:
         return "nothing was decided"
     lo, hi = min(ruled), max(ruled)
-    return f"II {lo}..{hi} tried ({len(ruled)} values); last: {ruled[hi]}"
+    tried = f"II {lo} tried" if lo == hi else f"II {lo}..{hi} tried ({len(ruled)} values)"
+    return f"{tried}; last: {ruled[hi]}"
 
 
 def _reached(run: _Run) -> int:
@@ -666,17 +678,22 @@ def _joint(run: _Run, ii: int, first: int, last: int, mod: ModuloResult, solver:
     run.spend("joint", res.wall_s, res.checks)
     run.spend("joint_build", res.build_s)  # part of "joint": stating the formula of one II's windows
     run.builds.append((last, res.build_s))
-    stopped = res.stages  # the window of the schedule found, or the first one not refuted
-    if res.status != CheckResult.SAT:
-        stopped = min(last + 1, max(first, (res.length_low - 1) // ii + 1))
+    # The windows below ``length_low`` are refuted. With a schedule that is every window below its own
+    # unless the length goal was stopped: CP-SAT minimizes L over all the windows at once, so a schedule
+    # it has not proven shortest leaves the windows between its bound and its own window undecided.
+    refuted = min(last + 1, max(first, (res.length_low - 1) // ii + 1))
+    stopped = res.stages if res.status == CheckResult.SAT else refuted
     share = res.wall_s / (min(stopped, last) - first + 1)
 
     def window(n: int) -> str:
         return f"L in ({(n - 1) * ii}, {n * ii}]"
 
-    for n in range(first, stopped):
+    for n in range(first, min(refuted, stopped)):
         run.note(Attempt(ii, n, "joint", "unsat", share, f"no joint schedule with {window(n)}"))
     if res.status == CheckResult.SAT:
+        for n in range(refuted, res.stages):
+            run.note(Attempt(ii, n, "joint", "timeout", share, f"undecided for {window(n)}: the time limit "
+                             f"stopped the length goal at a schedule in a later window"))
         run.note(Attempt(ii, res.stages, "joint", "sat", share, f"L = {res.length}"))
         run.interrupted = res.interrupted
         return res
@@ -743,8 +760,7 @@ def _finish(run: _Run, found: tuple, norm: Normalization | None, raw_bounds: Any
     needed = {remap[g]: v for g, v in res.budgets.items()}
     warps = {remap[g]: v for g, v in res.group_warps.items()}
     groups = make_groups(p, start, group, warps, needed)
-    undecided = any(a.status not in ("infeasible", "unsat", "sat", "skipped", "invalid")
-                    for a in run.attempts if a.ii < ii)
+    undecided = any(a.status not in DECIDED for a in run.attempts if a.ii < ii)
     proven = not undecided and all(res.proven.values()) if strategy == "joint" else False
     notes = []
     if norm is not None:
@@ -756,13 +772,19 @@ def _finish(run: _Run, found: tuple, norm: Normalization | None, raw_bounds: Any
     if strategy == "swp":
         notes.append("Twill-SWP: modulo schedule with a fixed split, not a joint optimum")
     else:
-        notes.append(f"scope: every II below {ii} was refuted for schedules of up to n_min(II) + "
+        left_open = sorted({a.ii for a in run.attempts if a.ii < ii and a.status not in DECIDED})
+        which = (f"every II below {ii} except {', '.join(map(str, left_open))} (undecided)" if left_open
+                 else f"every II below {ii}")
+        notes.append(f"scope: {which} was refuted for schedules of up to n_min(II) + "
                      f"{p.options.stage_slack} stages, where n_min(II) = ceil(LEN(M) / II) and LEN(M), the "
                      f"least modulo-schedule length, bounds every joint schedule from below")
+    notes.append(f"solvers: {run.methods}")
     for at, low, length in run.bounded if strategy == "joint" else ():
         notes.append(f"modulo phase: LEN(M) at II {at} bounded to [{low}, {length}], not proven within its "
                      f"{MODULO_SLICE_S:g} s slice; every stage window the bounds allow was searched")
     why = "time limit" if strategy == "joint" else f"time limit or the modulo phase's {MODULO_SLICE_S:g} s"
+    if run.window_limit is not None and not run.timed_out:
+        why = f"window_limit = {run.window_limit:g} s"
     notes += [f"{goal} not proven minimal ({why})" for goal, ok in res.proven.items() if not ok]
     stats = tuple(PhaseStats(ph, round(t, 4), run.phase_calls.get(ph, 1)) for ph, t in run.phase_time.items())
     slots = slots_from(start, group, ii, p.names)
