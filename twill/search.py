@@ -369,8 +369,10 @@ def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp
     problem, norm = normalize_problem(raw, upper=normalize_upper, backend=ilp, time_limit=norm_limit)
     t2 = time.monotonic()
     bound = bounds(problem)
+    methods = (f"joint problem on {solver}, modulo phase by {modulo}" if strategy == "joint"
+               else f"modulo phase by {modulo} (Twill-SWP: no joint problem)")
     run = _Run(problem, bound, deadline, progress, started, [], {}, {}, window_limit=window_limit,
-               ranges=ranges, methods=f"joint problem on {solver}, modulo phase by {modulo}")
+               ranges=ranges, methods=methods)
     run.spend("bounds", (t1 - t0) + (time.monotonic() - t2))
     run.spend("normalize", t2 - t1)
     run.emit("bounds", res_mii=bound.res_mii, rec_mii=bound.rec_mii, mii=bound.mii)
