@@ -2,7 +2,9 @@
 
 For every case of ``solve_times.py`` (the same graphs, normalized at U = 300) and the three IIs from its
 MII, one :func:`twill.modulo.modulo_schedule` call per method, in this process; the table says the least
-length each found (they must agree) and the seconds. Results go to ``benchmarks/results/modulo_methods.md``.
+length each found (they must agree) and the seconds. Results go to ``benchmarks/results/modulo_methods.md``,
+followed by the hand-written notes of ``benchmarks/results/modulo_methods_notes.md`` (``--notes FILE`` for
+another file).
 
     python benchmarks/modulo_methods.py                          # smt and cpsat (if ortools is installed)
     python benchmarks/modulo_methods.py --methods smt,ilp --cases 'fa_*'
@@ -31,6 +33,7 @@ from twill.normalize import normalize_problem
 from twill.problem import Options, build_problem
 
 OUT = Path(__file__).resolve().parent / "results" / "modulo_methods.md"
+NOTES = OUT.with_name("modulo_methods_notes.md")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -39,6 +42,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help=f"comma-separated, of {', '.join(METHODS)}")
     ap.add_argument("--cases", default="*", help="comma-separated case names or globs")
     ap.add_argument("--time-limit", type=float, default=120.0, help="seconds per call")
+    ap.add_argument("--notes", type=Path, default=NOTES if NOTES.exists() else None,
+                    help=f"a Markdown file appended to the page as its notes (default {NOTES.name})")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -49,6 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cases = [c for name, c in CASES.items() if any(fnmatch.fnmatch(name, p) for p in patterns)]
     if not cases:
         ap.error(f"no case matches {args.cases!r}")
+    notes = args.notes.read_text() if args.notes is not None else ""
     rows = []
     for case in cases:
         mach = load_machine(case.machine)
@@ -76,6 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "|---|---|" + "---|---|" * len(methods),
         *rows,
         "",
+        *([notes.rstrip(), ""] if notes else []),
     ])
     args.out.write_text(text)
     print(f"wrote {args.out}")
