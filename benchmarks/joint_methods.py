@@ -12,10 +12,6 @@ Results go to ``benchmarks/results/joint_methods.md``, followed by the hand-writ
 
 from __future__ import annotations
 
-import argparse
-import datetime
-import fnmatch
-import platform
 import sys
 import time
 from collections.abc import Sequence
@@ -23,7 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from solve_times import CASES, Case, build_graph
+import method_page
+from solve_times import Case, build_graph
 
 import twill
 from twill import cpsat
@@ -46,46 +43,19 @@ def run_case(case: Case, solver: str, time_limit: float) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--solvers", default="yices,cpsat" if cpsat.available() else "yices",
-                    help=f"comma-separated, of {', '.join(JOINT_SOLVERS)}")
-    ap.add_argument("--cases", default="*", help="comma-separated case names or globs")
-    ap.add_argument("--time-limit", type=float, default=120.0, help="seconds per search")
-    ap.add_argument("--notes", type=Path, default=NOTES if NOTES.exists() else None,
-                    help=f"a Markdown file appended to the page as its notes (default {NOTES.name})")
-    ap.add_argument("--out", type=Path, default=OUT)
+    default = "yices,cpsat" if cpsat.available() else "yices"
+    ap = method_page.parser(__doc__, "solvers", JOINT_SOLVERS, default, "search", OUT, NOTES)
     args = ap.parse_args(argv)
-    solvers = [s.strip() for s in args.solvers.split(",") if s.strip()]
-    bad = [s for s in solvers if s not in JOINT_SOLVERS]
-    if bad:
-        ap.error(f"unknown solver(s) {', '.join(bad)}; choose from {', '.join(JOINT_SOLVERS)}")
-    patterns = [p.strip() for p in args.cases.split(",")]
-    cases = [c for name, c in CASES.items() if any(fnmatch.fnmatch(name, p) for p in patterns)]
-    if not cases:
-        ap.error(f"no case matches {args.cases!r}")
-    notes = args.notes.read_text() if args.notes is not None else ""
+    solvers = method_page.chosen(ap, args.solvers, JOINT_SOLVERS)
     rows = []
-    for case in cases:
+    for case in method_page.cases(ap, args.cases):
         cells = [run_case(case, solver, args.time_limit) for solver in solvers]
         rows.append(f"| {case.name} | " + " | ".join(cells) + " |")
         print(rows[-1], flush=True)
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     head = " | ".join(f"{s}: II, L, proof | {s} s" for s in solvers)
-    text = "\n".join([
-        "# Whole search per joint solver",
-        "",
-        f"Written by `benchmarks/joint_methods.py` ({stamp}, {platform.processor() or platform.machine()}, "
-        f"Python {platform.python_version()}, time limit {args.time_limit:g} s per search). One "
-        "`twill.schedule` call per case and solver, in one process; II and L in normalized units.",
-        "",
-        f"| case | {head} |",
-        "|---|" + "---|---|" * len(solvers),
-        *rows,
-        "",
-        *([notes.rstrip(), ""] if notes else []),
-    ])
-    args.out.write_text(text)
-    print(f"wrote {args.out}")
+    what = "One `twill.schedule` call per case and solver, in one process; II and L in normalized units."
+    method_page.write(args, "Whole search per joint solver", "joint_methods.py", "search", what,
+                      f"| case | {head} |", rows)
     return 0
 
 

@@ -12,10 +12,6 @@ another file).
 
 from __future__ import annotations
 
-import argparse
-import datetime
-import fnmatch
-import platform
 import sys
 import time
 from collections.abc import Sequence
@@ -23,7 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from solve_times import CASES, _option_subset, build_graph
+import method_page
+from solve_times import _option_subset, build_graph
 
 from twill import cpsat
 from twill.bounds import bounds
@@ -37,26 +34,12 @@ NOTES = OUT.with_name("modulo_methods_notes.md")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--methods", default="smt,cpsat" if cpsat.available() else "smt",
-                    help=f"comma-separated, of {', '.join(METHODS)}")
-    ap.add_argument("--cases", default="*", help="comma-separated case names or globs")
-    ap.add_argument("--time-limit", type=float, default=120.0, help="seconds per call")
-    ap.add_argument("--notes", type=Path, default=NOTES if NOTES.exists() else None,
-                    help=f"a Markdown file appended to the page as its notes (default {NOTES.name})")
-    ap.add_argument("--out", type=Path, default=OUT)
+    ap = method_page.parser(__doc__, "methods", METHODS, "smt,cpsat" if cpsat.available() else "smt", "call",
+                            OUT, NOTES)
     args = ap.parse_args(argv)
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    bad = [m for m in methods if m not in METHODS]
-    if bad:
-        ap.error(f"unknown method(s) {', '.join(bad)}; choose from {', '.join(METHODS)}")
-    patterns = [p.strip() for p in args.cases.split(",")]
-    cases = [c for name, c in CASES.items() if any(fnmatch.fnmatch(name, p) for p in patterns)]
-    if not cases:
-        ap.error(f"no case matches {args.cases!r}")
-    notes = args.notes.read_text() if args.notes is not None else ""
+    methods = method_page.chosen(ap, args.methods, METHODS)
     rows = []
-    for case in cases:
+    for case in method_page.cases(ap, args.cases):
         mach = load_machine(case.machine)
         raw = build_problem(build_graph(case), mach, Options(**_option_subset(case.options)))
         problem, _ = normalize_problem(raw, upper=300)
@@ -69,23 +52,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 cells.append(f"{res.status.value} {res.length or '-'} | {time.monotonic() - began:.2f}")
             rows.append(f"| {case.name} | {ii} | " + " | ".join(cells) + " |")
             print(rows[-1], flush=True)
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     head = " | ".join(f"{m}: status, L | {m} s" for m in methods)
-    text = "\n".join([
-        "# Modulo phase per method",
-        "",
-        f"Written by `benchmarks/modulo_methods.py` ({stamp}, {platform.processor() or platform.machine()}, "
-        f"Python {platform.python_version()}, time limit {args.time_limit:g} s per call). One "
-        "`modulo_schedule` call per case, II and method, in one process; L in normalized units.",
-        "",
-        f"| case | II | {head} |",
-        "|---|---|" + "---|---|" * len(methods),
-        *rows,
-        "",
-        *([notes.rstrip(), ""] if notes else []),
-    ])
-    args.out.write_text(text)
-    print(f"wrote {args.out}")
+    what = "One `modulo_schedule` call per case, II and method, in one process; L in normalized units."
+    method_page.write(args, "Modulo phase per method", "modulo_methods.py", "call", what,
+                      f"| case | II | {head} |", rows)
     return 0
 
 

@@ -112,6 +112,7 @@ def test_joint_methods_benchmark_runs_and_the_solvers_agree(bench: Callable[[str
     for row in rows:
         found = [row[i].strip() for i in range(1, len(row), 2)]  # "II, L, proof" per solver
         assert len(set(found)) == 1 and found[0].endswith(", proven")
+    assert "\n|---|---|---|---|---|\n" in text  # one separator cell per column: case, 2 x (answer, s)
     assert text.rstrip().endswith("kept by hand")
     with pytest.raises(SystemExit):
         mod.main(["--solvers", "yices,nope", "--out", str(out)])

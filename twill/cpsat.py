@@ -18,7 +18,9 @@ and 127 in 0.02 s each, where the SMT method takes 16 s and does not finish in 1
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -26,8 +28,16 @@ from typing import Any
 from twill.errors import SolverUnavailableError
 from twill.ilp import SolveStatus
 from twill.problem import Problem
+from twill.smt import start_holding_ctrl_c
 
-__all__ = ["CpsatOutcome", "available", "load_cp_model", "solve_modulo"]
+__all__ = ["CPSAT_WORKERS", "CpsatOutcome", "CpsatRunner", "available", "load_cp_model", "solve_modulo"]
+
+CPSAT_WORKERS = 1
+"""CP-SAT search workers per solve. One, with a fixed random seed, so an answer does not depend on the
+machine's core count or on timing (several workers race, and the schedule among equal optima would);
+2 or 8 workers did not make the joint problem faster (benchmarks/results/joint_methods.md)."""
+
+_POLL_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -78,6 +88,58 @@ def load_cp_model(what: str = "modulo method 'cpsat'", others: str = "smt, ilp")
     return cp_model
 
 
+class CpsatRunner:
+    """CP-SAT solves, each in a worker thread, stopped at a deadline or on Ctrl-C (then re-raised once
+    the search has stopped). ``cp`` is the ``cp_model`` module (:func:`load_cp_model`); ``solves``
+    counts the calls."""
+
+    def __init__(self, cp: Any) -> None:
+        self.cp = cp
+        self.solves = 0
+
+    def solve(self, model: Any, deadline: float | None) -> tuple[Any, Any]:
+        """Solve ``model`` until ``deadline`` (a ``time.monotonic()`` value; None: no limit); returns the
+        CP-SAT status and the solver holding the answer.
+
+        Raises
+        ------
+        KeyboardInterrupt
+            Ctrl-C, after the search has stopped.
+        """
+        solver = self.cp.CpSolver()
+        solver.parameters.num_workers = CPSAT_WORKERS
+        solver.parameters.random_seed = 0
+        solver.parameters.catch_sigint_signal = False
+        if deadline is not None:
+            solver.parameters.max_time_in_seconds = max(0.0, deadline - time.monotonic())
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def worker() -> None:
+            try:
+                box["status"] = solver.Solve(model)
+            except BaseException as exc:  # handed to the caller's thread
+                box["err"] = exc
+            finally:
+                done.set()
+
+        thread = threading.Thread(target=worker, name="twill-cpsat", daemon=True)
+        self.solves += 1
+        try:
+            start_holding_ctrl_c(thread)
+            while not done.is_set():
+                done.wait(_POLL_S)
+        except KeyboardInterrupt:
+            while thread.ident is not None and not done.is_set():
+                solver.StopSearch()
+                with contextlib.suppress(KeyboardInterrupt):
+                    done.wait(_POLL_S)
+            raise
+        if "err" in box:
+            raise box["err"]
+        return box["status"], solver
+
+
 def solve_modulo(problem: Problem, ii: int, *, low: int, horizon: int, seed: dict[str, int] | None = None,
                  deadline: float | None = None) -> CpsatOutcome:
     """Least-length modulo schedule of ``problem`` at ``ii`` with every start in ``[0, horizon]``.
@@ -91,6 +153,8 @@ def solve_modulo(problem: Problem, ii: int, *, low: int, horizon: int, seed: dic
     ------
     SolverUnavailableError
         ``ortools`` is not installed.
+    KeyboardInterrupt
+        Ctrl-C, after the search has stopped.
     """
     cp_model = load_cp_model()
     m = cp_model.CpModel()
@@ -134,15 +198,9 @@ def solve_modulo(problem: Problem, ii: int, *, low: int, horizon: int, seed: dic
     m.Minimize(length)
     proto = m.Proto()
     size = (len(proto.variables), len(proto.constraints))
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    solver.parameters.random_seed = 0
-    if deadline is not None:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return CpsatOutcome(SolveStatus.TIMEOUT, {}, 0, low, *size)
-        solver.parameters.max_time_in_seconds = left
-    status = solver.Solve(m)
+    if deadline is not None and deadline <= time.monotonic():
+        return CpsatOutcome(SolveStatus.TIMEOUT, {}, 0, low, *size)
+    status, solver = CpsatRunner(cp_model).solve(m, deadline)
     if status == cp_model.INFEASIBLE:
         return CpsatOutcome(SolveStatus.INFEASIBLE, {}, 0, low, *size)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):

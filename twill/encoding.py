@@ -223,22 +223,17 @@ class Encoder(ModularModel):
         m = self.m
         if "blocking" in self.p.options.relax:
             return
-        for v in self.p.ops:
-            waits = [m.TRUE() if e.blocking else m.Not(self.same(e.src, v.name))
-                     for e in self.p.in_edges(v.name) if e.src != v.name]
-            if not waits:
-                continue
-            must_wait = m.Or(waits)
-            for o in self.p.ops:
-                if o.name == v.name or o.issue_cycles == 0 or o.variable_latency != v.variable_latency:
-                    continue
-                guard = m.And(must_wait, self.same(v.name, o.name))
-                if o.issue_cycles >= self.ii_hi:  # its group issues at every moment
+        for v, edges, issuers in self.p.blocking_pairs():
+            must_wait = m.Or([m.TRUE() if e.blocking else m.Not(self.same(e.src, v)) for e in edges])
+            for o in issuers:
+                issue = self.p.op(o).issue_cycles
+                guard = m.And(must_wait, self.same(v, o))
+                if issue >= self.ii_hi:  # its group issues at every moment
                     self.add(m.Not(guard))
                     continue
-                clear = self.no_overlap(v.name, 0, 1, o.name, 0, o.issue_cycles)
-                if o.issue_cycles >= self.ii:  # a range model whose range straddles the issue time
-                    clear.append(m.GT(self.II, self.int_(o.issue_cycles)))
+                clear = self.no_overlap(v, 0, 1, o, 0, issue)
+                if issue >= self.ii:  # a range model whose range straddles the issue time
+                    clear.append(m.GT(self.II, self.int_(issue)))
                 self.add(m.Implies(guard, m.And(clear)))
 
     def groups(self) -> None:

@@ -27,30 +27,22 @@ proves each optimum with its own bound. Minimizing ``L`` over ``L <= stages * II
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import math
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from twill.cpsat import load_cp_model
+from twill.cpsat import CpsatRunner, load_cp_model
 from twill.encoding import accumulators, involution, pool_size
 from twill.errors import SolverError
 from twill.joint import GOALS, JointResult
 from twill.liveness import use_hold
 from twill.modular import start_windows
 from twill.problem import HANDOFF_UNIT, Problem
-from twill.smt import CheckResult, start_holding_ctrl_c
+from twill.smt import CheckResult
 
-__all__ = ["CPSAT_WORKERS", "solve_joint_cpsat"]
-
-CPSAT_WORKERS = 1
-"""CP-SAT search workers per solve. One, with a fixed random seed, so a schedule does not depend on the
-machine's core count or on timing (several workers race, and the schedule among equal optima would)."""
-
-_POLL_S = 0.05
+__all__ = ["solve_joint_cpsat"]
 
 Lit = Any  # a CP-SAT Boolean literal, or a Python bool for a constant
 
@@ -93,44 +85,39 @@ class _Model:
         self.energy: dict[str, list[Any]] = {}  # weight x cycles held, per modular resource
 
     # ------------------------------------------------------------------ literals
+    def disj(self, lits: list[Lit]) -> Lit:
+        """A literal equal to the disjunction of ``lits`` (constants folded): not all of them false."""
+        return self.neg(self.conj([self.neg(x) for x in lits]))
+
     def conj(self, lits: list[Lit]) -> Lit:
         """A literal equal to the conjunction of ``lits`` (constants folded)."""
         if any(x is False for x in lits):
             return False
         rest = [x for x in lits if x is not True]
-        if not rest:
-            return True
-        if len(rest) == 1:
-            return rest[0]
+        if len(rest) <= 1:
+            return rest[0] if rest else True
         b = self.m.NewBoolVar("")
         self.m.AddBoolAnd(rest).OnlyEnforceIf(b)
         self.m.AddBoolOr([x.Not() for x in rest]).OnlyEnforceIf(b.Not())
         return b
 
-    def disj(self, lits: list[Lit]) -> Lit:
-        """A literal equal to the disjunction of ``lits`` (constants folded)."""
-        if any(x is True for x in lits):
-            return True
-        rest = [x for x in lits if x is not False]
-        if not rest:
-            return False
-        if len(rest) == 1:
-            return rest[0]
-        b = self.m.NewBoolVar("")
-        self.m.AddBoolOr(rest).OnlyEnforceIf(b)
-        self.m.AddBoolAnd([x.Not() for x in rest]).OnlyEnforceIf(b.Not())
-        return b
-
     @staticmethod
     def neg(lit: Lit) -> Lit:
+        """The negation of ``lit``."""
         return (not lit) if isinstance(lit, bool) else lit.Not()
 
     def add(self, constraint: Any, when: tuple[Lit, ...] | list[Lit] = ()) -> None:
         """Add ``constraint`` (a bounded linear expression) enforced by the conjunction ``when``."""
+        self._post(lambda: self.m.Add(constraint), when)
+
+    @staticmethod
+    def _post(make: Callable[[], Any], when: tuple[Lit, ...] | list[Lit]) -> None:
+        """``make()`` a constraint enforced by the conjunction ``when``; nothing if a literal of it is
+        the constant False."""
         if any(x is False for x in when):
             return
-        ct = self.m.Add(constraint)
         lits = [x for x in when if x is not True]
+        ct = make()
         if lits:
             ct.OnlyEnforceIf(lits)
 
@@ -176,8 +163,11 @@ class _Model:
     # ------------------------------------------------------------------ modular resources
     def hold(self, resource: str, op: str, offset: int, weight: int, *, length: int | None = None,
              end: Any = None, end_hi: int = 0, offset_k: int = 0, present: Lit = True) -> None:
-        """``weight`` of ``resource`` held from ``start[op] + offset + offset_k * II`` for ``length`` cycles
-        or until ``end`` (at most ``end_hi``), folded modulo II, when ``present``."""
+        """``weight`` of ``resource`` held from ``start[op] + offset + offset_k * II`` for ``length`` time
+        units or until ``end`` (an int variable, at most ``end_hi``), folded modulo II, when ``present``.
+        ``weight`` is in the resource's own unit: a count of a machine unit, registers per thread, SMEM
+        bytes or TMEM columns. Adds the item's intervals to the resource's cumulative and its area
+        (``weight`` x time held) to the resource's implied area cut."""
         if present is False or weight <= 0:
             return
         m, ii = self.m, self.ii
@@ -383,26 +373,16 @@ class _Model:
         """A waiting op starts while no other op of its group issues (copies included)."""
         if "blocking" in self.p.options.relax:
             return
-        for v in self.p.ops:
-            waits = [True if e.blocking else self.neg(self.same(e.src, v.name))
-                     for e in self.p.in_edges(v.name) if e.src != v.name]
-            if not waits:
-                continue
-            must_wait = self.disj(waits)
-            for o in self.p.ops:
-                if o.name == v.name or o.issue_cycles == 0 or o.variable_latency != v.variable_latency:
-                    continue
-                guard = [must_wait, self.same(v.name, o.name)]
-                if o.issue_cycles >= self.ii:
+        for v, edges, issuers in self.p.blocking_pairs():
+            must_wait = self.disj([True if e.blocking else self.neg(self.same(e.src, v)) for e in edges])
+            for o in issuers:
+                issue = self.p.op(o).issue_cycles
+                guard = [must_wait, self.same(v, o)]
+                if issue >= self.ii:  # its group issues at every moment
                     self._require(self.neg(self.conj(guard)))
                     continue
-                if any(x is False for x in guard):
-                    continue
-                ct = self.m.AddLinearExpressionInDomain(
-                    self.s[v.name] - self.s[o.name], self.apart(v.name, 1, o.name, o.issue_cycles))
-                lits = [x for x in guard if x is not True]
-                if lits:
-                    ct.OnlyEnforceIf(lits)
+                self._post(lambda v=v, o=o, issue=issue: self.m.AddLinearExpressionInDomain(
+                    self.s[v] - self.s[o], self.apart(v, 1, o, issue)), guard)
 
     def registers(self) -> None:
         """Live registers per group: result values and the copies received from other groups."""
@@ -499,48 +479,6 @@ class _Model:
                       present=self.disj(apart))
 
 
-class _Runner:
-    """One CP-SAT solve in a worker thread, stopped at a deadline or on Ctrl-C (then re-raised)."""
-
-    def __init__(self, cp: Any) -> None:
-        self.cp = cp
-        self.solves = 0
-
-    def solve(self, model: Any, deadline: float | None) -> tuple[Any, Any]:
-        solver = self.cp.CpSolver()
-        solver.parameters.num_workers = CPSAT_WORKERS
-        solver.parameters.random_seed = 0
-        solver.parameters.catch_sigint_signal = False
-        if deadline is not None:
-            solver.parameters.max_time_in_seconds = max(0.0, deadline - time.monotonic())
-        box: dict[str, Any] = {}
-        done = threading.Event()
-
-        def worker() -> None:
-            try:
-                box["status"] = solver.Solve(model)
-            except BaseException as exc:  # handed to the caller's thread
-                box["err"] = exc
-            finally:
-                done.set()
-
-        thread = threading.Thread(target=worker, name="twill-cpsat", daemon=True)
-        self.solves += 1
-        try:
-            start_holding_ctrl_c(thread)
-            while not done.is_set():
-                done.wait(_POLL_S)
-        except KeyboardInterrupt:
-            while thread.ident is not None and not done.is_set():
-                solver.StopSearch()
-                with contextlib.suppress(KeyboardInterrupt):
-                    done.wait(_POLL_S)
-            raise
-        if "err" in box:
-            raise box["err"]
-        return box["status"], solver
-
-
 def solve_joint_cpsat(
     problem: Problem,
     ii: int,
@@ -557,7 +495,9 @@ def solve_joint_cpsat(
     ``L`` is minimized over the windows ``first .. stages`` (``L <= stages * II``, ``L`` above the windows
     below ``first`` and at least ``min_length``), then each later goal with the earlier ones fixed.
     ``window_s`` bounds the whole call (all its windows); on expiry the result is ``TIMEOUT`` with
-    ``length_low`` the bound CP-SAT proved, or ``SAT`` with the goals not proven.
+    ``length_low`` the bound CP-SAT proved, or ``SAT`` with the goals not proven (``length_low`` then the
+    proven bound on ``L``, possibly in a window below the schedule's). ``ii``, ``min_length`` and the
+    result's times are in the problem's (normalized) units; ``deadline`` is a ``time.monotonic()`` value.
 
     Raises
     ------
@@ -581,7 +521,7 @@ def solve_joint_cpsat(
         return JointResult(ii, kw.pop("stages", stages), status, checks=runner.solves,
                            wall_s=time.monotonic() - began, build_s=build_s, n_terms=size, **kw)
 
-    runner = _Runner(model.cp)
+    runner = CpsatRunner(model.cp)
     if not model.feasible:
         return result(CheckResult.UNSAT, length_low=stages * ii + 1)
     cp, m = model.cp, model.m

@@ -348,6 +348,21 @@ class Problem:
         """True if some op has variable latency."""
         return any(op.variable_latency for op in self.ops)
 
+    def blocking_pairs(self) -> list[tuple[str, list[Edge], list[str]]]:
+        """What the blocking-wait family constrains: for each op ``v`` with an in-edge from another op,
+        those edges (a ``blocking`` one makes ``v`` wait always, any other when it crosses warp groups)
+        and the ops whose issue window (``issue_cycles`` from their start, modulo II) ``v``'s start must
+        avoid when they share its group: the other ops that issue (``issue_cycles > 0``) with ``v``'s
+        variable-latency flag."""
+        out = []
+        for v in self.ops:
+            waits = [e for e in self.in_edges(v.name) if e.src != v.name]
+            if waits:
+                issuers = [o.name for o in self.ops if o.name != v.name and o.issue_cycles
+                           and o.variable_latency == v.variable_latency]
+                out.append((v.name, waits, issuers))
+        return out
+
     def forced_cross(self, e: Edge) -> bool:
         """True if ``e`` joins ops that never share a warp group, so its hand-off is always paid: a
         variable-latency op and a fixed-latency one (the variable-latency group holds only
