@@ -13,7 +13,7 @@ For each target (the sub-tiled FA forward kernel of ``examples/flash_attention_f
   at which that fixed schedule passes ``twill.verify`` (built from the public dataclasses here, since
   the library has no way to pin warp groups).
 
-Each is simulated (``twill.simulate``, raw cycle costs of the graph, ``ITERATIONS`` iterations) with
+Each is simulated (``twill.analysis.simulate``, raw cycle costs of the graph, ``ITERATIONS`` iterations) with
 the variable-latency ops' latency fixed at 1x, 2x, 4x and 10x the cost model's (the machine's
 ``tma_latency``), and drawn uniformly from [1x, 10x] per load (three seeds, averaged). The table
 gives steady-state cycles per iteration and the ratio to ResMII in cycles (the Tensor Core bound).
@@ -38,16 +38,16 @@ from pathlib import Path
 from typing import Any
 
 import twill
-from twill.bounds import bounds
+from twill.analysis.simulate import simulate
 from twill.errors import InfeasibleError
-from twill.graph import Graph, Op
-from twill.liveness import fold, register_intervals
-from twill.machine import Machine, load_machine
-from twill.normalize import normalize_problem
-from twill.plot import save
-from twill.problem import Problem, build_problem
+from twill.ir.graph import Graph, Op
+from twill.ir.machine import Machine, load_machine
+from twill.model.bounds import bounds
+from twill.model.liveness import fold, register_intervals
+from twill.model.problem import Problem, build_problem
+from twill.render.plot import save
 from twill.schedule import Certificate, Schedule, make_groups, slots_from
-from twill.simulate import simulate
+from twill.solvers.normalize import normalize_problem
 from twill.verify import violations
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -307,9 +307,10 @@ def render(data: dict[str, Any]) -> str:
         "`benchmarks/results/compare_strategies.json`; do not edit by hand; the run took "
         f"{data['wall_s']:.0f} s on {data['platform']}).",
         "",
-        "Four schedules of the same loop graph per target, each run through `twill.simulate` (one SM, "
+        "Four schedules of the same loop graph per target, each run through `twill.analysis.simulate` "
+        "(one SM, "
         "in-order warp groups, units, ring buffers with full/empty barriers, hand-off latency; see "
-        "`twill/simulate.py`) with the graph's raw cycle costs:",
+        "`twill/analysis/simulate.py`) with the graph's raw cycle costs:",
         "",
         "- **twill (joint)**: `twill.schedule(graph, machine)`, software pipelining and warp specialization "
         "solved together (paper Algorithm 1);",

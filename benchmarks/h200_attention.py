@@ -9,8 +9,8 @@ Two steps, because the GPU machine has no solver::
 
 ``prepare`` applies twill's schedule of ``examples/flash_attention_fwd.py`` (plain) and of
 ``examples/flash_attention_fwd_subtiled.py::attn_fwd_subtiled_sm90`` (two 64-row query sub-tiles) for
-each machine given (``h200``, twill's H200-calibrated model, and ``h100``), with ``twill.apply.apply``.
-``run`` loads each applied kernel through ``twill/apply_kernel.py`` alone (imported by path, so twill's
+each machine given (``h200``, twill's H200-calibrated model, and ``h100``), with ``twill.apply.triton.apply``.
+``run`` loads each applied kernel through ``twill/apply/kernel.py`` alone (imported by path, so twill's
 solver dependencies are not needed), checks it against an fp32 reference on fresh random inputs
 (N = 128, 256, 1024, 4096, 16384; relative error <= 1e-2), and times, in the same process, every applied
 kernel, Triton's JIT compile of the same two kernels (its own schedule, ``num_stages=3``, 8 warps) and cuDNN
@@ -35,7 +35,7 @@ PLAIN = "examples/flash_attention_fwd.py"
 SUBTILED = "examples/flash_attention_fwd_subtiled.py::attn_fwd_subtiled_sm90"
 SEQ_LENS = (1024, 4096, 16384)
 CHECK_SEQ_LENS = (128, 256, *SEQ_LENS)
-"""Correctness also at one and two loop iterations (the peeled epilogue's edge cases, twill.apply_peel)."""
+"""Correctness also at one and two loop iterations (the peeled epilogue's edge cases, twill.apply.peel)."""
 BATCH, HEADS, DIM = 4, 32, 128
 TOLERANCE = 1e-2
 ROUNDS = 3
@@ -53,10 +53,10 @@ def _import(path: Path, name: str) -> Any:
 # ------------------------------------------------------------------------------------------------ prepare
 def prepare(folder: Path, machines: list[str], time_limit: float, schedules: Path | None) -> None:
     """Solve (or read ``schedules/<kernel>.<machine>.json``), apply and save every variant (CPU)."""
-    from twill.apply import apply
+    from twill.apply.triton import apply
     from twill.frontend.lower import graph_from_kernel
     from twill.schedule import Schedule
-    from twill.search import schedule as solve
+    from twill.search.algorithm1 import schedule as solve
 
     folder.mkdir(parents=True, exist_ok=True)
     index = []
@@ -79,15 +79,15 @@ def prepare(folder: Path, machines: list[str], time_limit: float, schedules: Pat
                           "compiled": result.report.compiled.to_dict(),
                           "triton_default_cpu": result.report.triton_default.to_dict()})
             if label == "plain" and machine == machines[0]:
-                # Control: the same schedule with Triton's predicated last iteration (twill.apply_peel off).
+                # Control: the same schedule with Triton's predicated last iteration (twill.apply.peel off).
                 stem = f"{stem}.nopeel"
                 result = apply(sched, str(ROOT / kernel), output_dir=folder / stem, baseline=False,
                                peel=False)
                 index.append({**entry, "variant": stem, "machine": machine, "note": "epilogue not peeled",
                               "folder": stem, "compiled": result.report.compiled.to_dict()})
     # Control: Triton's own schedule, compiled through the same re-entry path and loaded the same way.
-    from twill.apply_compile import compiled_stats, finish_compile
-    from twill.apply_kernel import AppliedKernel
+    from twill.apply.compile import compiled_stats, finish_compile
+    from twill.apply.kernel import AppliedKernel
     from twill.frontend.compile import compile_to_ttgir, load_kernel
 
     for label, kernel in (("plain", PLAIN), ("subtiled", SUBTILED)):
@@ -131,7 +131,7 @@ def _launcher(torch: Any, label: str, kernel: Any, constexprs: dict[str, Any], n
 
 
 def _variants(torch: Any, folder: Path) -> list[dict[str, Any]]:
-    loader = _import(ROOT / "twill" / "apply_kernel.py", "twill_apply_kernel")
+    loader = _import(ROOT / "twill" / "apply" / "kernel.py", "twill_apply_kernel")
     plain = _import(ROOT / PLAIN, "fa_plain")
     subtiled = _import(ROOT / SUBTILED.split("::")[0], "fa_subtiled")
     out = []

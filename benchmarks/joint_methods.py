@@ -23,8 +23,8 @@ import method_page
 from solve_times import Case, build_graph
 
 import twill
-from twill import cpsat
-from twill.search import JOINT_SOLVERS
+from twill.search.algorithm1 import JOINT_SOLVERS
+from twill.solvers import cpsat
 
 OUT = Path(__file__).resolve().parent / "results" / "joint_methods.md"
 NOTES = OUT.with_name("joint_methods_notes.md")

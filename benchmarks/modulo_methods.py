@@ -1,7 +1,8 @@
 """The modulo phase alone: seconds to find and prove the least modulo length, per method.
 
 For every case of ``solve_times.py`` (the same graphs, normalized at U = 300) and the three IIs from its
-MII, one :func:`twill.modulo.modulo_schedule` call per method, in this process; the table says the least
+MII, one :func:`twill.solvers.modulo.methods.modulo_schedule` call per method, in this process; the
+table says the least
 length each found (they must agree) and the seconds. Results go to ``benchmarks/results/modulo_methods.md``,
 followed by the hand-written notes of ``benchmarks/results/modulo_methods_notes.md`` (``--notes FILE`` for
 another file).
@@ -22,12 +23,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import method_page
 from solve_times import _option_subset, build_graph
 
-from twill import cpsat
-from twill.bounds import bounds
-from twill.machine import load_machine
-from twill.modulo import METHODS, modulo_schedule
-from twill.normalize import normalize_problem
-from twill.problem import Options, build_problem
+from twill.ir.machine import load_machine
+from twill.model.bounds import bounds
+from twill.model.problem import Options, build_problem
+from twill.solvers import cpsat
+from twill.solvers.modulo.methods import METHODS, modulo_schedule
+from twill.solvers.normalize import normalize_problem
 
 OUT = Path(__file__).resolve().parent / "results" / "modulo_methods.md"
 NOTES = OUT.with_name("modulo_methods_notes.md")

@@ -43,11 +43,11 @@ from typing import Any
 import networkx as nx
 
 import twill
-from twill.bounds import bounds
 from twill.errors import InfeasibleError, TwillError
-from twill.graph import Graph, Reservation
-from twill.machine import Machine, load_machine
-from twill.problem import Problem
+from twill.ir.graph import Graph, Reservation
+from twill.ir.machine import Machine, load_machine
+from twill.model.bounds import bounds
+from twill.model.problem import Problem
 from twill.schedule import Schedule
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

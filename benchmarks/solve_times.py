@@ -58,10 +58,10 @@ from synthetic import SIZES, synthetic_graph  # noqa: E402
 
 import twill  # noqa: E402
 from twill.errors import InfeasibleError, TwillError  # noqa: E402
-from twill.graph import Graph  # noqa: E402
-from twill.machine import load_machine  # noqa: E402
-from twill.normalize import normalize_problem  # noqa: E402
-from twill.problem import Options, build_problem  # noqa: E402
+from twill.ir.graph import Graph  # noqa: E402
+from twill.ir.machine import load_machine  # noqa: E402
+from twill.model.problem import Options, build_problem  # noqa: E402
+from twill.solvers.normalize import normalize_problem  # noqa: E402
 
 JSON_OUT = ROOT / "benchmarks" / "results" / "solve_times.json"
 MD_OUT = ROOT / "benchmarks" / "results.md"
@@ -176,7 +176,7 @@ CASES: dict[str, Case] = _cases()
 def build_graph(case: Case) -> Graph:
     """The case's loop graph (the frontend compiles kernels on the CPU)."""
     if case.source == "figure1":
-        from twill.paper import figure1_graph
+        from twill.ir.paper import figure1_graph
 
         return figure1_graph()
     if case.source.startswith("synthetic:"):
@@ -349,7 +349,7 @@ def environment() -> dict[str, Any]:
         except importlib.metadata.PackageNotFoundError:
             versions[dist] = None
     try:
-        from twill.smt import load_yices
+        from twill.solvers.smt import load_yices
 
         load_yices()
         import yices_api
@@ -628,10 +628,12 @@ def render(data: dict[str, Any], plot_rel: str = "../docs/img/solve_times.svg") 
         worst = max((r["ratio"] for rows in over.values() for r in rows.values()), default=0.0)
         lines += ["", f"Largest ratio: {worst:.3f} T.", "",
                   "Where the time goes past T: every solver call gets the time left (CBC and HiGHS their "
-                  "`timeLimit`, Yices and Z3 a deadline watched by `twill/smt.py`, which repeats the stop "
+                  "`timeLimit`, Yices and Z3 a deadline watched by `twill/solvers/smt.py`, which "
+                  "repeats the stop "
                   "request until the search ends), and no modulo horizon or joint window starts after the "
                   "deadline. What is not interruptible is stating a joint window's formula "
-                  "(`Encoder.build` in `twill/encoding.py`, 0.5-8 s on these graphs, most of it the "
+                  "(`Encoder.build` in `twill/solvers/joint/encoding.py`, 0.5-8 s on these graphs, most "
+                  "of it the "
                   "blocking-wait family): the search skips a window when the time left is shorter than the "
                   "last statement took, but the first window of a search has no estimate, so a limit that "
                   "expires while it is being stated is overrun by up to one statement (an `over` row above "

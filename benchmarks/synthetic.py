@@ -36,7 +36,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from twill.graph import Graph
+from twill.ir.graph import Graph
 
 __all__ = ["SIZES", "TEMPLATES", "synthetic_graph"]
 

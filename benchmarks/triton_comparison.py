@@ -6,7 +6,7 @@ the script reads what Triton decided and what twill decides for the same loop gr
 * **Triton, as compiled** (sm_90 and sm_100): the ``loop.stage`` / ``loop.cluster`` attributes of the
   scheduled TTGIR, just before Triton's software pipeliner (``twill.frontend.compile``'s ``scheduled``
   snapshot), mapped to graph ops with :func:`twill.frontend.lower.lower_loop` (the lowering
-  ``twill.apply_map`` reads Triton's choices through). No warp specialization: one instruction stream.
+  ``twill.apply.map`` reads Triton's choices through). No warp specialization: one instruction stream.
 * **Triton autoWS** (sm_100 only): the same kernel with ``tl.range(..., warp_specialize=True)`` on its
   loop (a temporary copy of the file, same lines), compiled the same way; its own ``loop.stage`` /
   ``loop.cluster`` and the ``ttg.partition`` each op gets from Triton's ``PartitionScheduling`` (the IR
@@ -21,7 +21,8 @@ Triton's stages (relative to its earliest op), Triton's cluster order inside eac
 ``start mod II`` first; inside one cluster the order is left free, as a backend instruction scheduler may
 reorder it, so the II is the best Triton's coarse schedule allows) and Triton's partitions as warp groups
 satisfies every constraint family of twill's joint model
-(``twill.encoding.Encoder``: dependences with hand-offs, unit capacity, blocking waits, registers,
+(``twill.solvers.joint.encoding.Encoder``: dependences with hand-offs, unit capacity, blocking waits,
+registers,
 SMEM/TMEM, warp-group shape and register file).
 
 The search: the problem without registers and memory is *monotone* in II when every unit has capacity 1
@@ -33,7 +34,8 @@ residues plus the new residue II, which no non-wrapping interval reaches, and tw
 would already meet at residue 0. So its least II is found by galloping and bisection (a Bellman-Ford test
 of the difference constraints alone first), and from there every II is checked with the full model,
 upward, one SMT check each; the first SAT is the answer. The result is verified by ``twill.verify`` and
-simulated with ``twill.simulate`` (raw cycle costs, TMA latency 1x, ``ITERATIONS`` iterations). Writes
+simulated with ``twill.analysis.simulate`` (raw cycle costs, TMA latency 1x, ``ITERATIONS``
+iterations). Writes
 ``benchmarks/results/triton_comparison.json`` and ``docs/triton_comparison.md``; ``--render`` rebuilds
 the report from the JSON.
 
@@ -64,20 +66,21 @@ from typing import Any
 import networkx as nx
 
 import twill
-from twill.apply_map import int_attr, top_op
-from twill.bounds import bounds
-from twill.encoding import Encoder
+from twill.apply.map import int_attr, top_op
 from twill.errors import InfeasibleError, TwillError
 from twill.frontend.compile import compile_to_ttgir, load_kernel, target_for
 from twill.frontend.lower import Lowering, lower_loop
 from twill.frontend.ttgir import parse_ttgir
-from twill.graph import Graph
-from twill.liveness import fold, register_intervals
-from twill.machine import Machine, load_machine
-from twill.normalize import normalize_problem
-from twill.problem import Options, Problem, build_problem
+from twill.ir.graph import Graph
+from twill.ir.machine import Machine, load_machine
+from twill.model.bounds import bounds
+from twill.model.liveness import fold, register_intervals
+from twill.model.problem import Options, Problem, build_problem
 from twill.schedule import Certificate, Schedule, make_groups, slots_from
-from twill.smt import CheckResult, SmtSession
+from twill.solvers.joint.encoding import Encoder
+from twill.solvers.normalize import normalize_problem
+from twill.solvers.smt import SmtSession
+from twill.solvers.status import CheckResult
 from twill.verify import violations
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -271,7 +274,8 @@ def _budgets(p: Problem, ii: int, start: Mapping[str, int], group: Mapping[str, 
 
 
 def _check_lazy(enc: Encoder, sess: SmtSession, deadline: float | None) -> CheckResult:
-    """Check, adding the liveness checks a model violates until one satisfies them (as twill.joint)."""
+    """Check, adding the liveness checks a model violates until one satisfies them (as
+    twill.solvers.joint.smt)."""
     while True:
         status = sess.check(deadline)
         if status != CheckResult.SAT:
@@ -317,7 +321,7 @@ def _difference_ok(p: Problem, ii: int, dec: Decision, group: Mapping[str, int])
         arcs.append((e.src, e.dst, e.latency + cross - e.distance * ii))
     for u, v in _order_pairs(p, dec, group):
         arcs.append((u, v, (dec.stage[v] - dec.stage[u]) * ii))
-    # feasible iff no positive cycle, i.e. no negative cycle on the negated weights (as twill.bounds)
+    # feasible iff no positive cycle, i.e. no negative cycle on the negated weights (as twill.model.bounds)
     g = nx.DiGraph()
     g.add_nodes_from(("0", *p.names))
     for u, v, w in arcs:
@@ -895,7 +899,8 @@ def render(data: dict[str, Any]) -> str:
         "(in Triton the compute warps issue the loads themselves; that only removes a few issue cycles "
         "from the compute stream), and Triton's load-to-consumer stage distance is kept explicit (no "
         "extra prefetch buffer is counted). The result is checked by `twill.verify` and simulated with "
-        f"`twill.simulate` (raw cycle costs, cost-model TMA latency, {ITERATIONS} iterations, units in "
+        f"`twill.analysis.simulate` (raw cycle costs, cost-model TMA latency, {ITERATIONS} iterations, "
+        f"units in "
         "schedule order). The search: without registers and memory the problem is monotone in II (see "
         "the script's docstring), so its least II is found by bisection (the column 'II without registers "
         f"and memory'); from there the full model is checked II by II up to {FULL_SCAN:g}x that II. A "
@@ -904,7 +909,8 @@ def render(data: dict[str, Any]) -> str:
         "",
     ]
     text += ["## Summary", "", "II in machine cycles under twill's model (ratio to twill's); simulated: "
-             "steady-state cycles per iteration of the same schedules in `twill.simulate`. II in cycles is "
+             "steady-state cycles per iteration of the same schedules in `twill.analysis.simulate`. II "
+             "in cycles is "
              "the II in normalized units times the cycles per unit, so the normalization's rounding can put "
              "it a few per cent off the resource bound in cycles (compare the bounds line under each case); "
              "the simulated column has no rounding. A simulated figure below its "

@@ -12,9 +12,9 @@ from types import ModuleType
 
 import pytest
 
-from twill.graph import Graph
-from twill.machine import Constant, Machine, load_machine
-from twill.problem import Options, Problem, build_problem
+from twill.ir.graph import Graph
+from twill.ir.machine import Constant, Machine, load_machine
+from twill.model.problem import Options, Problem, build_problem
 
 
 @pytest.fixture(scope="session")

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from twill.apply import ApplyError, apply
-from twill.apply_compile import partition_regions
-from twill.apply_kernel import AppliedKernel
-from twill.apply_map import plan_placement
-from twill.apply_rewrite import _set_attr, read_slots
+from twill.apply.compile import partition_regions
+from twill.apply.kernel import AppliedKernel
+from twill.apply.map import plan_placement
+from twill.apply.rewrite import _set_attr, read_slots
+from twill.apply.triton import ApplyError, apply
 from twill.cli import main
 from twill.frontend.compile import compile_to_ttgir
 from twill.frontend.lower import lower_loop
@@ -132,7 +132,7 @@ def test_compiled_partition_regions_hold_the_groups_ops(sm100) -> None:
 
 
 def test_triton_apart_pairs_the_s_load_with_every_mma() -> None:
-    from twill.apply import triton_apart
+    from twill.apply.triton import triton_apart
 
     schedule = _schedule("b200")
     # S = QK^T is read from TMEM in its own iteration (qk); the MMAs are the QK and PV GEMMs.
@@ -237,7 +237,7 @@ def test_cli_apply_refuses_pointer_loads_on_sm100_before_solving(tmp_path: Path,
 
 
 def test_a_compile_triton_refuses_quotes_its_diagnostics(capfd: pytest.CaptureFixture[str]) -> None:
-    from twill.apply_compile import finish_compile
+    from twill.apply.compile import finish_compile
     from twill.errors import FrontendError
     from twill.frontend.compile import load_kernel
 
@@ -263,7 +263,7 @@ def test_cli_apply_refuses_a_split_tmem_kernel_before_solving(tmp_path: Path,
 
 def test_a_kernel_triton_compiles_to_a_trap_is_reported_as_none() -> None:
     """Triton's own sub-tiled sm_100 build needs more shared memory than a CTA has: its PTX is a trap."""
-    from twill.apply_compile import compiled_stats, finish_compile
+    from twill.apply.compile import compiled_stats, finish_compile
     from twill.frontend.compile import load_kernel
 
     examples = Path(__file__).resolve().parents[1] / "examples"

@@ -1,4 +1,4 @@
-"""Peeling the last iteration of Triton's predicated pipelined loop (twill.apply_peel), on small texts.
+"""Peeling the last iteration of Triton's predicated pipelined loop (twill.apply.peel), on small texts.
 
 The end-to-end case (the FlashAttention forward compiled for sm_90) is in ``tests/test_apply.py``.
 """
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from twill.apply_peel import peel_last_iteration
+from twill.apply.peel import peel_last_iteration
 
 LOOP = """module {
   tt.func @f(%lb: i32, %ub: i32, %x: f32) -> f32 {

@@ -9,11 +9,11 @@ from dataclasses import replace
 import networkx as nx
 import pytest
 
-from twill.bounds import bounds, critical_path, critical_recurrence, rec_mii, res_mii
 from twill.errors import GraphError
-from twill.graph import Graph, Reservation
-from twill.paper import figure1_graph
-from twill.problem import Edge
+from twill.ir.graph import Graph, Reservation
+from twill.ir.paper import figure1_graph
+from twill.model.bounds import bounds, critical_path, critical_recurrence, rec_mii, res_mii
+from twill.model.problem import Edge
 
 
 def _mixed_units() -> Graph:

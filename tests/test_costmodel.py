@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from twill.costmodel import CostModel, OpCost
-from twill.graph import Reservation
-from twill.machine import load_machine
+from twill.ir.costmodel import CostModel, OpCost
+from twill.ir.graph import Reservation
+from twill.ir.machine import load_machine
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "calibrate" / "results"
 

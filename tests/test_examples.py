@@ -23,8 +23,8 @@ import pytest
 
 import twill
 from twill.frontend import graph_from_kernel
-from twill.graph import Graph, Op
-from twill.machine import load_machine
+from twill.ir.graph import Graph, Op
+from twill.ir.machine import load_machine
 
 ROOT = Path(__file__).resolve().parents[1]
 FWD = ROOT / "examples" / "flash_attention_fwd_subtiled.py"

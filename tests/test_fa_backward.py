@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 
 import twill
-import twill.cpsat
-from twill.bounds import bounds
-from twill.ilp import SolveStatus
-from twill.modulo import modulo_schedule
-from twill.normalize import normalize_problem
-from twill.problem import Options, build_problem
+import twill.solvers.cpsat
+from twill.model.bounds import bounds
+from twill.model.problem import Options, build_problem
+from twill.solvers.modulo.methods import modulo_schedule
+from twill.solvers.normalize import normalize_problem
+from twill.solvers.status import SolveStatus
 
 ROOT = Path(__file__).resolve().parents[1]
 BWD = ROOT / "examples" / "flash_attention_bwd.py"
@@ -242,15 +242,15 @@ def test_blackwell_transposed_backward_gives_the_dq_reduction_a_group_at_a_reduc
     assert reduced.ii >= default.ii
 
 
-@pytest.mark.skipif(not twill.cpsat.available(), reason="ortools is not installed")
+@pytest.mark.skipif(not twill.solvers.cpsat.available(), reason="ortools is not installed")
 @pytest.mark.parametrize(("kernel", "machine"), [("attn_bwd_subtiled_sm100", "b200"),
                                                  ("attn_bwd_sm90", "h100")])
 def test_cpsat_modulo_reserves_the_forced_hand_offs(kernel: str, machine: str) -> None:
     """The backward kernels have register values that always cross warp groups; their SMEM-port traffic
     is part of every modulo schedule (Problem.reservations). CP-SAT's least length equals the SMT
     method's at the MII and the next IIs, and its schedules pass the independent modulo check."""
-    from twill.ims import is_modulo_schedule
-    from twill.machine import load_machine
+    from twill.ir.machine import load_machine
+    from twill.solvers.modulo.ims import is_modulo_schedule
 
     problem, _ = normalize_problem(build_problem(_graph(kernel, machine), load_machine(machine)), upper=300)
     assert any(problem.forced_cross(e) for e in problem.edges)

@@ -20,11 +20,11 @@ import networkx as nx
 import pytest
 
 import twill
-import twill.cpsat
-from twill.bounds import bounds
-from twill.normalize import normalize_problem
-from twill.problem import Options, Problem, build_problem
+import twill.solvers.cpsat
+from twill.model.bounds import bounds
+from twill.model.problem import Options, Problem, build_problem
 from twill.schedule import Schedule
+from twill.solvers.normalize import normalize_problem
 
 ROOT = Path(__file__).resolve().parents[1]
 SUBTILED = ROOT / "examples" / "flash_attention_fwd_subtiled.py"
@@ -277,7 +277,7 @@ def test_a_range_query_takes_no_longer_than_the_window_limit(monkeypatch: pytest
     (without the cap each slice is at least 2 s, search.RANGE_MIN_SLICE_S)."""
     import time
 
-    import twill.search as search
+    import twill.search.algorithm1 as search
 
     real = search.solve_range
     slices: list[float] = []
@@ -293,13 +293,13 @@ def test_a_range_query_takes_no_longer_than_the_window_limit(monkeypatch: pytest
 
 
 # ------------------------------------------------------------------------------- a second encoding
-@pytest.mark.skipif(not twill.cpsat.available(), reason="ortools is not installed")
+@pytest.mark.skipif(not twill.solvers.cpsat.available(), reason="ortools is not installed")
 def test_the_cpsat_encoding_agrees_at_the_plain_hopper_optimum_and_below() -> None:
     """The joint problem on CP-SAT (written apart from the SMT encoding) refutes the II below the plain FA
     forward's optimum and finds the same least length and goals at the optimum, over the same windows."""
-    from twill.joint import solve_joint
-    from twill.joint_cpsat import solve_joint_cpsat
-    from twill.modulo import modulo_schedule
+    from twill.solvers.joint.cpsat import solve_joint_cpsat
+    from twill.solvers.joint.smt import solve_joint
+    from twill.solvers.modulo.methods import modulo_schedule
 
     s = twill.schedule(_graph(PLAIN, "attn_fwd", "h100"), "h100")
     assert s.certificate.proven_optimal

@@ -22,8 +22,8 @@ from twill.frontend import (
     lower_loop,
     parse_ttgir,
 )
-from twill.graph import Dependence, Graph
-from twill.machine import load_machine
+from twill.ir.graph import Dependence, Graph
+from twill.ir.machine import load_machine
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
@@ -447,7 +447,7 @@ def test_split_tmem_loads_are_the_loads_triton_emits():
 def test_apply_refuses_a_kernel_whose_tmem_loads_twill_splits():
     """The split loads exist only in twill's snapshot; a pipeliner could not order them (no token)."""
     from twill import schedule as solve
-    from twill.apply import ApplyError, apply
+    from twill.apply.triton import ApplyError, apply
 
     graph = graph_from_kernel(f"{BWD}::attn_bwd_split_sm100", "b200")
     what_if = solve(graph, "b200", relax={"smem", "registers", "register_file"}, normalize_upper=40,

@@ -20,14 +20,16 @@ Properties:
 
 * every schedule :func:`twill.schedule` returns passes :func:`twill.verify` (joint and Twill-SWP, with and
   without a ``max_stages`` budget, which no stage index reaches), and no schedule beats the oracle;
-* :func:`twill.bounds.bounds` never exceeds the oracle's II, :func:`twill.modulo.modulo_schedule` refutes
+* :func:`twill.model.bounds.bounds` never exceeds the oracle's II,
+:func:`twill.solvers.modulo.methods.modulo_schedule` refutes
   every II from that bound up to the oracle's and finds the oracle's least length at the oracle's II;
 * for loops where the joint problem *is* the modulo problem (one warp group, no variable latency, no
   register or memory footprint, no blocking edge), :func:`twill.schedule` finds the oracle's II and L;
 * the order in which ops and edges are added does not change II or L;
 * range queries (the default search) and deciding every II on its own agree on II, length, groups and
   the IIs refuted, and one range query answers what the joint solver says of each II of the range;
-* the joint problem on CP-SAT (:mod:`twill.joint_cpsat`, a second encoding written apart from the SMT one)
+* the joint problem on CP-SAT (:mod:`twill.solvers.joint.cpsat`, a second encoding written apart from
+the SMT one)
   gives each ``(II, window)`` the SMT encoding's answer: the same status and, with a schedule, the same
   least length, group count, hand-off latency and register file; a whole search on it the same II, length
   and goals (both only when ``ortools`` is installed);
@@ -55,16 +57,16 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import twill
-import twill.cpsat
-from twill.bounds import bounds
-from twill.graph import Graph, Reservation
-from twill.joint import JointResult, solve_joint, solve_range
-from twill.joint_cpsat import solve_joint_cpsat
-from twill.machine import Constant, Machine, load_machine
-from twill.modulo import modulo_schedule
-from twill.problem import Options, Problem, build_problem, check_resources
+import twill.solvers.cpsat
+from twill.ir.graph import Graph, Reservation
+from twill.ir.machine import Constant, Machine, load_machine
+from twill.model.bounds import bounds
+from twill.model.problem import Options, Problem, build_problem, check_resources
 from twill.schedule import Schedule
-from twill.smt import CheckResult
+from twill.solvers.joint.cpsat import solve_joint_cpsat
+from twill.solvers.joint.smt import JointResult, solve_joint, solve_range
+from twill.solvers.modulo.methods import modulo_schedule
+from twill.solvers.status import CheckResult
 
 UNITS = ("tc", "mufu", "alu", "tma", "lsu", "smem")
 MBARRIER = 2
@@ -583,7 +585,7 @@ def _goals(problem: Problem, res: JointResult) -> tuple[int, int, int, int]:
     return res.length, len(set(res.group.values())), handoffs, registers
 
 
-needs_ortools = pytest.mark.skipif(not twill.cpsat.available(), reason="ortools is not installed")
+needs_ortools = pytest.mark.skipif(not twill.solvers.cpsat.available(), reason="ortools is not installed")
 
 
 @cache

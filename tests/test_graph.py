@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from twill.errors import GraphError
-from twill.graph import Graph, Op, Reservation
-from twill.paper import figure1_graph
+from twill.ir.graph import Graph, Op, Reservation
+from twill.ir.paper import figure1_graph
 
 
 def _three_ops() -> Graph:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from twill.errors import MachineError
-from twill.machine import known_machines, load_machine
+from twill.ir.machine import known_machines, load_machine
 
 BUNDLED = ("h100", "h200", "b200")
 # Sections that hold the SM itself (not the memory system or the calibrated costs): an H200 is an H100's

@@ -10,14 +10,14 @@ from dataclasses import replace
 import pulp
 import pytest
 
-import twill.cpsat
-import twill.modulo
-from twill.bounds import rec_mii, res_mii
-from twill.graph import Graph, Reservation
-from twill.ilp import SolveStatus
-from twill.modulo import modulo_schedule
-from twill.paper import figure1_graph
-from twill.problem import Problem
+import twill.solvers.cpsat
+import twill.solvers.modulo.methods
+from twill.ir.graph import Graph, Reservation
+from twill.ir.paper import figure1_graph
+from twill.model.bounds import rec_mii, res_mii
+from twill.model.problem import Problem
+from twill.solvers.modulo.methods import modulo_schedule
+from twill.solvers.status import SolveStatus
 
 # modulo_schedule solves the time-indexed ILP through a MILP backend (``backend=``); newer versions also
 # take ``method="smt"`` (the same constraints by SMT) and need ``method="ilp"`` for the ILP.
@@ -26,7 +26,7 @@ SOLVER_MARKS = {
     "cbc": [],
     "highs": [pytest.mark.skipif(not pulp.HiGHS().available(), reason="highspy is not installed")],
     "smt": [pytest.mark.skipif(not _HAS_METHOD, reason="no SMT method in this version")],
-    "cpsat": [pytest.mark.skipif(not twill.cpsat.available(), reason="ortools is not installed")],
+    "cpsat": [pytest.mark.skipif(not twill.solvers.cpsat.available(), reason="ortools is not installed")],
 }
 SOLVERS = [pytest.param(name, marks=marks) for name, marks in SOLVER_MARKS.items()]
 
@@ -353,7 +353,7 @@ def test_tie_break_keeps_length_and_picks_shorter_lifetimes(h100, make_problem):
 def test_smt_hands_an_undecided_ii_to_the_ilp(h100, make_problem, monkeypatch, seed):
     # With no time for the SMT search, every II goes to the ILP fallback; the answers are still the
     # brute-force optimum (infeasible below the least II, the least length at it).
-    monkeypatch.setattr(twill.modulo, "SMT_SLICE", 0.0)
+    monkeypatch.setattr(twill.solvers.modulo.methods, "SMT_SLICE", 0.0)
     p = _random_problem(seed, h100, make_problem)
     want_ii, want_length = _brute_min_ii(p)
     assert _solve(p, want_ii - 1, "smt").status == SolveStatus.INFEASIBLE
@@ -371,7 +371,7 @@ def test_iterative_modulo_schedule_is_valid_wherever_it_answers(h100, make_probl
     """Each schedule the heuristic returns passes the independent checker (dependences and every unit's
     modular reservation table counted from the ops' own tables), starts at 0, and at an II of twice
     the brute-force optimum (room to spare) the heuristic finds one."""
-    from twill.ims import is_modulo_schedule, iterative_modulo_schedule
+    from twill.solvers.modulo.ims import is_modulo_schedule, iterative_modulo_schedule
 
     p = _random_problem(seed, h100, make_problem)
     least, _ = _brute_min_ii(p)
@@ -389,7 +389,7 @@ def test_iterative_modulo_schedule_is_valid_wherever_it_answers(h100, make_probl
 def test_is_modulo_schedule_counts_a_units_capacity_across_ops(h100, make_problem):
     """Two ops that share the single tensor core in the same residue overflow it; one residue apart
     they fit (figure 1: S and O on the TC, one cycle each, II 2)."""
-    from twill.ims import is_modulo_schedule
+    from twill.solvers.modulo.ims import is_modulo_schedule
 
     p = make_problem(figure1_graph(), h100)
     ok = {"S": 0, "P": 1, "O": 3}
@@ -405,10 +405,11 @@ def test_is_modulo_schedule_counts_a_units_capacity_across_ops(h100, make_proble
 def _stop_after(monkeypatch, smt_checks: int, ilp_solves: int) -> None:
     """Make the SMT solver answer TIMEOUT after ``smt_checks`` checks and the MILP solver after
     ``ilp_solves`` solves, as a time limit would, at a point of the search chosen by the test."""
-    from twill.ilp import IlpResult
-    from twill.smt import CheckResult, SmtSession
+    from twill.solvers.ilp import IlpResult
+    from twill.solvers.smt import SmtSession
+    from twill.solvers.status import CheckResult
 
-    real_check, real_ilp = SmtSession.check, twill.modulo.solve_ilp
+    real_check, real_ilp = SmtSession.check, twill.solvers.modulo.methods.solve_ilp
     calls = {"smt": 0, "ilp": 0}
 
     def check(self, deadline=None):
@@ -422,7 +423,7 @@ def _stop_after(monkeypatch, smt_checks: int, ilp_solves: int) -> None:
         return real_ilp(model, **kwargs)
 
     monkeypatch.setattr(SmtSession, "check", check)
-    monkeypatch.setattr(twill.modulo, "solve_ilp", solve)
+    monkeypatch.setattr(twill.solvers.modulo.methods, "solve_ilp", solve)
 
 
 @pytest.mark.skipif(not _HAS_METHOD, reason="no SMT method in this version")
@@ -437,7 +438,8 @@ def test_a_stopped_search_bounds_the_least_length(h100, make_problem, monkeypatc
     p = _random_problem(seed, h100, make_problem)
     want_ii, want_length = _brute_min_ii(p)
     if not heuristic:
-        monkeypatch.setattr(twill.modulo, "iterative_modulo_schedule", lambda problem, ii: None)
+        monkeypatch.setattr(twill.solvers.modulo.methods, "iterative_modulo_schedule",
+                            lambda problem, ii: None)
     for method in ("smt", "cbc"):
         with monkeypatch.context() as mp:  # each method gets its own count of solver calls
             _stop_after(mp, smt_checks, ilp_solves)
@@ -458,7 +460,7 @@ def test_a_stopped_search_bounds_the_least_length(h100, make_problem, monkeypatc
 def test_the_heuristic_schedule_comes_back_when_the_smt_search_cannot_start(h100, make_problem, limit):
     # No time at all (or none before bounds will do): the iterative modulo scheduler's schedule is still
     # a (not proven) answer.
-    from twill.ims import iterative_modulo_schedule
+    from twill.solvers.modulo.ims import iterative_modulo_schedule
 
     for seed in range(8):
         p = _random_problem(seed, h100, make_problem)
@@ -489,10 +491,10 @@ def test_cpsat_without_ortools_names_the_package(h100, make_problem, monkeypatch
         modulo_schedule(p, 8, method="cpsat")
 
 
-@pytest.mark.skipif(not twill.cpsat.available(), reason="ortools is not installed")
+@pytest.mark.skipif(not twill.solvers.cpsat.available(), reason="ortools is not installed")
 def test_cpsat_keeps_the_heuristic_schedule_at_the_deadline(h100, make_problem):
     # No time at all: the answer is the heuristic's schedule (not proven), as for the SMT method.
-    from twill.ims import iterative_modulo_schedule
+    from twill.solvers.modulo.ims import iterative_modulo_schedule
 
     p = _random_problem(5, h100, make_problem)
     want_ii, want_length = _brute_min_ii(p)
@@ -509,7 +511,7 @@ def test_cpsat_keeps_the_heuristic_schedule_at_the_deadline(h100, make_problem):
 def test_bounds_after_does_not_stop_a_call_without_a_schedule(h100, make_problem, monkeypatch, seed):
     # Without the heuristic's schedule there is no upper bound to stop with: the call goes on and proves
     # the least length (brute force), however short bounds_after is.
-    monkeypatch.setattr(twill.modulo, "iterative_modulo_schedule", lambda problem, ii: None)
+    monkeypatch.setattr(twill.solvers.modulo.methods, "iterative_modulo_schedule", lambda problem, ii: None)
     p = _random_problem(seed, h100, make_problem)
     want_ii, want_length = _brute_min_ii(p)
     r = _solve(p, want_ii, "smt", bounds_after=0.0)

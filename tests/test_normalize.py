@@ -8,10 +8,10 @@ from collections import Counter
 
 import pytest
 
-from twill.graph import Graph, Reservation
-from twill.machine import load_machine
-from twill.normalize import normalize_costs, normalize_problem
-from twill.problem import build_problem
+from twill.ir.graph import Graph, Reservation
+from twill.ir.machine import load_machine
+from twill.model.problem import build_problem
+from twill.solvers.normalize import normalize_costs, normalize_problem
 
 # Cases that need the ILP: the gcd-reduced multiset sums to more than U.
 ILP_CASES = [
@@ -175,10 +175,10 @@ def test_op_whose_reservations_start_late_is_normalized():
 
 def test_cbc_runs_without_its_threaded_search():
     # CBC's threaded search (any ``threads`` option, 1 included) stalled a few percent of these small
-    # ILPs for 10 s on a lock wait (twill/ilp.py); the command twill builds must leave it off.
+    # ILPs for 10 s on a lock wait (twill/solvers/ilp.py); the command twill builds must leave it off.
     import pulp
 
-    from twill.ilp import _solver
+    from twill.solvers.ilp import _solver
 
     cmd = _solver("cbc", 5.0)
     assert isinstance(cmd, pulp.PULP_CBC_CMD)

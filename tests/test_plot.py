@@ -7,8 +7,8 @@ import pytest
 import twill
 from twill.cli import main
 from twill.errors import TwillError
-from twill.paper import figure1_graph
-from twill.plot import figure, mrt, save
+from twill.ir.paper import figure1_graph
+from twill.render.plot import figure, mrt, save
 
 
 @pytest.fixture(scope="module")

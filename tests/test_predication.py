@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from twill.costmodel import CostModel
 from twill.frontend.compile import compile_to_ttgir
 from twill.frontend.lower import lower_loop
 from twill.frontend.ttgir import parse_ttgir
-from twill.graph import Reservation
-from twill.machine import load_machine
+from twill.ir.costmodel import CostModel
+from twill.ir.graph import Reservation
+from twill.ir.machine import load_machine
 
 DATA = Path(__file__).resolve().parent / "data"
 KERNELS = DATA / "masked_tail.py"

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from twill.machine import load_machine
+from twill.ir.machine import load_machine
 
 CALIBRATE = Path(__file__).resolve().parents[1] / "benchmarks" / "calibrate"
 RESULTS = CALIBRATE / "results"

@@ -30,10 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from twill.costmodel import CostModel
-from twill.errors import FrontendError
-from twill.machine import load_machine
-from twill.regs import (
+from twill.calibrate.regs import (
     RegReport,
     compile_registers,
     find_cliffs,
@@ -45,6 +42,9 @@ from twill.regs import (
     parse_sass,
     render_table,
 )
+from twill.errors import FrontendError
+from twill.ir.costmodel import CostModel
+from twill.ir.machine import load_machine
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "calibrate" / "results"
@@ -297,7 +297,7 @@ def test_fit_reproduces(fit):
 
 @pytest.mark.slow
 def test_module_entry_point():
-    proc = subprocess.run([sys.executable, "-m", "twill.regs", DECODE, "--num-warps", "8"],
+    proc = subprocess.run([sys.executable, "-m", "twill.calibrate.regs", DECODE, "--num-warps", "8"],
                           capture_output=True, text=True, timeout=300, check=False, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "64" in proc.stdout and "decode_attn" in proc.stdout

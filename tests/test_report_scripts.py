@@ -11,10 +11,10 @@ from types import ModuleType
 import pytest
 
 import twill
-from twill.bounds import bounds
-from twill.machine import load_machine
-from twill.normalize import normalize_problem
-from twill.problem import Options, build_problem
+from twill.ir.machine import load_machine
+from twill.model.bounds import bounds
+from twill.model.problem import Options, build_problem
+from twill.solvers.normalize import normalize_problem
 
 GEMM = "examples/gemm.py::matmul"
 SUB = "examples/flash_attention_fwd_subtiled.py::attn_fwd_subtiled_sm90"

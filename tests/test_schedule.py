@@ -9,12 +9,12 @@ from dataclasses import replace
 import pytest
 
 import twill
-import twill.cpsat
-from twill.costmodel import CostModel
+import twill.solvers.cpsat
 from twill.errors import TwillError
-from twill.graph import Graph
-from twill.machine import load_machine
-from twill.paper import figure1_graph
+from twill.ir.costmodel import CostModel
+from twill.ir.graph import Graph
+from twill.ir.machine import load_machine
+from twill.ir.paper import figure1_graph
 from twill.schedule import Schedule, slots_from
 from twill.verify import violations
 
@@ -279,9 +279,9 @@ def test_window_limit_skips_undecided_windows_and_says_so(monkeypatch: pytest.Mo
     on to the next II, and the answer is not called optimal."""
     import time
 
-    import twill.search as search
-    from twill.joint import JointResult
-    from twill.smt import CheckResult
+    import twill.search.algorithm1 as search
+    from twill.solvers.joint.smt import JointResult
+    from twill.solvers.status import CheckResult
 
     g = figure1_graph()
     exact = twill.schedule(g, "h100")
@@ -315,11 +315,11 @@ def test_the_windows_of_one_ii_in_one_formula_answer_as_each_on_its_own() -> Non
     The FA-like loop at its optimal II 102: the first window is refuted, the next has the schedule."""
     import math
 
-    from twill.joint import solve_joint
-    from twill.modulo import modulo_schedule
-    from twill.normalize import normalize_problem
-    from twill.problem import build_problem
-    from twill.smt import CheckResult
+    from twill.model.problem import build_problem
+    from twill.solvers.joint.smt import solve_joint
+    from twill.solvers.modulo.methods import modulo_schedule
+    from twill.solvers.normalize import normalize_problem
+    from twill.solvers.status import CheckResult
 
     problem, _ = normalize_problem(build_problem(fa_like_graph(), load_machine("h100")), upper=300)
     mod = modulo_schedule(problem, 102)
@@ -360,8 +360,8 @@ def test_a_modulo_phase_stopped_with_bounds_gives_the_same_answer(monkeypatch: p
     import dataclasses
     import math
 
-    import twill.search as search
-    from twill.ilp import SolveStatus
+    import twill.search.algorithm1 as search
+    from twill.solvers.status import SolveStatus
 
     exact = twill.schedule(fa_like_graph(), "h100")
     real = search.modulo_schedule
@@ -399,7 +399,7 @@ def test_a_modulo_phase_stopped_with_bounds_gives_the_same_answer(monkeypatch: p
                    for n in s.certificate.notes)
 
 
-@pytest.mark.skipif(not twill.cpsat.available(), reason="ortools is not installed")
+@pytest.mark.skipif(not twill.solvers.cpsat.available(), reason="ortools is not installed")
 def test_the_cpsat_modulo_method_gives_the_same_answer() -> None:
     """``modulo="cpsat"`` is one more exact way to the least modulo length: the same II, L and proof."""
     exact = twill.schedule(fa_like_graph(), "h100")
@@ -410,7 +410,7 @@ def test_the_cpsat_modulo_method_gives_the_same_answer() -> None:
         (a.ii, a.stages, a.status) for a in exact.certificate.attempts]
 
 
-@pytest.mark.skipif(not twill.cpsat.available(), reason="ortools is not installed")
+@pytest.mark.skipif(not twill.solvers.cpsat.available(), reason="ortools is not installed")
 def test_the_cpsat_joint_solver_gives_the_same_answer() -> None:
     """``solver="cpsat"`` (the joint problem on CP-SAT) finds the II, L and goals of the SMT encoding and
     refutes the same (II, window) pairs, every II on its own."""
@@ -474,7 +474,7 @@ def test_cli_apart(tmp_path):
     from twill.cli import main
 
     out = tmp_path / "s.json"
-    paper = Path(__file__).resolve().parents[1] / "twill" / "paper.py"
+    paper = Path(__file__).resolve().parents[1] / "twill" / "ir" / "paper.py"
     assert main(["schedule", f"{paper}::figure1_graph", "--machine", "h100", "--apart", "S,P",
                  "--json", str(out)]) == 0
     s = Schedule.from_json(out.read_text())
@@ -521,10 +521,10 @@ def test_a_schedule_not_proven_shortest_refutes_only_the_windows_below_its_bound
     import time
     from types import SimpleNamespace
 
-    from twill import search
-    from twill.bounds import bounds
-    from twill.joint import JointResult
-    from twill.smt import CheckResult
+    from twill.model.bounds import bounds
+    from twill.search import algorithm1 as search
+    from twill.solvers.joint.smt import JointResult
+    from twill.solvers.status import CheckResult
 
     problem = twill.schedule(figure1_graph(), "h100").problem
     run = search._Run(problem, bounds(problem), None, None, time.monotonic(), [], {}, {})

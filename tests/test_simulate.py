@@ -1,6 +1,6 @@
 """The discrete-event simulator: steady state against II, trip counts, barriers, deadlocks, latencies.
 
-Expected numbers are derived by hand in each test from the machine model of :mod:`twill.simulate`
+Expected numbers are derived by hand in each test from the machine model of :mod:`twill.analysis.simulate`
 (in-order issue per warp group, blocking waits, units, buffers). Tolerance: the steady state is exact
 (to 1e-9 cycles) in these integer examples, where one normalized unit is one cycle.
 """
@@ -13,14 +13,14 @@ import json
 import pytest
 
 import twill
+from twill.analysis.simulate import REASONS, simulate
 from twill.cli import main
 from twill.errors import SimulationError, TwillError, TwillWarning
-from twill.graph import Graph
-from twill.machine import load_machine
-from twill.paper import figure1_graph
-from twill.problem import build_problem
+from twill.ir.graph import Graph
+from twill.ir.machine import load_machine
+from twill.ir.paper import figure1_graph
+from twill.model.problem import build_problem
 from twill.schedule import Certificate, OpSlot, Schedule, WarpGroup
-from twill.simulate import REASONS, simulate
 
 EXACT = 1e-9
 

@@ -10,12 +10,13 @@ from pysmt.exceptions import PysmtTypeError
 from pysmt.typing import INT
 
 import twill
-from twill import joint
-from twill.bounds import bounds
-from twill.modulo import modulo_schedule
-from twill.normalize import normalize_problem
-from twill.problem import Options, build_problem
-from twill.smt import CheckResult, SmtSession
+from twill.model.bounds import bounds
+from twill.model.problem import Options, build_problem
+from twill.solvers.joint import smt as joint
+from twill.solvers.modulo.methods import modulo_schedule
+from twill.solvers.normalize import normalize_problem
+from twill.solvers.smt import SmtSession
+from twill.solvers.status import CheckResult
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -15,7 +15,7 @@ import pytest
 
 import twill
 from twill.errors import InfeasibleError
-from twill.machine import load_machine
+from twill.ir.machine import load_machine
 
 
 def test_figure1_case_runs_and_reports(bench: Callable[[str], ModuleType]) -> None:
@@ -80,11 +80,11 @@ def test_time_limit_stops_a_long_search_in_time(bench: Callable[[str], ModuleTyp
 
 def test_modulo_methods_benchmark_runs_and_the_methods_agree(bench: Callable[[str], ModuleType],
                                                               tmp_path) -> None:
-    import twill.cpsat
+    import twill.solvers.cpsat
 
     mod = bench("modulo_methods")
     out = tmp_path / "modulo.md"
-    methods = "smt,ilp,cpsat" if twill.cpsat.available() else "smt,ilp"
+    methods = "smt,ilp,cpsat" if twill.solvers.cpsat.available() else "smt,ilp"
     assert mod.main(["--cases", "figure1,synthetic10", "--methods", methods, "--out", str(out)]) == 0
     rows = [line.split("|")[1:-1] for line in out.read_text().splitlines() if line.startswith("| figure1")
             or line.startswith("| synthetic10")]
@@ -98,12 +98,12 @@ def test_modulo_methods_benchmark_runs_and_the_methods_agree(bench: Callable[[st
 
 def test_joint_methods_benchmark_runs_and_the_solvers_agree(bench: Callable[[str], ModuleType],
                                                             tmp_path) -> None:
-    import twill.cpsat
+    import twill.solvers.cpsat
 
     mod = bench("joint_methods")
     out, notes = tmp_path / "joint.md", tmp_path / "notes.md"
     notes.write_text("## Notes\n\nkept by hand\n")
-    solvers = "yices,cpsat" if twill.cpsat.available() else "yices,z3"
+    solvers = "yices,cpsat" if twill.solvers.cpsat.available() else "yices,z3"
     assert mod.main(["--cases", "figure1,gemm_h100", "--solvers", solvers, "--notes", str(notes),
                      "--out", str(out)]) == 0
     text = out.read_text()

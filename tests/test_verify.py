@@ -13,12 +13,12 @@ import pytest
 
 import twill
 from twill.errors import ScheduleError
-from twill.graph import Graph
-from twill.liveness import memory_intervals
-from twill.paper import figure1_graph
-from twill.problem import build_problem
+from twill.ir.graph import Graph
+from twill.ir.paper import figure1_graph
+from twill.model.liveness import memory_intervals
+from twill.model.problem import build_problem
+from twill.render.show import to_text
 from twill.schedule import OpSlot, Schedule, WarpGroup, slots_from
-from twill.show import to_text
 from twill.verify import FAMILIES, verify, violations
 
 # ---------------------------------------------------------------------------------------------- helpers

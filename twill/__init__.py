@@ -16,8 +16,12 @@ See ``docs/`` for the model, the constraint families and the errors.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
+from twill import moved as _moved
+from twill.analysis.explain import Explanation, explain
+from twill.analysis.simulate import SimResult, simulate
 from twill.errors import (
     FrontendError,
     GraphError,
@@ -34,13 +38,14 @@ from twill.errors import (
     TwillWarning,
     UnsupportedOpError,
 )
-from twill.explain import Explanation, explain
-from twill.graph import Dependence, Graph, Op, Reservation
-from twill.machine import Machine, known_machines, load_machine
+from twill.ir.graph import Dependence, Graph, Op, Reservation
+from twill.ir.machine import Machine, known_machines, load_machine
 from twill.schedule import Certificate, Schedule, WarpGroup
-from twill.search import schedule
-from twill.simulate import SimResult, simulate
+from twill.search.algorithm1 import schedule
 from twill.verify import verify, violations
+
+# old flat paths (twill.problem, ...) still import, with a DeprecationWarning
+_moved.install(sys.modules[__name__])
 
 __version__ = "0.1.0"
 
@@ -79,6 +84,15 @@ __all__ = [
     "verify",
     "violations",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``twill.problem`` etc. as attributes: the moved module, imported through its old path (warns)."""
+    if f"twill.{name}" in _moved.MOVED:
+        import importlib
+
+        return importlib.import_module(f"twill.{name}")
+    raise AttributeError(f"module 'twill' has no attribute {name!r}")
 
 
 def graph_from_kernel(*args: Any, **kwargs: Any) -> Graph:

@@ -32,9 +32,9 @@ from typing import Any
 from rich.markup import escape
 
 from twill.errors import FrontendError, InfeasibleError, InterruptedSolveError, TwillError, TwillWarning
-from twill.modulo import METHODS
-from twill.problem import RELAXABLE
-from twill.terminal import make_console
+from twill.model.problem import RELAXABLE
+from twill.render.terminal import make_console
+from twill.solvers.modulo.methods import METHODS
 
 __all__ = ["check_output", "load_graph", "main"]
 
@@ -71,7 +71,12 @@ def check_output(path: str | os.PathLike[str], *, folder: bool = False) -> Path:
     return p
 
 
-def _constexprs(pairs: Sequence[str]) -> dict[str, Any]:
+def cli_constexprs(pairs: Sequence[str]) -> dict[str, Any]:
+    """``--constexpr NAME=VALUE`` pairs as a dict: ints, then floats, ``True``/``False`` as bools, else text.
+
+    Raises :class:`FrontendError` naming a pair without ``=`` or a name. (Issue 23 pass 2 merges this with
+    :func:`twill.calibrate.regs.parse_constexprs`.)
+    """
     out: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -121,7 +126,7 @@ def load_graph(target: str, machine: str, constexprs: dict[str, Any] | None = No
     FrontendError
         The file does not exist or holds nothing twill can read.
     """
-    from twill.graph import Graph
+    from twill.ir.graph import Graph
 
     path_text, _, name = target.partition("::")
     path = Path(path_text)
@@ -219,12 +224,12 @@ def _progress(status: Any) -> Any:
 
 
 def _cmd_schedule(args: argparse.Namespace) -> int:
-    from twill.search import schedule
-    from twill.show import render
+    from twill.render.show import render
+    from twill.search.algorithm1 import schedule
 
     out = check_output(args.json) if args.json else None
-    graph = load_graph(args.file, args.machine, _constexprs(args.constexpr), args.num_warps, args.num_stages,
-                       args.loop)
+    graph = load_graph(args.file, args.machine, cli_constexprs(args.constexpr), args.num_warps,
+                       args.num_stages, args.loop)
     console = make_console()
     console.print(f"[bold]{graph.name}[/]: {len(graph.ops)} ops, {len(graph.edges)} edges "
                   f"(from {graph.source or args.file})")
@@ -284,7 +289,7 @@ def _read_schedule(path: str) -> Any:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    from twill.show import render
+    from twill.render.show import render
 
     make_console().print(render(_read_schedule(args.file)))
     return 0
@@ -315,7 +320,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 def _cmd_machines(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from twill.machine import known_machines, load_machine
+    from twill.ir.machine import known_machines, load_machine
 
     table = Table(title="bundled machines")
     for col in ("name", "arch", "description", "units (capacity)", "regs", "SMEM/CTA", "TMEM cols"):
@@ -386,7 +391,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _optional_commands(sub: Any) -> None:
     """Subcommands that live in their own modules (each exposes ``add_parser`` and ``run``)."""
-    for module_name in ("twill.regs", "twill.simulate", "twill.plot", "twill.explain", "twill.apply"):
+    for module_name in ("twill.calibrate.regs", "twill.analysis.simulate", "twill.render.plot",
+                        "twill.analysis.explain", "twill.apply.triton"):
         try:
             module = __import__(module_name, fromlist=["add_parser"])
         except ImportError:

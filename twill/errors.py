@@ -17,7 +17,7 @@ Hierarchy::
     │   └── SolverUnavailableError   a backend cannot be loaded
     ├── InterruptedSolveError a solve stopped by the user (carries the best schedule so far)
     ├── ScheduleError         a schedule violates a constraint family (raised by ``verify``)
-    └── SimulationError       a simulated schedule deadlocks (raised by ``twill.simulate``)
+    └── SimulationError       a simulated schedule deadlocks (raised by ``twill.analysis.simulate``)
 
     TwillWarning (a UserWarning)  something the user should know that is not an error (an ``scf.if``
                                   if-converted by the frontend)

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twill.errors import TwillError
-from twill.liveness import memory_intervals, register_intervals
-from twill.problem import Problem
+from twill.model.liveness import memory_intervals, register_intervals
+from twill.model.problem import Problem
 
 __all__ = ["DECIDED", "MAX_STAGES_READ", "SANITY_LIMIT", "SCHEMA_VERSION", "STRATEGIES", "Attempt",
            "Certificate", "OpSlot", "PhaseStats", "Schedule", "WarpGroup", "group_role"]

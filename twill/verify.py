@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from twill.errors import ScheduleError
-from twill.liveness import fold, memory_intervals, register_intervals
-from twill.problem import HANDOFF_UNIT
+from twill.model.liveness import fold, memory_intervals, register_intervals
+from twill.model.problem import HANDOFF_UNIT
 from twill.schedule import Schedule, group_role
 
 __all__ = ["FAMILIES", "verify", "violations"]

@@ -1,10 +1,11 @@
 """Fit the register-footprint model to ptxas on the CPU and write ``results/register_fit.json``.
 
-The model (:meth:`twill.costmodel.CostModel.thread_registers`): a warp group of ``w`` warps that holds tile
+The model (:meth:`twill.ir.costmodel.CostModel.thread_registers`): a warp group of ``w`` warps that holds tile
 values of ``b_1 .. b_n`` bytes at once needs ``overhead + sum(ceil(b_i / (128 w)))`` registers per thread,
 and ptxas gives it ``min(that, cap)`` with ``cap = register_cap(32 w)``; above the cap it spills.
 
-Every configuration below is compiled with :func:`twill.regs.compile_registers` (Triton 3.6 + the ptxas
+Every configuration below is compiled with :func:`twill.calibrate.regs.compile_registers` (Triton 3.6 +
+the ptxas
 in its wheel, sm_90a). For each one the tile values live at the register peak are listed by hand:
 
 * GEMM (TMA descriptors, wgmma): the fp32 accumulator ``BM x BN``; A and B stay in shared memory.
@@ -65,9 +66,9 @@ def cases() -> list[dict[str, Any]]:
 
 def measure(case: dict[str, Any]) -> dict[str, Any]:
     """Compile one case and return its row (ptxas numbers and the model's tile registers)."""
-    from twill.costmodel import CostModel
-    from twill.machine import load_machine
-    from twill.regs import compile_registers
+    from twill.calibrate.regs import compile_registers
+    from twill.ir.costmodel import CostModel
+    from twill.ir.machine import load_machine
 
     path, _, name = case["kernel"].partition("::")
     report = compile_registers(f"{ROOT / path}::{name}", target="sm_90", num_warps=case["num_warps"],
@@ -103,14 +104,15 @@ def fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def main() -> int:
     """Compile every case, fit, print a summary and write the JSON."""
     sys.path.insert(0, str(ROOT))
-    from twill.regs import triton_tool
+    from twill.calibrate.regs import triton_tool
 
     t0 = time.perf_counter()
     rows = [measure(c) for c in cases()]
     result = fit(rows)
     version = subprocess.run([str(triton_tool("ptxas")), "--version"], capture_output=True, text=True,
                              check=False).stdout.strip().splitlines()[-1]
-    data = {"what": "registers per thread from ptxas vs the tile-register model (twill.regs, sm_90a)",
+    data = {"what": "registers per thread from ptxas vs the tile-register model "
+                    "(twill.calibrate.regs, sm_90a)",
             "ptxas": version, "seconds": round(time.perf_counter() - t0, 1), **result, "rows": rows}
     OUT.write_text(json.dumps(data, indent=1), encoding="utf-8")
     print(f"overhead = {result['overhead']} (from {len(result['basis'])} rows: {result['basis']})")

@@ -15,13 +15,14 @@ The prediction, step by step (all constants from ``machines/h200.toml``):
    does not warp-specialize this kernel on sm_90), in the order Triton emits the loop body (cluster, then
    body order), each op at its ``loop.stage``; the K and V loads get ``num_stages`` buffers, as Triton
    allocates (the kernel's shared memory is Q + num_stages x (K + V)).
-3. **Simulate** it (:func:`twill.simulate`, raw cycle costs, TMA latency drawn around the measured 872-cycle
+3. **Simulate** it (:func:`twill.analysis.simulate`, raw cycle costs, TMA latency drawn around the
+measured 872-cycle
    median) and read the steady-state cycles per iteration of one CTA.
-4. **Registers**: the model's liveness (:func:`twill.liveness.register_intervals`) on the simulated
+4. **Registers**: the model's liveness (:func:`twill.model.liveness.register_intervals`) on the simulated
    timeline gives the peak registers per thread; above the entry cap ``min(255, 65536 / threads)`` ptxas
    spills and serializes the wgmma pipeline (C7511), so the GEMMs become
    ``CostModel.gemm(..., serialized=True)`` and the loop is simulated again.
-5. **Occupancy**: :meth:`twill.costmodel.CostModel.ctas_per_sm` from the registers and the shared memory;
+5. **Occupancy**: :meth:`twill.ir.costmodel.CostModel.ctas_per_sm` from the registers and the shared memory;
    with ``k > 1`` CTAs per SM, ``k`` copies of the loop (one warp group each) share the SM's units in the
    simulation.
 6. **Time**: ``waves x iterations x cycles per iteration`` with ``waves = ceil(CTAs / (SMs x k))``.
@@ -171,7 +172,7 @@ def triton_slots(lowering: Any) -> dict[str, tuple[int, int, int]]:
 
 def replicate(graph: Any, copies: int) -> Any:
     """``copies`` independent copies of the loop (co-resident CTAs), ops named ``c<i>.<op>``."""
-    from twill.graph import Graph
+    from twill.ir.graph import Graph
 
     if copies == 1:
         return graph
@@ -192,8 +193,8 @@ def triton_schedule(graph: Any, slots: Mapping[str, tuple[int, int, int]], warps
     stage ``s`` of iteration ``i`` runs in loop trip ``i + s``. Start times are that order laid out by
     issue cycles (only the order, the groups and the stages matter to the simulation).
     """
-    from twill.machine import load_machine
-    from twill.problem import build_problem
+    from twill.ir.machine import load_machine
+    from twill.model.problem import build_problem
     from twill.schedule import Certificate, Schedule, make_groups, slots_from
 
     machine = load_machine(MACHINE)
@@ -222,7 +223,7 @@ def triton_schedule(graph: Any, slots: Mapping[str, tuple[int, int, int]], warps
 def run(schedule: Any, stages: int, latency: float | None = None) -> Any:
     """Simulate with Triton's ``num_stages`` buffers for every load (a SimResult); ``latency``: every TMA
     load takes exactly that many cycles instead of the default draw around ``cost.tma_latency``."""
-    from twill.simulate import simulate
+    from twill.analysis.simulate import simulate
 
     loads = {n: stages for n in schedule.problem.names if schedule.problem.op(n).variable_latency}
     return simulate(schedule, ITERATIONS, None if latency is None else {"tma_load": latency}, seed=SEED,
@@ -240,13 +241,13 @@ def tma_latencies() -> dict[str, float]:
 def register_demand(schedule: Any, result: Any) -> int:
     """Peak registers per thread of one CTA's warp group in the simulated steady state, as ptxas holds them.
 
-    The model's liveness (:func:`twill.liveness.register_intervals`) on the simulated timeline, with one
+    The model's liveness (:func:`twill.model.liveness.register_intervals`) on the simulated timeline, with one
     change: an asynchronous op that reads registers (the P V wgmma reading P) holds them until the wait
     for its result, which Triton places before the result's first use (``out * alpha`` of the next
     iteration), not only until the Tensor Cores finish. ptxas allocates registers over the program, so
     P stays allocated while the next iteration's Q K^T accumulator is live, whatever the timing.
     """
-    from twill.liveness import Interval, fold, register_intervals
+    from twill.model.liveness import Interval, fold, register_intervals
 
     p = schedule.problem
     ii = max(1, round(result.cycles_per_iteration))
@@ -271,8 +272,8 @@ def register_demand(schedule: Any, result: Any) -> int:
 
 def serialize_gemms(graph: Any, lowering: Any, warps: int) -> Any:
     """The graph with every wgmma serialized (ptxas C7511): :meth:`CostModel.gemm` ``serialized=True``."""
-    from twill.costmodel import CostModel
-    from twill.machine import load_machine
+    from twill.ir.costmodel import CostModel
+    from twill.ir.machine import load_machine
 
     cm = CostModel(load_machine(MACHINE))
 
@@ -294,8 +295,8 @@ def predict(block_n: int, stages: int, warps: int, *, ctas: int) -> dict[str, An
     Cycles are SM clock cycles; ``per_cta_cycles`` is one CTA's steady-state cycles per loop iteration,
     ``cycles_per_iteration`` the SM cycles per CTA iteration over the whole grid (with the waves).
     """
-    from twill.costmodel import CostModel
-    from twill.machine import load_machine
+    from twill.ir.costmodel import CostModel
+    from twill.ir.machine import load_machine
 
     machine = load_machine(MACHINE)
     cm = CostModel(machine)
@@ -347,7 +348,7 @@ def measured(record: Mapping[str, Any], clock_ghz: float, sms: int) -> dict[str,
 
 def study() -> dict[str, Any]:
     """Predict every configuration and score the model; returns the results as plain data."""
-    from twill.machine import load_machine
+    from twill.ir.machine import load_machine
 
     machine = load_machine(MACHINE)
     clock, sms = float(machine.const("chip.clock_ghz")), int(machine.const("chip.sms"))

@@ -38,10 +38,10 @@ from pathlib import Path
 from typing import Any
 
 from twill.errors import FrontendError, TwillWarning
-from twill.machine import Machine
+from twill.ir.machine import Machine
 
-__all__ = ["KernelSpec", "TTGIRSnapshots", "compile_to_ttgir", "default_divisible", "load_kernel",
-           "target_for"]
+__all__ = ["KernelSpec", "TTGIRSnapshots", "compile_to_ttgir", "default_divisible", "kernel_source",
+           "load_kernel", "stderr_to", "target_capability", "target_for"]
 
 _INT_TYPES = ("i32", "i64", "u32", "u64")
 _SPEC_KEYS = {"kernel", "signature", "constexprs", "num_warps", "num_stages", "default", "divisible"}
@@ -136,7 +136,14 @@ def target_for(machine: Machine) -> str:
     return f"sm_{match.group(1)}"
 
 
-def _capability(target: str) -> int:
+def target_capability(target: str) -> int:
+    """The compute capability a target string names: ``"sm_90"``, ``"sm_90a"`` or ``"cuda:90"`` -> ``90``.
+
+    Raises
+    ------
+    FrontendError
+        If the target is not a Hopper (``sm_9x``) or Blackwell (``sm_10x``) one.
+    """
     match = re.fullmatch(r"(?:sm_|cuda:)(\d+)a?", target.strip())
     if match is None or int(match.group(1)) // 10 not in (9, 10):
         raise FrontendError(f"target {target!r} is not supported; use 'sm_90' (Hopper) or 'sm_100' "
@@ -280,7 +287,13 @@ def _check_types(kernel: str, signature: Mapping[str, str]) -> None:
                 f"*fp16 (a pointer) or tensordesc<fp16[128, 64]>") from exc
 
 
-def _source(spec: KernelSpec, constexprs: Mapping[str, Any], divisible: Iterable[str]) -> Any:
+def kernel_source(spec: KernelSpec, constexprs: Mapping[str, Any], divisible: Iterable[str]) -> Any:
+    """Triton's ``ASTSource`` for ``spec`` with the ``constexprs`` bound and ``divisible`` arguments hinted.
+
+    ``divisible`` names the pointer/integer arguments Triton may assume are multiples of 16 (its
+    ``tt.divisibility`` hint). Raises :class:`FrontendError` naming the kernel and each argument that has
+    neither a type in the signature nor a constexpr value.
+    """
     from triton.compiler.compiler import ASTSource
 
     fn = spec.fn
@@ -419,7 +432,7 @@ def compile_to_ttgir(kernel: Any, *, target: str = "sm_90", signature: Mapping[s
     if not triton.__version__.startswith("3.6"):
         raise FrontendError(f"twill replicates Triton 3.6's make_ttgir; Triton {triton.__version__} is "
                             "installed")
-    capability = _capability(target)
+    capability = target_capability(target)
     spec = _resolve(kernel, signature)
     values = {**spec.constexprs, **(constexprs or {})}
     hinted = divisible if divisible is not None else (
@@ -428,13 +441,14 @@ def compile_to_ttgir(kernel: Any, *, target: str = "sm_90", signature: Mapping[s
     stages = num_stages if num_stages is not None else spec.num_stages
     try:
         try:
-            return _compile(spec, _source(spec, values, hinted), capability, warps, stages)
+            return _compile(spec, kernel_source(spec, values, hinted), capability, warps, stages)
         except _SplitPassFailed as exc:
             warnings.warn(TwillWarning(
                 f"{spec.name}: Triton's OptimizeTMemLayouts fails when run ahead of its pipeliner on this "
                 f"kernel ({str(exc).strip()[:200]}); its split tensor-memory tiles are modeled as whole "
                 "loads and layout conversions (docs/frontend.md §10)"), stacklevel=2)
-            return _compile(spec, _source(spec, values, hinted), capability, warps, stages, split_loads=False)
+            return _compile(spec, kernel_source(spec, values, hinted), capability, warps, stages,
+                            split_loads=False)
     except FrontendError:
         raise
     except Exception as exc:  # Triton raises CompilationError, RuntimeError, AssertionError, ...
@@ -447,8 +461,11 @@ class _SplitPassFailed(Exception):
 
 
 @contextlib.contextmanager
-def _stderr_to(path: str) -> Iterator[None]:
-    """Send the process's file descriptor 2 (where MLIR writes) to ``path`` for the block."""
+def stderr_to(path: str) -> Iterator[None]:
+    """Send the process's file descriptor 2 (where MLIR writes) to ``path`` for the block.
+
+    A context manager: fd 2 is restored on exit, also when the block raises.
+    """
     sys.stderr.flush()
     saved = os.dup(2)
     try:
@@ -482,7 +499,7 @@ def _compile(spec: KernelSpec, src: Any, capability: int, num_warps: int, num_st
     split = split_loads and capability // 10 >= 10 and _splits_a_tmem_load(module.str())
     if split:
         try:
-            with _stderr_to(os.devnull):  # MLIR prints its diagnostics and a reproducer on failure
+            with stderr_to(os.devnull):  # MLIR prints its diagnostics and a reproducer on failure
                 _run(module, _split_tmem_loads, "twill_split_tmem_loads")
         except Exception as exc:
             raise _SplitPassFailed(str(exc)) from exc

@@ -3,7 +3,7 @@
 The loop body becomes tile-level ops the way the paper draws them (§3.1, §5): folded layout and
 address ops disappear, elementwise chains become one op, GEMMs, loads, reductions and memory copies
 stay separate, and every op gets its reservation table, latency and footprint from the
-:class:`~twill.costmodel.CostModel` of the target machine. ``docs/frontend.md`` lists every rule.
+:class:`~twill.ir.costmodel.CostModel` of the target machine. ``docs/frontend.md`` lists every rule.
 
     >>> g = graph_from_kernel("examples/flash_attention_fwd.py", "h100")   # doctest: +SKIP
     >>> sorted(op.kind for op in g.ops if op.kind == "gemm")                # doctest: +SKIP
@@ -18,7 +18,6 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from twill.costmodel import CostModel, OpCost
 from twill.errors import FrontendError, TwillWarning
 from twill.frontend.loopbody import LoopBody, Source
 from twill.frontend.naming import assign_names, variable_name
@@ -31,8 +30,9 @@ from twill.frontend.rules import (
     op_cost,
 )
 from twill.frontend.ttgir import Op, TTGIRModule, Value, parse_ttgir
-from twill.graph import Dependence, Graph
-from twill.machine import Machine, load_machine
+from twill.ir.costmodel import CostModel, OpCost
+from twill.ir.graph import Dependence, Graph
+from twill.ir.machine import Machine, load_machine
 
 __all__ = ["Lowering", "find_loop", "graph_from_kernel", "graph_from_ttgir", "lower_loop"]
 

@@ -18,19 +18,19 @@ Every op of the loop body falls in exactly one class (:func:`classify`):
 
 An ``scf.if`` the loop body if-converts is a fifth kind, ``branch`` (see :mod:`twill.frontend.loopbody`).
 
-:func:`op_cost` gives the :class:`~twill.costmodel.OpCost` of one op from the cost model; all cycle
-counts come from the machine file through :class:`~twill.costmodel.CostModel`.
+:func:`op_cost` gives the :class:`~twill.ir.costmodel.OpCost` of one op from the cost model; all cycle
+counts come from the machine file through :class:`~twill.ir.costmodel.CostModel`.
 
 **Masks and branches** (shared/seeds/003_8ff7bc8ce6113243.txt: lanes of a warp on different paths run
 them one after another, ``T(k) ~ s k``; predication removes the serialization):
 
 * a masked ``tt.load`` / ``tt.store`` / ``tt.atomic_rmw`` (a partial final tile) is *predicated*: it costs
-  the full, unmasked tile (:meth:`~twill.costmodel.CostModel.predicated`), plus one select per element
+  the full, unmasked tile (:meth:`~twill.ir.costmodel.CostModel.predicated`), plus one select per element
   for the ``other=`` fill of a load. The compare that makes the mask is integer index arithmetic and is
   folded like the addresses, as it is for every load;
 * ``arith.select`` (``tl.where``) is one ALU operation per element of its tile, whatever the mask;
 * an if-converted ``scf.if`` is costed as its paths back to back (:func:`branch_cost`,
-  :meth:`~twill.costmodel.CostModel.divergent`): the sum of both sides plus
+  :meth:`~twill.ir.costmodel.CostModel.divergent`): the sum of both sides plus
   ``cost.divergence_reconverge`` per extra path (38 cycles measured on the H200, 0 on h100/b200).
 """
 
@@ -39,11 +39,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from twill.costmodel import CostModel, OpCost
 from twill.errors import UnsupportedOpError
 from twill.frontend.layouts import convert_is_trivial, reduce_spread
 from twill.frontend.ttgir import Block, Op, TTGIRModule, Value
 from twill.frontend.types import TType
+from twill.ir.costmodel import CostModel, OpCost
 
 __all__ = ["GEMM_OPS", "LoweringContext", "branch_cost", "classify", "elementwise_cost", "is_pure",
            "mask_operand", "op_cost"]

@@ -1,0 +1,1 @@
+"""Measuring the machine model: :mod:`.regs` (ptxas register counts of compiled kernels)."""

@@ -1,0 +1,616 @@
+"""Registers, spills and shared memory of a Triton kernel, read from the real compiler on the CPU.
+
+``twill regs FILE.py[::KERNEL] --target sm_90 --num-warps 2,4,8,16`` compiles a kernel through Triton
+3.6 (AST -> TTIR -> TTGIR -> LLVM IR -> PTX) for each ``num_warps``, assembles the PTX with the ``ptxas``
+that ships inside the Triton wheel (``triton/backends/nvidia/bin``; ``ptxas-blackwell`` for sm_100, as
+Triton does) and reads back, without a GPU:
+
+* registers per thread and the stack frame / spill-store / spill-load bytes (``ptxas -v``);
+* ``REG``, ``SHARED`` (static) and ``LOCAL`` from ``cuobjdump --dump-resource-usage`` (a cross-check);
+* the number of ``STL``/``LDL`` (local-memory spill) instructions in the SASS (``cuobjdump -sass``);
+* the dynamic shared memory Triton allocates (its ``shared`` metadata);
+* for warp-specialized kernels the ``.maxnreg`` launch cap and the ``setmaxnreg`` budgets in the PTX.
+
+It prints the register-rationing table of ``shared/seeds/000_39b60fd9293b68ae.txt``: as ``num_warps``
+grows, ptxas gives each thread fewer registers (a tile spread over more threads needs fewer per thread,
+and the launch cap ``65536 / threads`` bites at 512+ threads), usually without any spill instruction. Rows
+where registers fall are flagged, the steepest fall is marked as the cliff, and spills are flagged.
+
+    >>> reports = sweep("examples/decode_attention.py", num_warps=(2, 4))   # doctest: +SKIP
+    >>> [(r.num_warps, r.registers, r.spills) for r in reports]              # doctest: +SKIP
+    [(2, 168, False), (4, 96, False)]
+
+The register-footprint model that the scheduler uses (:meth:`twill.ir.costmodel.CostModel.regs_for`, the
+``registers.group_overhead`` of a machine and :meth:`twill.ir.costmodel.CostModel.register_cap`) is fitted to
+and tested against these numbers in ``tests/test_regs.py``; ``docs/calibration.md`` gives the fit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from twill.errors import FrontendError
+
+__all__ = ["Cliff", "RegReport", "add_parser", "compile_registers", "find_cliffs", "parse_constexprs",
+           "parse_ptx", "parse_ptxas_log", "parse_resource_usage", "parse_sass", "render_table", "run",
+           "run_triton_tool", "sweep", "triton_tool"]
+
+_TARGETS = {90: ("sm_90a", "ptxas", "h100"), 100: ("sm_100a", "ptxas-blackwell", "b200")}
+
+
+@dataclass(frozen=True)
+class RegReport:
+    """What the compiler says about one kernel at one ``num_warps``.
+
+    Attributes
+    ----------
+    kernel, source : str
+        Kernel name and the file it came from.
+    target : str
+        ``"sm_90"`` or ``"sm_100"`` (assembled for ``sm_90a`` / ``sm_100a``).
+    num_warps, num_stages : int
+        Compile options.
+    threads : int
+        Threads per CTA at launch, from the PTX ``.maxntid``/``.reqntid`` (a warp-specialized kernel has
+        more than ``32 * num_warps``).
+    registers : int
+        Registers per thread (``ptxas -v``: "Used N registers").
+    register_cap : int
+        Entry budget per thread for ``threads`` threads on the target machine,
+        :meth:`twill.ir.costmodel.CostModel.register_cap` (``min(255, 65536 / threads)`` rounded down to 8).
+    stack_frame_bytes, spill_store_bytes, spill_load_bytes : int
+        Per thread, from ``ptxas -v``.
+    stl, ldl : int or None
+        ``STL``/``LDL`` instructions in the SASS (static count); None when the SASS was not read
+        (``sass=False``).
+    shared_bytes : int
+        Dynamic shared memory per CTA that Triton allocates (bytes; the launch's ``shared``).
+    static_shared_bytes, local_bytes : int
+        ``SHARED`` and ``LOCAL`` of ``cuobjdump --dump-resource-usage`` (bytes; on sm_90 ``SHARED`` is
+        the 1 KB the system reserves per CTA, not part of Triton's allocation).
+    maxnreg : int or None
+        ``.maxnreg`` of the PTX entry (warp-specialized kernels).
+    setmaxnreg : tuple of (str, int)
+        ``setmaxnreg.{inc,dec}`` budgets in PTX order, duplicates removed.
+    mma : str
+        Tensor Core instruction family in the PTX: ``wgmma``, ``tcgen05``, ``mma.sync`` or ``none``.
+    ptx_virtual_registers : int
+        Virtual registers the PTX declares (``.reg`` counts summed).
+    sass_instructions : int or None
+        Instructions in the SASS (None when not read).
+    cubin_bytes : int
+        Size of the cubin.
+    ptxas_notes : tuple of str
+        ptxas warnings and performance notes (for example C7514, wgmma serialization).
+    compile_seconds : float
+        Wall time of the compile, PTX assembly and disassembly.
+    constexprs : mapping
+        Constexpr values used.
+    """
+
+    kernel: str
+    source: str
+    target: str
+    num_warps: int
+    num_stages: int
+    threads: int
+    registers: int
+    register_cap: int
+    stack_frame_bytes: int
+    spill_store_bytes: int
+    spill_load_bytes: int
+    stl: int | None
+    ldl: int | None
+    shared_bytes: int
+    static_shared_bytes: int
+    local_bytes: int
+    maxnreg: int | None
+    setmaxnreg: tuple[tuple[str, int], ...]
+    mma: str
+    ptx_virtual_registers: int
+    sass_instructions: int | None
+    cubin_bytes: int
+    ptxas_notes: tuple[str, ...] = ()
+    compile_seconds: float = 0.0
+    constexprs: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def spills(self) -> bool:
+        """True if ptxas reports spill bytes or the SASS has STL/LDL instructions."""
+        return bool(self.spill_store_bytes or self.spill_load_bytes or self.stl or self.ldl)
+
+    @property
+    def at_cap(self) -> bool:
+        """True if ptxas used the whole entry budget (the demand may be larger)."""
+        return self.registers >= self.register_cap
+
+    @property
+    def register_file_use(self) -> int:
+        """32-bit registers one CTA takes (registers per thread x threads)."""
+        return self.registers * self.threads
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form (JSON-ready)."""
+        d = asdict(self)
+        d["setmaxnreg"] = [list(x) for x in self.setmaxnreg]
+        d["ptxas_notes"] = list(self.ptxas_notes)
+        d["constexprs"] = {k: (v if isinstance(v, int | float | bool | str) else repr(v))
+                           for k, v in self.constexprs.items()}
+        d["spills"] = self.spills
+        return d
+
+
+@dataclass(frozen=True)
+class Cliff:
+    """A step of a sweep where registers per thread fall as ``num_warps`` grows.
+
+    Attributes
+    ----------
+    before, after : RegReport
+        The rows at the smaller and the larger ``num_warps``.
+    steepest : bool
+        The largest relative fall of the sweep (the register cliff).
+    """
+
+    before: RegReport
+    after: RegReport
+    steepest: bool = False
+
+    @property
+    def drop(self) -> float:
+        """Relative fall, ``1 - after / before`` (0.38 for 168 -> 104)."""
+        return 1.0 - self.after.registers / self.before.registers
+
+
+# ------------------------------------------------------------------------------------------------ tools
+def triton_tool(name: str) -> Path:
+    """Path of a CUDA tool shipped in the Triton wheel (``ptxas``, ``ptxas-blackwell``, ``cuobjdump``,
+    ``nvdisasm``); :class:`FrontendError` if it is missing. twill regs uses ptxas and cuobjdump."""
+    import triton
+
+    path = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name
+    if not path.is_file():
+        raise FrontendError(f"{name} is not in the Triton wheel ({path}); twill regs needs Triton 3.6's "
+                            "bundled CUDA tools")
+    return path
+
+
+def run_triton_tool(name: str, args: Sequence[str],
+                    timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    """Run the Triton wheel's CUDA tool ``name`` (see :func:`triton_tool`) with ``args``; its output as text.
+
+    ``timeout`` is in seconds. Raises :class:`FrontendError` with the command line and the tool's first
+    2000 characters of output when it exits non-zero (or is missing from the wheel).
+    """
+    proc = subprocess.run([str(triton_tool(name)), *args], capture_output=True, text=True, timeout=timeout,
+                          check=False)
+    if proc.returncode != 0:
+        raise FrontendError(f"{name} {' '.join(args)} failed ({proc.returncode}): "
+                            f"{(proc.stderr or proc.stdout).strip()[:2000]}")
+    return proc
+
+
+# ------------------------------------------------------------------------------------------------ parsers
+_USED = re.compile(r"Used (\d+) registers")
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+
+
+def parse_ptxas_log(text: str) -> dict[str, Any]:
+    """Registers, stack frame and spill bytes, and warnings from a ``ptxas -v`` log of one kernel.
+
+    >>> parse_ptxas_log("    176 bytes stack frame, 176 bytes spill stores, 176 bytes spill loads\\n"
+    ...                 "ptxas info    : Used 255 registers, used 1 barriers")["registers"]
+    255
+    """
+    used = _USED.findall(text)
+    frame = _FRAME.findall(text)
+    if not used:
+        raise FrontendError(f"no 'Used N registers' line in the ptxas log:\n{text[:2000]}")
+    stack, stores, loads = (int(x) for x in frame[-1]) if frame else (0, 0, 0)
+    notes = tuple(line.split(":", 1)[-1].strip() for line in text.splitlines()
+                  if "warning" in line.lower() or re.search(r"\(C\d{4}\)", line))
+    return {"registers": int(used[-1]), "stack_frame_bytes": stack, "spill_store_bytes": stores,
+            "spill_load_bytes": loads, "ptxas_notes": notes}
+
+
+def parse_resource_usage(text: str) -> dict[str, int]:
+    """``REG``, ``STACK``, ``SHARED`` and ``LOCAL`` of ``cuobjdump --dump-resource-usage`` (first kernel).
+
+    >>> parse_resource_usage(" REG:206 STACK:0 SHARED:1024 LOCAL:0 CONSTANT[0]:544")
+    {'REG': 206, 'STACK': 0, 'SHARED': 1024, 'LOCAL': 0}
+    """
+    out = {}
+    for key in ("REG", "STACK", "SHARED", "LOCAL"):
+        match = re.search(rf"\b{key}:(\d+)", text)
+        out[key] = int(match.group(1)) if match else 0
+    return out
+
+
+_SASS_LINE = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T\d]+\s+)?([A-Z][A-Z0-9_]*)")
+
+
+def parse_sass(text: str) -> Counter[str]:
+    """Count SASS instructions by opcode (modifiers dropped: ``STL.64`` counts as ``STL``).
+
+    >>> parse_sass("        /*0070*/                   STL.64 [R1], R2 ;\\n"
+    ...            "        /*0080*/               @P0 LDL R4, [R1] ;")
+    Counter({'STL': 1, 'LDL': 1})
+    """
+    counts: Counter[str] = Counter()
+    for line in text.splitlines():
+        match = _SASS_LINE.match(line)
+        if match:
+            counts[match.group(1)] += 1
+    return counts
+
+
+_REG_DECL = re.compile(r"^\s*\.reg\s+\.\w+\s+%\w+<(\d+)>;", re.M)
+
+
+def parse_ptx(text: str) -> dict[str, Any]:
+    """Launch bounds, ``.maxnreg``, ``setmaxnreg`` budgets, Tensor Core family and virtual registers of a PTX.
+
+    >>> p = parse_ptx(".maxnreg 168\\n.reqntid 384, 1, 1\\n.reg .b32 %r<10>;\\n"
+    ...               "setmaxnreg.dec.sync.aligned.u32 24;\\nsetmaxnreg.inc.sync.aligned.u32 240;")
+    >>> p["threads"], p["maxnreg"], p["setmaxnreg"], p["virtual_registers"]
+    (384, 168, (('dec', 24), ('inc', 240)), 10)
+    """
+    threads = None
+    match = re.search(r"\.(?:reqntid|maxntid)\s+(\d+)(?:\s*,\s*(\d+))?(?:\s*,\s*(\d+))?", text)
+    if match:
+        threads = 1
+        for group in match.groups():
+            threads *= int(group) if group else 1
+    maxnreg = re.search(r"\.maxnreg\s+(\d+)", text)
+    budgets: list[tuple[str, int]] = []
+    for kind, value in re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)", text):
+        item = (kind, int(value))
+        if item not in budgets:
+            budgets.append(item)
+    if "tcgen05.mma" in text:
+        mma = "tcgen05"
+    elif "wgmma.mma_async" in text:
+        mma = "wgmma"
+    elif re.search(r"\bmma\.sync\b", text):
+        mma = "mma.sync"
+    else:
+        mma = "none"
+    return {"threads": threads, "maxnreg": int(maxnreg.group(1)) if maxnreg else None,
+            "setmaxnreg": tuple(budgets), "mma": mma,
+            "virtual_registers": sum(int(n) for n in _REG_DECL.findall(text))}
+
+
+def parse_constexprs(pairs: Iterable[str], *, flag: str = "--constexpr") -> dict[str, Any]:
+    """``["BLOCK_N=64", "CAUSAL=True"]`` -> ``{"BLOCK_N": 64, "CAUSAL": True}`` (int, float, bool or str).
+
+    >>> parse_constexprs(["BLOCK_N=64", "SCALE=0.5", "CAUSAL=True", "MODE=fast"])
+    {'BLOCK_N': 64, 'SCALE': 0.5, 'CAUSAL': True, 'MODE': 'fast'}
+    """
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
+            raise FrontendError(f"{flag} {pair!r} must look like NAME=VALUE")
+        if flag != "--constexpr":
+            out[key] = value
+            continue
+        try:
+            out[key] = int(value)
+        except ValueError:
+            try:
+                out[key] = float(value)
+            except ValueError:
+                out[key] = {"True": True, "False": False, "true": True, "false": False}.get(value, value)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ compile
+def _capability(target: str) -> int:
+    match = re.fullmatch(r"(?:sm_|cuda:)?(\d+)a?", target.strip())
+    if match is None or int(match.group(1)) not in _TARGETS:
+        raise FrontendError(f"target {target!r} is not supported; use 'sm_90' (Hopper) or 'sm_100' "
+                            "(Blackwell)")
+    return int(match.group(1))
+
+
+def _ast_source(spec: Any, constexprs: Mapping[str, Any], divisible: Iterable[str]) -> Any:
+    from triton.compiler.compiler import ASTSource
+
+    fn = spec.fn
+    missing = [a for a in fn.arg_names if a not in spec.signature and a not in constexprs]
+    if missing:
+        raise FrontendError(f"kernel {spec.name!r}: no type or constexpr value for argument(s) "
+                            f"{', '.join(missing)} (use --signature NAME=TYPE or --constexpr NAME=VALUE)")
+    signature = {a: "constexpr" if a in constexprs else spec.signature[a] for a in fn.arg_names}
+    wanted = set(divisible)
+    attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if a in wanted}
+    return ASTSource(fn, signature, dict(constexprs), attrs)
+
+
+def _to_ptx(src: Any, capability: int, num_warps: int, num_stages: int) -> tuple[str, int]:
+    """Triton's stages up to PTX (the cubin is assembled here, so the ptxas log is kept)."""
+    from triton._C.libtriton import ir
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+
+    target = GPUTarget("cuda", capability, 32)
+    backend = make_backend(target)
+    options = backend.parse_options({"num_warps": num_warps, "num_stages": num_stages})
+    context = ir.context()
+    ir.load_dialects(context)
+    backend.load_dialects(context)
+    module = src.make_ir(target, options, backend.get_codegen_implementation(options),
+                         backend.get_module_map(), context)
+    stages: dict[str, Any] = {}
+    backend.add_stages(stages, options, src.language)
+    metadata: dict[str, Any] = {"hash": "twill-regs", "target": target, **options.__dict__}
+    for name in ("ttir", "ttgir", "llir", "ptx"):
+        module = stages[name](module, metadata)
+    return str(module), int(metadata.get("shared", 0))
+
+
+def compile_registers(kernel: Any, *, target: str = "sm_90", num_warps: int | None = None,
+                      num_stages: int | None = None, constexprs: Mapping[str, Any] | None = None,
+                      signature: Mapping[str, str] | None = None, divisible: Iterable[str] | None = None,
+                      sass: bool = True) -> RegReport:
+    """Compile ``kernel`` on the CPU for ``target`` and read registers, spills and shared memory.
+
+    Parameters
+    ----------
+    kernel : str, path-like or KernelSpec
+        ``"path/to/file.py"`` or ``"path/to/file.py::KERNEL"`` with a ``TWILL_KERNELS`` entry
+        (:func:`twill.frontend.load_kernel`), or a loaded :class:`twill.frontend.KernelSpec`.
+    target : str
+        ``"sm_90"`` (Hopper; ``ptxas --gpu-name=sm_90a``) or ``"sm_100"`` (Blackwell; ``ptxas-blackwell
+        --gpu-name=sm_100a``).
+    num_warps, num_stages : int, optional
+        Compile options; default the kernel entry's.
+    constexprs : mapping, optional
+        Constexpr values merged over the entry's.
+    signature : mapping of str to str, optional
+        Argument types merged over the entry's (``{"k_desc": "tensordesc<fp16[64, 128]>"}`` when a block
+        size changes a descriptor's block shape).
+    divisible : iterable of str, optional
+        Arguments given ``tt.divisibility = 16``; default the entry's, else every pointer and integer.
+    sass : bool
+        Disassemble the cubin to count STL/LDL (about 1 s per kernel, the tool's start-up); False leaves
+        ``stl``, ``ldl`` and ``sass_instructions`` None (registers and spill bytes still come from ptxas).
+
+    Returns
+    -------
+    RegReport
+
+    Raises
+    ------
+    FrontendError
+        The kernel cannot be loaded or compiled, a Triton other than 3.6 is installed, the target is not
+        sm_90/sm_100, or a bundled CUDA tool is missing or fails.
+    """
+    import triton
+
+    from twill.frontend.compile import KernelSpec, default_divisible, load_kernel
+    from twill.ir.costmodel import CostModel
+    from twill.ir.machine import load_machine
+
+    if not triton.__version__.startswith("3.6"):
+        raise FrontendError(f"twill regs replicates Triton 3.6's compile; Triton {triton.__version__} is "
+                            "installed")
+    capability = _capability(target)
+    arch, ptxas, machine_name = _TARGETS[capability]
+    spec = kernel if isinstance(kernel, KernelSpec) else load_kernel(os.fspath(kernel))
+    if signature:
+        unknown = set(signature) - set(spec.fn.arg_names)
+        if unknown:
+            raise FrontendError(f"kernel {spec.name!r} has no argument(s) {', '.join(sorted(unknown))}")
+        spec = replace(spec, signature={**spec.signature, **signature})
+    values = {**spec.constexprs, **(constexprs or {})}
+    unknown = set(values) - set(spec.fn.arg_names)
+    if unknown:
+        raise FrontendError(f"kernel {spec.name!r} has no constexpr argument(s) {', '.join(sorted(unknown))}")
+    hinted = divisible if divisible is not None else (
+        spec.divisible if spec.divisible is not None else default_divisible(spec.fn, spec.signature))
+    warps = num_warps if num_warps is not None else spec.num_warps
+    stages = num_stages if num_stages is not None else spec.num_stages
+    t0 = time.perf_counter()
+    try:
+        ptx, shared = _to_ptx(_ast_source(spec, values, hinted), capability, warps, stages)
+    except FrontendError:
+        raise
+    except Exception as exc:  # Triton raises CompilationError, RuntimeError, AssertionError, ...
+        raise FrontendError(f"Triton cannot compile {spec.name!r} for sm_{capability} at num_warps={warps}: "
+                            f"{type(exc).__name__}: {str(exc).strip()[:2000]}") from exc
+    with tempfile.TemporaryDirectory(prefix="twill-regs-") as tmp:
+        ptx_path, cubin_path = Path(tmp) / "k.ptx", Path(tmp) / "k.cubin"
+        ptx_path.write_text(ptx, encoding="utf-8")
+        log = run_triton_tool(ptxas, ["-lineinfo", "-v", f"--gpu-name={arch}", str(ptx_path),
+                                      "-o", str(cubin_path)])
+        ptxas_info = parse_ptxas_log(log.stdout + log.stderr)
+        dumped = run_triton_tool("cuobjdump", ["--dump-resource-usage", str(cubin_path)])
+        usage = parse_resource_usage(dumped.stdout)
+        ops = parse_sass(run_triton_tool("cuobjdump", ["-sass", str(cubin_path)]).stdout) if sass else None
+        cubin_bytes = cubin_path.stat().st_size
+    seconds = time.perf_counter() - t0
+    info = parse_ptx(ptx)
+    threads = info["threads"] or 32 * warps
+    cap = CostModel(load_machine(machine_name)).register_cap(threads)
+    if usage["REG"] and usage["REG"] != ptxas_info["registers"]:
+        raise FrontendError(f"ptxas reports {ptxas_info['registers']} registers but cuobjdump {usage['REG']} "
+                            f"for {spec.name!r}")
+    return RegReport(
+        kernel=spec.name, source=spec.source, target=f"sm_{capability}", num_warps=warps, num_stages=stages,
+        threads=threads, registers=ptxas_info["registers"], register_cap=cap,
+        stack_frame_bytes=ptxas_info["stack_frame_bytes"], spill_store_bytes=ptxas_info["spill_store_bytes"],
+        spill_load_bytes=ptxas_info["spill_load_bytes"], stl=None if ops is None else ops.get("STL", 0),
+        ldl=None if ops is None else ops.get("LDL", 0),
+        shared_bytes=shared, static_shared_bytes=usage["SHARED"], local_bytes=usage["LOCAL"],
+        maxnreg=info["maxnreg"], setmaxnreg=info["setmaxnreg"], mma=info["mma"],
+        ptx_virtual_registers=info["virtual_registers"],
+        sass_instructions=None if ops is None else sum(ops.values()),
+        cubin_bytes=cubin_bytes, ptxas_notes=ptxas_info["ptxas_notes"], compile_seconds=round(seconds, 3),
+        constexprs=values)
+
+
+def sweep(kernel: Any, *, target: str = "sm_90", num_warps: Iterable[int] = (2, 4, 8, 16),
+          num_stages: int | None = None, constexprs: Mapping[str, Any] | None = None,
+          signature: Mapping[str, str] | None = None, divisible: Iterable[str] | None = None,
+          sass: bool = True) -> list[RegReport]:
+    """:func:`compile_registers` for each ``num_warps`` (in the order given); imports the kernel file once.
+
+    Raises
+    ------
+    FrontendError
+        As :func:`compile_registers`.
+    """
+    from twill.frontend.compile import KernelSpec, load_kernel
+
+    spec = kernel if isinstance(kernel, KernelSpec) else load_kernel(os.fspath(kernel))
+    return [compile_registers(spec, target=target, num_warps=w, num_stages=num_stages, constexprs=constexprs,
+                              signature=signature, divisible=divisible, sass=sass) for w in num_warps]
+
+
+def find_cliffs(reports: Sequence[RegReport]) -> list[Cliff]:
+    """Steps where registers per thread fall as ``num_warps`` grows (sorted by ``num_warps``).
+
+    The steepest relative fall is marked ``steepest`` (the register cliff of the seed study).
+    """
+    rows = sorted(reports, key=lambda r: r.num_warps)
+    cliffs = [Cliff(a, b) for a, b in itertools.pairwise(rows)
+              if b.num_warps > a.num_warps and b.registers < a.registers]
+    if cliffs:
+        worst = max(range(len(cliffs)), key=lambda i: cliffs[i].drop)
+        cliffs[worst] = replace(cliffs[worst], steepest=True)
+    return cliffs
+
+
+# ------------------------------------------------------------------------------------------------ output
+def _flags(report: RegReport, cliffs: Mapping[int, Cliff]) -> str:
+    flags = []
+    cliff = cliffs.get(report.num_warps)
+    if cliff is not None:
+        flags.append(f"{'CLIFF ' if cliff.steepest else ''}-{cliff.drop:.0%} regs")
+    if report.spills:
+        flags.append("SPILLS")
+    if report.at_cap:
+        flags.append("at cap")
+    if any("C7514" in n or "serialized" in n for n in report.ptxas_notes):
+        flags.append("wgmma serialized")
+    return ", ".join(flags)
+
+
+def render_table(reports: Sequence[RegReport]) -> Any:
+    """The register-rationing table as a :class:`rich.table.Table`."""
+    from rich.table import Table
+
+    rows = sorted(reports, key=lambda r: r.num_warps)
+    first = rows[0] if rows else None
+    title = "registers" if first is None else (
+        f"{first.kernel} ({Path(first.source).name}) on {first.target}, num_stages={first.num_stages}")
+    table = Table(title=title)
+    for col in ("num_warps", "threads", "regs/thread", "cap", "RF/CTA", "spill st/ld B", "STL/LDL", "SMEM B",
+                "setmaxnreg", "mma", "flags"):
+        table.add_column(col, justify="left" if col in ("setmaxnreg", "mma", "flags") else "right")
+    cliffs = {c.after.num_warps: c for c in find_cliffs(rows)}
+    for r in rows:
+        budgets = " ".join(f"{k}{v}" for k, v in r.setmaxnreg)
+        if r.maxnreg is not None:
+            budgets = f"maxnreg {r.maxnreg}" + (f"; {budgets}" if budgets else "")
+        flags = _flags(r, cliffs)
+        style = "red" if r.spills else ("yellow" if "CLIFF" in flags else None)
+        table.add_row(str(r.num_warps), str(r.threads), str(r.registers), str(r.register_cap),
+                      f"{r.register_file_use / 65536:.0%}", f"{r.spill_store_bytes}/{r.spill_load_bytes}",
+                      "-" if r.stl is None else f"{r.stl}/{r.ldl}", str(r.shared_bytes), budgets or "-",
+                      r.mma, flags, style=style)
+    return table
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+def _warps(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--num-warps {text!r} must be a comma-separated list of integers") \
+            from None
+    if not values or any(v < 1 or v & (v - 1) for v in values):
+        raise argparse.ArgumentTypeError(f"--num-warps {text!r}: each value must be a power of two >= 1")
+    return values
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add the ``regs`` subcommand to an :mod:`argparse` subparsers object (``func=run``)."""
+    p = subparsers.add_parser(
+        "regs", help="registers, spills and SMEM per num_warps from ptxas (CPU only)",
+        description="Compile a Triton kernel on the CPU for each num_warps and print registers per thread, "
+                    "spills, STL/LDL, shared memory and setmaxnreg budgets from the ptxas and cuobjdump "
+                    "shipped in the Triton wheel; flags the register cliff and spills.")
+    p.add_argument("file", help="FILE.py[::KERNEL] with a TWILL_KERNELS entry")
+    p.add_argument("--target", default="sm_90", help="sm_90 (default) or sm_100")
+    p.add_argument("--num-warps", type=_warps, default=[2, 4, 8, 16], metavar="W,W,...",
+                   help="comma-separated num_warps values (default 2,4,8,16)")
+    p.add_argument("--num-stages", type=int, help="num_stages (default the kernel entry's)")
+    p.add_argument("--constexpr", action="append", default=[], metavar="K=V", help="override a constexpr")
+    p.add_argument("--signature", action="append", default=[], metavar="ARG=TYPE",
+                   help="override an argument type, e.g. k_desc='tensordesc<fp16[64, 128]>'")
+    p.add_argument("--json", metavar="OUT", help="also write the reports as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``twill regs``: print the table, the register cliff and the spilling rows; returns 0."""
+    from twill.cli import check_output
+    from twill.render.terminal import make_console
+
+    if args.json:
+        check_output(args.json)
+    reports = sweep(args.file, target=args.target, num_warps=args.num_warps, num_stages=args.num_stages,
+                    constexprs=parse_constexprs(args.constexpr),
+                    signature=parse_constexprs(args.signature, flag="--signature"))
+    console = make_console()
+    console.print(render_table(reports))
+    for cliff in find_cliffs(reports):
+        if cliff.steepest:
+            console.print(f"register cliff: num_warps {cliff.before.num_warps} -> {cliff.after.num_warps}: "
+                          f"{cliff.before.registers} -> {cliff.after.registers} registers/thread "
+                          f"(-{cliff.drop:.0%}){'' if cliff.after.spills else ', no spill instructions'}",
+                          soft_wrap=True)
+    spilling = [r.num_warps for r in reports if r.spills]
+    if spilling:
+        console.print(f"[red]spills[/] at num_warps {', '.join(map(str, spilling))}", soft_wrap=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps([r.to_dict() for r in reports], indent=1), encoding="utf-8")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m twill.calibrate.regs ...``: the ``regs`` subcommand on its own."""
+    from twill.errors import TwillError
+    from twill.render.terminal import make_console
+
+    parser = argparse.ArgumentParser(prog="twill")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_parser(sub)
+    args = parser.parse_args(["regs", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        return run(args)
+    except TwillError as exc:
+        from rich.markup import escape
+
+        make_console(stderr=True).print(f"[red]error[/] ({type(exc).__name__}): {escape(str(exc))}")
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

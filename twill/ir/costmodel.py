@@ -1,0 +1,440 @@
+"""The cost model: turns a tile-level operation and its shape into cycles, a reservation table, a footprint.
+
+One SM runs the loop (paper §3.1): each op's busy time on a unit is its work divided by the SM-wide rate
+of that unit, taken from the machine file (``[cost]``). A synchronous op (ALU, MUFU, shuffles, SMEM copies
+done by the warps) keeps its warps busy for its whole length; its instructions on different units
+interleave, so each unit is busy from issue for its own share of the work. An asynchronous op (Tensor
+Core GEMM, TMA copy, TMEM copy) is issued in a few cycles and then runs on its unit.
+
+Every method returns an :class:`OpCost`; :meth:`OpCost.op_kwargs` gives the keyword arguments of
+:meth:`twill.ir.graph.Graph.add_op`. Sizes are bytes, rates are per cycle per SM, times are cycles.
+
+    >>> from twill.ir.machine import load_machine
+    >>> cm = CostModel(load_machine("h100"))
+    >>> cm.gemm(64, 128, 128).rrt[0].cycles      # 2*64*128*128 / 4096
+    512
+    >>> cm.exp2(8192).rrt[0].cycles              # 8192 / 16
+    512
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from math import ceil
+
+from twill.ir.graph import Reservation
+from twill.ir.machine import Machine
+
+__all__ = ["DTYPE_BYTES", "CostModel", "OpCost"]
+
+DTYPE_BYTES: Mapping[str, int] = {
+    "f64": 8, "fp64": 8, "f32": 4, "fp32": 4, "i32": 4, "tf32": 4, "f16": 2, "fp16": 2, "bf16": 2, "i16": 2,
+    "f8E4M3FN": 1, "f8E5M2": 1, "fp8": 1, "i8": 1, "i1": 1, "i64": 8,
+}
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """Cycles and resources of one tile op on one machine.
+
+    Attributes
+    ----------
+    kind : str
+        Op kind (``gemm``, ``exp``, ``alu``, ``tma_load`` ...).
+    rrt : tuple of Reservation
+        Reservation table in cycles.
+    latency : int
+        Cycles from issue until the result is usable.
+    issue_cycles : int
+        Cycles the issuing warps are busy.
+    variable_latency : bool
+        The latency varies at run time (memory traffic).
+    warps : int
+        Warps that issue the op together.
+    blocking_result : bool
+        Consumers of the result must issue a blocking wait (Tensor Core, TMA and TMEM results).
+    """
+
+    kind: str
+    rrt: tuple[Reservation, ...]
+    latency: int
+    issue_cycles: int
+    variable_latency: bool = False
+    warps: int = 1
+    blocking_result: bool = False
+
+    @property
+    def cycles(self) -> int:
+        """Length of the reservation table."""
+        return max(r.end for r in self.rrt)
+
+    def op_kwargs(self) -> dict[str, object]:
+        """Keyword arguments for :meth:`twill.ir.graph.Graph.add_op` (``kind`` excluded)."""
+        return {"rrt": self.rrt, "latency": self.latency, "issue_cycles": self.issue_cycles,
+                "variable_latency": self.variable_latency, "warps": self.warps}
+
+
+def _cycles(work: float) -> int:
+    return max(1, ceil(work - 1e-9))
+
+
+class CostModel:
+    """Tile-op costs for ``machine``; every rate comes from the machine file's ``[cost]`` table.
+
+    Parameters
+    ----------
+    machine : Machine
+        Target machine.
+    """
+
+    def __init__(self, machine: Machine) -> None:
+        self.machine = machine
+
+    def _rate(self, key: str) -> float:
+        return float(self.machine.const(f"cost.{key}"))
+
+    # ------------------------------------------------------------------------------------ helpers
+    def tile_warps(self, rows: int, *, num_warps: int | None = None) -> int:
+        """Warps that own a register tile of ``rows`` rows in the MMA layout.
+
+        Hopper: a warpgroup (4 warps) per 64 rows, the wgmma M per warpgroup (PTX ISA); Blackwell: a
+        warpgroup per 128 rows, one thread per TMEM lane (FA4's softmax warpgroups). Capped by
+        ``num_warps`` when given.
+        """
+        per_group = self.machine.warps_per_group
+        rows_per_group = int(self._rate("tc_min_m")) * (2 if self.machine.family == "blackwell" else 1)
+        warps = per_group * max(1, ceil(rows / rows_per_group))
+        return min(warps, num_warps) if num_warps else warps
+
+    def regs_for(self, nbytes: int, warps: int) -> int:
+        """Registers per thread that hold ``nbytes`` spread over ``warps`` warps (32-bit registers)."""
+        if nbytes <= 0:
+            return 0
+        return ceil(nbytes / (4 * 32 * warps))
+
+    def register_cap(self, threads: int) -> int:
+        """Registers per thread ptxas may use at kernel entry for a CTA of ``threads`` threads.
+
+        ``min(max_per_thread, register_file / threads)``, rounded down to the allocation step (8
+        registers per thread, the ``setmaxnreg`` step): 255 up to 256 threads, 168 at 384, 128 at 512,
+        64 at 1024. One CTA must fit in the register file; ``setmaxnreg`` can then move registers between
+        warp groups. Checked against ptxas for 64 to 1024 threads in ``tests/test_regs.py``.
+        """
+        if threads <= 0:
+            raise ValueError(f"threads must be positive, got {threads}")
+        step = self.machine.setmaxnreg_step
+        fit = self.machine.register_file // threads // step * step
+        return min(self.machine.max_regs_per_thread, fit)
+
+    def ctas_per_sm(self, threads: int, registers: int, smem_bytes: int) -> int:
+        """CTAs of one kernel that the SM keeps resident at once (the CUDA occupancy rules).
+
+        The least of: the register file over the CTA's registers, allocated per warp in units of
+        ``chip.register_alloc_unit`` (256: a thread's count rounded up to a multiple of 8); the shared
+        memory per SM over the CTA's ``smem_bytes`` plus the ``chip.smem_reserved_per_cta`` (1 KB) the
+        system keeps per CTA; ``chip.max_threads_per_sm`` over ``threads``; ``chip.max_ctas_per_sm``.
+        Sources: CUDA C Programming Guide (technical specifications per compute capability) and the CUDA
+        occupancy calculator; on the lent H200 the driver's ``cuOccupancyMaxActiveBlocksPerMultiprocessor``
+        agrees for the eight Triton FA forward configurations
+        (``benchmarks/calibrate/results/fa_occupancy.json``).
+
+            >>> from twill.ir.machine import load_machine
+            >>> CostModel(load_machine("h200")).ctas_per_sm(128, 255, 98336)   # 2 x 32 K registers
+            2
+
+        Raises
+        ------
+        ValueError
+            ``threads`` is not positive, or ``registers`` or ``smem_bytes`` is negative.
+        """
+        if threads <= 0 or registers < 0 or smem_bytes < 0:
+            raise ValueError(f"need threads > 0, registers >= 0, smem_bytes >= 0; got {threads}, "
+                             f"{registers}, {smem_bytes}")
+        const = self.machine.const
+        unit = int(const("chip.register_alloc_unit"))
+        warps = ceil(threads / 32)
+        per_warp = max(1, ceil(registers * 32 / unit)) * unit
+        by_registers = self.machine.register_file // (per_warp * warps)
+        by_smem = int(const("chip.smem_per_sm")) // (smem_bytes + int(const("chip.smem_reserved_per_cta")))
+        by_threads = int(const("chip.max_threads_per_sm")) // threads
+        return max(0, min(by_registers, by_smem, by_threads, int(const("chip.max_ctas_per_sm"))))
+
+    def thread_registers(self, tile_bytes: Iterable[int], warps: int, *, overhead: int | None = None) -> int:
+        """Registers per thread a warp group of ``warps`` warps needs to hold ``tile_bytes`` at once.
+
+        The register-footprint model of the scheduler: each tile value takes :meth:`regs_for` registers
+        per thread, plus ``overhead`` (default the machine's ``registers.group_overhead``: addresses, loop
+        counters, barrier phases, row statistics). Not capped: compare with :meth:`register_cap` to see
+        whether ptxas will ration (and spill).
+        """
+        base = self.machine.group_overhead_regs if overhead is None else overhead
+        return base + sum(self.regs_for(b, warps) for b in tile_bytes)
+
+    def sync(self, kind: str, work: Mapping[str, float], *, warps: int) -> OpCost:
+        """A synchronous op doing ``work`` (unit -> busy cycles, already divided by the unit's rate).
+
+        Each unit is busy from issue for its own share; the warps are busy for the longest share.
+        """
+        rrt = tuple(Reservation(unit, 0, _cycles(c)) for unit, c in work.items() if c > 0)
+        length = max(r.end for r in rrt)
+        return OpCost(kind, rrt, latency=length, issue_cycles=length, warps=warps)
+
+    def merge(self, kind: str, parts: Iterable[OpCost]) -> OpCost:
+        """One synchronous op doing the work of several (an elementwise chain drawn as one tile op)."""
+        work: dict[str, float] = {}
+        warps = 1
+        for part in parts:
+            warps = max(warps, part.warps)
+            for r in part.rrt:
+                work[r.unit] = work.get(r.unit, 0) + r.cycles * r.count
+        return self.sync(kind, work, warps=warps)
+
+    # ------------------------------------------------------------------------------------ Tensor Core
+    def gemm(self, m: int, n: int, k: int, *, dtype: str = "fp16", warps: int | None = None,
+             serialized: bool = False) -> OpCost:
+        """A tile GEMM ``[m, k] x [k, n]``: ``2mnk / tc_flops`` cycles on the Tensor Cores.
+
+        Asynchronous: issued in ``tc_issue`` cycles; the result is usable ``tc_latency`` cycles after
+        the Tensor Cores finish. On Hopper the accumulator lives in the registers of the issuing warp
+        groups (``warps`` defaults to :meth:`tile_warps`); on Blackwell one thread issues it (1 warp)
+        and the accumulator lives in TMEM.
+
+        ``serialized=True`` is the Hopper GEMM ptxas emits when the kernel has too few registers for the
+        wgmma pipeline (warning C7511, e.g. Triton's FA forward at BLOCK_N 128 with 4 warps): a wait
+        after every ``wgmma`` instruction. Each warp group then runs its ``ceil(rows / 64) x
+        ceil(k / k_step)`` instructions one at a time, each for its throughput time plus
+        ``cost.tc_serial_latency`` cycles (56 measured on the H200: 119.8 cycles per m64n128k16,
+        ``benchmarks/calibrate/results/wgmma_serial.json``); the warp groups of the tile run their chains
+        side by side on the Tensor Cores (one rectangle of the reservation table per instruction step, so
+        another CTA's GEMM can use the gaps). The op is synchronous: its warps are busy until the last
+        instruction has run on the Tensor Cores, and the result is usable at the end of the chain.
+
+        Raises
+        ------
+        ValueError
+            ``serialized`` on a machine without wgmma (Blackwell's ``tcgen05.mma`` has one issuing thread
+            and no register accumulator).
+        """
+        key = {"fp8": "tc_flops_fp8", "f8E4M3FN": "tc_flops_fp8", "f8E5M2": "tc_flops_fp8",
+               "tf32": "tc_flops_tf32", "f32": "tc_flops_tf32", "fp32": "tc_flops_tf32"}.get(dtype,
+                                                                                             "tc_flops_fp16")
+        rate = self._rate(key)
+        busy = _cycles(2 * m * n * k / rate)
+        issue = min(busy, int(self._rate("tc_issue")))
+        if warps is None:
+            warps = 1 if self.machine.family == "blackwell" else self.tile_warps(m)
+        if not serialized:
+            return OpCost("gemm", (Reservation("tc", 0, busy),),
+                          latency=busy + int(self._rate("tc_latency")), issue_cycles=issue, warps=warps,
+                          blocking_result=True)
+        if self.machine.family == "blackwell":
+            raise ValueError("a serialized wgmma pipeline is a Hopper (sm_90) register-shortage mode; "
+                             f"machine {self.machine.name!r} issues tcgen05.mma")
+        m_step = int(self._rate("tc_min_m"))
+        k_step = {"tc_flops_fp8": 32, "tc_flops_tf32": 8}.get(key, 16)  # PTX ISA: wgmma K per dtype
+        groups = max(1, warps // self.machine.warps_per_group)
+        count = ceil(ceil(m / groups) / m_step) * ceil(k / k_step)
+        instruction = 2 * m_step * n * k_step / rate
+        one = instruction + self._rate("tc_serial_latency")
+        if groups * instruction >= one:  # the warp groups' chains keep the Tensor Cores busy
+            return OpCost("gemm", (Reservation("tc", 0, busy),), latency=max(busy, _cycles(count * one)),
+                          issue_cycles=busy, warps=warps)
+        width = _cycles(groups * instruction)
+        rrt = tuple(Reservation("tc", round(i * one), width) for i in range(count))
+        end = rrt[-1].end
+        return OpCost("gemm", rrt, latency=max(end, _cycles(count * one)), issue_cycles=end, warps=warps)
+
+    # ------------------------------------------------------------------------------------ CUDA cores
+    def alu(self, elements: int, ops_per_element: float = 1.0, *, warps: int = 4) -> OpCost:
+        """Elementwise FP32/INT work: ``elements * ops / alu_per_cycle`` cycles on the ALU pipes."""
+        return self.sync("alu", {"alu": elements * ops_per_element / self._rate("alu_per_cycle")},
+                         warps=warps)
+
+    def exp2(self, elements: int, *, alu_ops_per_element: float = 0.0, warps: int = 4) -> OpCost:
+        """``exp2`` over a tile: ``elements / mufu_per_cycle`` cycles on MUFU, plus fused ALU work."""
+        work = {"mufu": elements / self._rate("mufu_per_cycle")}
+        if alu_ops_per_element:
+            work["alu"] = elements * alu_ops_per_element / self._rate("alu_per_cycle")
+        return self.sync("exp", work, warps=warps)
+
+    def mufu(self, elements: int, *, warps: int = 4) -> OpCost:
+        """Any other special function (``rsqrt``, ``log2``, divide): one MUFU result per element."""
+        return self.sync("mufu", {"mufu": elements / self._rate("mufu_per_cycle")}, warps=warps)
+
+    def reduce(self, elements: int, rows: int, lanes_per_row: int, *, warps: int = 4) -> OpCost:
+        """Row reduction of a tile of ``elements`` into ``rows`` values.
+
+        One ALU op per element, then ``log2(lanes_per_row)`` butterfly shuffle + combine steps for each
+        row (``shuffle_per_cycle`` results per cycle).
+        """
+        steps = max(0, (lanes_per_row - 1).bit_length())
+        shuffles = rows * lanes_per_row * steps
+        return self.sync("reduce", {"alu": (elements + shuffles) / self._rate("alu_per_cycle")
+                                    + shuffles / self._rate("shuffle_per_cycle")}, warps=warps)
+
+    def convert(self, elements: int, *, warps: int = 4) -> OpCost:
+        """Type conversion of a tile (F2F/F2FP): ``elements / convert_per_cycle`` cycles on the ALU pipes."""
+        return self.sync("convert", {"alu": elements / self._rate("convert_per_cycle")}, warps=warps)
+
+    # ------------------------------------------------------------------------------------ memory
+    def smem_copy(self, nbytes: int, *, kind: str = "smem_store", warps: int = 4) -> OpCost:
+        """Registers <-> shared memory by the warps (STS/LDS/STSM/LDSM): ``bytes / smem_bytes_per_cycle``."""
+        return self.sync(kind, {"smem": nbytes / self._rate("smem_bytes_per_cycle")}, warps=warps)
+
+    def layout_convert(self, nbytes: int, *, warps: int = 4) -> OpCost:
+        """A layout conversion through shared memory: a store and a load of ``nbytes``."""
+        return replace(self.smem_copy(2 * nbytes, warps=warps), kind="convert_layout")
+
+    def tma_load(self, nbytes: int) -> OpCost:
+        """A TMA bulk tensor copy global -> SMEM of ``nbytes``: variable latency, one issuing thread."""
+        busy = _cycles(nbytes / self._rate("tma_bytes_per_cycle"))
+        return OpCost("tma_load", (Reservation("tma", 0, busy),),
+                      latency=max(busy, int(self._rate("tma_latency"))),
+                      issue_cycles=min(busy, int(self._rate("tma_issue"))), variable_latency=True, warps=1,
+                      blocking_result=True)
+
+    def tma_store(self, nbytes: int) -> OpCost:
+        """A TMA bulk tensor copy SMEM -> global of ``nbytes``."""
+        cost = self.tma_load(nbytes)
+        return replace(cost, kind="tma_store", blocking_result=False)
+
+    def tma_store_from_registers(self, nbytes: int, *, warps: int = 4) -> OpCost:
+        """A TMA store of a register tile: the ``warps`` first write it to shared memory
+        (``bytes / smem_bytes_per_cycle`` cycles on the SMEM ports), then one thread issues the bulk copy
+        SMEM -> global (:meth:`tma_store`), which starts when the shared-memory write is done.
+
+        The warps are busy for the shared-memory write and the TMA issue only.
+        """
+        sts = _cycles(nbytes / self._rate("smem_bytes_per_cycle"))
+        tma = self.tma_store(nbytes)
+        rrt = (Reservation("smem", 0, sts), *(replace(r, start=r.start + sts) for r in tma.rrt))
+        return OpCost("tma_store", rrt, latency=sts + tma.latency, issue_cycles=sts + tma.issue_cycles,
+                      warps=warps)
+
+    def global_load(self, nbytes: int, *, warps: int = 4) -> OpCost:
+        """A pointer load (``ld.global`` / ``cp.async``): variable latency on the load/store units."""
+        busy = _cycles(nbytes / self._rate("lsu_bytes_per_cycle"))
+        return OpCost("load", (Reservation("lsu", 0, busy),),
+                      latency=max(busy, int(self._rate("lsu_latency"))), issue_cycles=busy,
+                      variable_latency=True, warps=warps, blocking_result=True)
+
+    def global_store(self, nbytes: int, *, warps: int = 4) -> OpCost:
+        """A pointer store (``st.global``)."""
+        busy = _cycles(nbytes / self._rate("lsu_bytes_per_cycle"))
+        return OpCost("store", (Reservation("lsu", 0, busy),), latency=busy, issue_cycles=busy, warps=warps)
+
+    def atomic_add(self, nbytes: int, *, warps: int = 4) -> OpCost:
+        """A global atomic reduction (``red.global.add``) of ``nbytes``: variable latency."""
+        busy = _cycles(nbytes / self._rate("atomic_bytes_per_cycle"))
+        return OpCost("atomic", (Reservation("lsu", 0, busy),),
+                      latency=max(busy, int(self._rate("atomic_latency"))), issue_cycles=busy,
+                      variable_latency=True, warps=warps)
+
+    def tmem_load(self, nbytes: int, *, warps: int = 4) -> OpCost:
+        """TMEM -> registers (``tcgen05.ld``) of ``nbytes``; consumers need no further wait, but the
+        load itself waits for the MMA that wrote the TMEM (a blocking edge into it)."""
+        busy = _cycles(self._rate("tmem_base") + nbytes / 1024 * self._rate("tmem_per_kb"))
+        return OpCost("tmem_load", (Reservation("tmem", 0, busy),), latency=busy, issue_cycles=busy,
+                      warps=warps)
+
+    def tmem_store(self, nbytes: int, *, warps: int = 4) -> OpCost:
+        """Registers -> TMEM (``tcgen05.st``) of ``nbytes``."""
+        busy = _cycles(self._rate("tmem_base") + nbytes / 1024 * self._rate("tmem_per_kb"))
+        return OpCost("tmem_store", (Reservation("tmem", 0, busy),), latency=busy, issue_cycles=busy,
+                      warps=warps)
+
+    # ------------------------------------------------------------------------------------ control flow
+    def divergent(self, paths: Sequence[OpCost], *, kind: str = "divergent") -> OpCost:
+        """An op whose lanes take ``k = len(paths)`` different paths in one warp (a lane-dependent branch).
+
+        The warp runs the paths one after another with the other lanes masked off, so path ``i``'s
+        reservation table starts where path ``i - 1`` ends plus ``cost.divergence_reconverge`` cycles:
+        ``T(k) = sum(paths) + (k - 1) r``, about ``s k`` for ``k`` paths of ``s`` cycles, and the warp's
+        efficiency falls to ``32 / k`` (shared/seeds/003_8ff7bc8ce6113243.txt: linear on Pascal to
+        Blackwell, no super-linear reconvergence penalty; measured on the H200, ``r`` = 38 cycles and
+        ``T(32) / T(1)`` = 32.1, benchmarks/calibrate/results/microbench.json). One path costs itself.
+
+        The result is usable when the last path's result is (its latency past its start); the warps are
+        busy until the last path has issued. Warps: the most any path uses.
+
+        Raises
+        ------
+        ValueError
+            ``paths`` is empty.
+        """
+        if not paths:
+            raise ValueError("a divergent op needs at least one path")
+        if len(paths) == 1:
+            return replace(paths[0], kind=kind)
+        gap = int(self._rate("divergence_reconverge"))
+        rrt: list[Reservation] = []
+        offset = latency = issue = 0
+        for path in paths:
+            rrt.extend(replace(r, start=r.start + offset) for r in path.rrt)
+            latency = max(latency, offset + path.latency)
+            issue = offset + path.issue_cycles
+            offset += path.cycles + gap
+        return OpCost(kind, tuple(rrt), latency=latency, issue_cycles=issue,
+                      variable_latency=any(p.variable_latency for p in paths),
+                      warps=max(p.warps for p in paths),
+                      blocking_result=any(p.blocking_result for p in paths))
+
+    def uniform_branch(self, paths: Sequence[OpCost], *, kind: str = "branch") -> OpCost:
+        """A branch whose condition is the same for all lanes of a warp: each warp runs one path.
+
+        Every ``scf.if`` of a Triton kernel is of this kind (its condition is a scalar). Nothing
+        serializes; a static schedule must hold whichever path an iteration takes, so the cost covers
+        every path: on each unit the union of the paths' reservations, the longest latency and issue
+        time, the most warps.
+
+        Raises
+        ------
+        ValueError
+            ``paths`` is empty.
+        """
+        if not paths:
+            raise ValueError("a branch needs at least one path")
+        by_unit: dict[tuple[str, int], list[tuple[int, int]]] = {}
+        for path in paths:
+            for r in path.rrt:
+                by_unit.setdefault((r.unit, r.count), []).append((r.start, r.end))
+        rrt: list[Reservation] = []
+        for (unit, count), spans in by_unit.items():
+            spans.sort()
+            start, end = spans[0]
+            for s, e in spans[1:]:
+                if s <= end:
+                    end = max(end, e)
+                else:
+                    rrt.append(Reservation(unit, start, end - start, count))
+                    start, end = s, e
+            rrt.append(Reservation(unit, start, end - start, count))
+        return OpCost(kind, tuple(rrt), latency=max(p.latency for p in paths),
+                      issue_cycles=max(p.issue_cycles for p in paths),
+                      variable_latency=any(p.variable_latency for p in paths),
+                      warps=max(p.warps for p in paths),
+                      blocking_result=any(p.blocking_result for p in paths))
+
+    def predicated(self, op: OpCost, mask_elements: int, *, ops_per_element: float = 1.0) -> OpCost:
+        """A masked tile op (``tl.load(..., mask=)``, ``tl.where``, a partial last tile): predication.
+
+        Every lane issues the op under its predicate, so it costs the whole op whatever the fraction of
+        lanes the mask keeps (a masked final tile costs a full tile) and nothing serializes
+        (shared/seeds/003_8ff7bc8ce6113243.txt: predication removes the divergence cost; measured on the
+        H200: one path plus a predicated select over 32 lanes takes the time of one path). Work that
+        the mask adds is ``ops_per_element`` ALU operations per mask element on the ALU pipes, before the
+        op issues: a compare, a select of the ``other`` value. The frontend passes 1 for a load with
+        ``other=`` (the fill select) and 0 otherwise: it folds the compare with the integer address
+        arithmetic, which it costs for no load, masked or not (``twill/frontend/rules.py``).
+        """
+        extra = mask_elements * ops_per_element / self._rate("alu_per_cycle")
+        if extra <= 0:
+            return op
+        mask = _cycles(extra)
+        synchronous = not op.blocking_result and not op.variable_latency and op.latency == op.cycles
+        if synchronous:
+            merged = self.merge(op.kind, [op, self.sync("mask", {"alu": extra}, warps=op.warps)])
+            return replace(merged, warps=op.warps)
+        rrt = (Reservation("alu", 0, mask), *(replace(r, start=r.start + mask) for r in op.rrt))
+        return replace(op, rrt=rrt, latency=op.latency + mask, issue_cycles=op.issue_cycles + mask)

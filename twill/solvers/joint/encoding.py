@@ -1,0 +1,544 @@
+"""The QF_LIA formula of the joint problem at one ``(II, n)``, built with pySMT (paper §4, Figs. 4-6).
+
+Unknowns: an integer start ``start[v]`` of every op in iteration 0 and its warp group as one-hot Booleans
+``wg[v]=w``.
+Iteration ``i`` of ``v`` starts at ``start[v] + i*II``, which is the paper's CONSISTENCY constraint; a
+copy outside ``[0, n)`` does not exist. Every "modulo II" question is asked of explicit copies: two
+intervals overlap modulo II iff some shift ``k*II`` (``k`` from a small, precomputed range) makes them
+overlap, and each such test is a pair of *difference constraints* ``x - y <= c``, which SMT solvers decide
+very efficiently. No integer division or remainder variables are used.
+
+Families (the names of :mod:`twill.verify`): completion, dependence (with the cross-group hand-off cost),
+cross_warp, capacity (with the SMEM traffic of cross-group hand-offs), blocking, variable_latency,
+group_shape, register_file, and the liveness families
+(registers, memory) whose per-moment checks are generated lazily by :meth:`Encoder.refine`: each check says
+"at the start of item A, the items present fit the capacity", and the peak of a sum of intervals is
+always at some interval's start, so checking at item starts is exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import networkx as nx
+from networkx.algorithms import isomorphism
+from pysmt.typing import INT
+
+from twill.model.liveness import fold, memory_intervals, register_intervals, use_hold
+from twill.model.problem import HANDOFF_UNIT, Edge, Problem
+from twill.solvers.modular import Booking, Item, Lazy, ModularModel
+from twill.solvers.smt import SmtSession
+
+__all__ = ["PER_ROUND", "Encoder", "accumulators", "pool_size"]
+
+PER_ROUND = 64
+"""Lazy liveness checks added per overfull resource per round (the items with the largest excess)."""
+
+
+def involution(problem: Problem) -> dict[str, str] | None:
+    """A non-trivial automorphism of the loop graph that is its own inverse (swapping two identical
+    sub-tiles), or None. Ops must match in every cost and flag, edges in every field."""
+    g = nx.MultiDiGraph()
+    for op in problem.ops:
+        g.add_node(op.name, sig=(op.kind, op.rrt, op.latency, op.issue_cycles, op.regs, op.smem,
+                                 op.tmem, op.result_bytes, op.variable_latency, op.warps,
+                                 op.name in problem.streaming))
+    for e in problem.edges:
+        g.add_edge(e.src, e.dst, sig=(e.latency, e.distance, e.blocking, e.carrier, e.cross, e.inplace))
+
+    def edges_match(a: dict, b: dict) -> bool:
+        return sorted(d["sig"] for d in a.values()) == sorted(d["sig"] for d in b.values())
+
+    matcher = isomorphism.MultiDiGraphMatcher(g, g, node_match=lambda a, b: a["sig"] == b["sig"],
+                                              edge_match=edges_match)
+    for count, sigma in enumerate(matcher.isomorphisms_iter()):
+        if count > 64:
+            return None
+        moved = [n for n in sigma if sigma[n] != n]
+        if moved and all(sigma[sigma[n]] == n for n in sigma):
+            return sigma
+    return None
+
+
+def accumulators(problem: Problem) -> list[str]:
+    """Ops whose tracked register value is carried to themselves (live at every moment), sorted."""
+    res = problem.resources
+    return sorted(op.name for op in problem.ops if res.tracked(op.regs) and any(
+        e.dst == op.name and e.distance >= 1 and e.carrier == "register" for e in problem.out_edges(op.name)))
+
+
+def pool_size(problem: Problem) -> int:
+    """Warp groups offered to the solver: the register plan's length, ``max_groups``, or as many as fit.
+
+    The default is limited by the warps per CTA (each group takes at least one warpgroup), by the number
+    of ops, and capped at 6 (a variable-latency group plus five compute groups, FA4's structure). With
+    ``"groups"`` relaxed (and no register plan) the pool is one group per op, up to 8.
+    """
+    opts, res = problem.options, problem.resources
+    if opts.register_plan:
+        return len(opts.register_plan)
+    if "groups" in opts.relax:
+        compute = sum(1 for op in problem.ops if not op.variable_latency)
+        return max(1, min(8, compute + (1 if problem.has_vl else 0)))
+    if opts.max_groups is not None:
+        return opts.max_groups
+    per_cta = res.max_warps // res.warps_per_group
+    compute = sum(1 for op in problem.ops if not op.variable_latency)
+    return max(1, min(per_cta, 6, compute + (1 if problem.has_vl else 0)))
+
+
+class Encoder(ModularModel):
+    """Builds the formula of one ``(problem, II, n)`` into an :class:`SmtSession`.
+
+    Parameters
+    ----------
+    problem : Problem
+        The loop in (normalized) time units.
+    ii : int
+        Initiation interval.
+    stages : int
+        The window ``(n-1) II < L <= n II``.
+    session : SmtSession
+        Receives the assertions.
+    min_length : int
+        A proven lower bound on ``L`` (the modulo ILP's least length).
+    ii_hi : int, optional
+        A range model (:class:`~twill.modular.ModularModel`): the II is an unknown in ``[ii, ii_hi]`` and
+        the window is every ``L <= stages * II`` (all stage counts up to ``stages``), so an UNSAT answer
+        refutes every II of the range for every window up to ``stages``. The one conjunct that is not
+        linear in II, ``area <= budget * II`` per group, is left out (the lazy checks hold the budget).
+    upto : bool
+        Every window up to ``stages`` (``min_length <= L <= stages * II``) instead of the one window
+        ``(stages - 1) II < L``; always so for a range model.
+    """
+
+    def __init__(self, problem: Problem, ii: int, stages: int, session: SmtSession, min_length: int,
+                 ii_hi: int | None = None, upto: bool = False) -> None:
+        super().__init__(problem, ii, stages * (ii if ii_hi is None else max(ii, ii_hi)), session, ii_hi)
+        self.n = stages
+        self.upto = upto or self.ranged
+        self.min_length = min_length
+        self.pool = pool_size(problem)
+        self.vl = problem.has_vl
+        m = self.m
+        first = 1 if self.vl else 0
+        self.groups_of = {op.name: ([0] if op.variable_latency else list(range(first, self.pool)))
+                          for op in problem.ops}
+        self.opw = {op.name: {w: m.Symbol(f"wg[{op.name}]={w}") for w in self.groups_of[op.name]}
+                    for op in problem.ops}
+        self.budget = [m.Symbol(f"regs[{w}]", INT) for w in range(self.pool)]
+        self.quads = [m.Symbol(f"warpgroups[{w}]", INT) for w in range(self.pool)]
+        self.used = [m.Symbol(f"used[{w}]") for w in range(self.pool)]
+        self._same: dict[tuple[str, str], Any] = {}
+        self.added: dict[tuple[str, int], Any] = {}
+        self.scoped: list[Any] = []
+        self.reg_total: Any = None
+        self.handoff_total: Any = None
+
+    # ------------------------------------------------------------------------ term helpers
+    def same(self, u: str, v: str) -> Any:
+        """A Bool that holds iff ``u`` and ``v`` sit on the same warp group (defined once per pair)."""
+        m = self.m
+        if u == v:
+            return m.TRUE()
+        key = (u, v) if u < v else (v, u)
+        if key not in self._same:
+            common = sorted(set(self.opw[u]) & set(self.opw[v]))
+            if not common:
+                self._same[key] = m.FALSE()
+            elif len(self.opw[u]) == 1 and len(self.opw[v]) == 1:
+                self._same[key] = m.TRUE()
+            else:
+                eq = m.Symbol(f"same[{key[0]}][{key[1]}]")
+                definition = m.Iff(eq, m.Or([m.And(self.opw[u][w], self.opw[v][w]) for w in common]))
+                self.add(definition)
+                # A pair first met by a lazy check inside a push (joint._tighten) must keep its
+                # definition after the pop, or the cached symbol would be free: re-asserted with the checks.
+                self.scoped.append(definition)
+                self._same[key] = eq
+        return self._same[key]
+
+    def group_of(self, op: str, values: Mapping[int, Any], default: Any) -> Any:
+        """``values[w]`` for the group ``w`` of ``op`` (an if-then-else over the one-hot group)."""
+        term = default
+        for w in reversed(self.groups_of[op]):
+            term = self.m.Ite(self.opw[op][w], values[w], term) if w in values else term
+        return term
+
+    # ------------------------------------------------------------------------ families
+    def timing(self) -> None:
+        """Completion: ``start + cycles <= L``; the window ``(n-1) II < L <= n II``; ``L >= min_length``
+        (a range model: ``min_length <= L <= n II``)."""
+        if not self.upto:
+            self.completion(max(self.min_length, (self.n - 1) * self.ii + 1))
+            return
+        self.completion(self.min_length)
+        if self.ranged:
+            self.add(self.m.LE(self.length, self.ii_times(self.n)))
+
+    def dependence(self) -> None:
+        """``start[v] + δ II >= start[u] + d``, and :meth:`Problem.crossing_delay` (the hand-off, the
+        store before the load) when the groups differ."""
+        super().dependence()
+        m = self.m
+        for e in self.p.edges:
+            if e.src == e.dst:
+                continue
+            delay = self.p.crossing_delay(e)
+            if delay > e.latency and not self.p.forced_cross(e):  # a forced one is in least_latency
+                self.add(m.Implies(m.Not(self.same(e.src, e.dst)),
+                                   self.before(e.src, delay, e.dst, 0, kv=e.distance)))
+            if e.carrier == "register" and not self.p.options.cross_group:
+                self.add(self.same(e.src, e.dst))
+        for a, b in self.p.options.apart:  # a code generator's rule (Options.apart)
+            self.add(m.Not(self.same(a, b)))
+
+    def conditional(self, unit: str) -> list[Booking]:
+        """The SMEM-port traffic of register hand-offs (:meth:`Problem.transfers`) on ``unit``: a
+        consumer's load exists when it sits on another group than its producer, the producer's one store
+        when any of its consumers does (a forced crossing's are in :meth:`Problem.reservations`)."""
+        if unit != HANDOFF_UNIT or not self.p.options.cross_group:
+            return []
+        forced = {op for op, offset, _ in self.p.transfers(e for e in self.p.edges if self.p.forced_cross(e))
+                  if offset >= 0}  # producers whose one store every schedule makes
+        out, stores = [], {}
+        for e in self.p.edges:
+            parts = self.p.transfers([e])
+            if not parts or self.p.forced_cross(e):
+                continue
+            same = self.same(e.src, e.dst)
+            if same.is_true() or same.is_false():
+                continue
+            (src, offset, cycles), (dst, load_at, load) = parts
+            out.append(Booking(dst, load_at, load, 1, self.m.Not(same)))
+            if src not in forced:
+                stores.setdefault((src, offset, cycles), []).append(self.m.Not(same))
+        for (src, offset, cycles), conds in stores.items():
+            out.append(Booking(src, offset, cycles, 1, conds[0] if len(conds) == 1 else self.m.Or(conds)))
+        return out
+
+    def blocking(self) -> None:
+        """When an op that must wait starts, no other op of its group is issuing (copies included)."""
+        m = self.m
+        if "blocking" in self.p.options.relax:
+            return
+        for v, edges, issuers in self.p.blocking_pairs():
+            must_wait = m.Or([m.TRUE() if e.blocking else m.Not(self.same(e.src, v)) for e in edges])
+            for o in issuers:
+                issue = self.p.op(o).issue_cycles
+                guard = m.And(must_wait, self.same(v, o))
+                if issue >= self.ii_hi:  # its group issues at every moment
+                    self.add(m.Not(guard))
+                    continue
+                clear = self.no_overlap(v, 0, 1, o, 0, issue)
+                if issue >= self.ii:  # a range model whose range straddles the issue time
+                    clear.append(m.GT(self.II, self.int_(issue)))
+                self.add(m.Implies(guard, m.And(clear)))
+
+    def groups(self) -> None:
+        """Warp uniqueness (one-hot), variable-latency isolation (group 0 holds exactly the
+        variable-latency ops), group shape, symmetry breaking and budgets."""
+        m, res = self.m, self.p.resources
+        per = res.warps_per_group
+        first = 1 if self.vl else 0
+        compute = [op for op in self.p.ops if not op.variable_latency]
+        if self.vl and self.pool < 2 and compute:
+            self.feasible = False
+        for op in self.p.ops:
+            choice = list(self.opw[op.name].values())
+            self.add(m.Or(choice))
+            for i, a in enumerate(choice):
+                for b in choice[i + 1:]:
+                    self.add(m.Not(m.And(a, b)))
+        self._symmetry(compute, first)
+        shapes = sorted({max(1, -(-op.warps // per)) for op in self.p.ops})
+        for w in range(self.pool):
+            on_w = [(op, self.opw[op.name][w]) for op in self.p.ops if w in self.opw[op.name]]
+            self.add(m.Iff(self.used[w], m.Or([here for _, here in on_w])))
+            q = self.quads[w]
+            self.add(m.Or([m.Equals(q, self.int_(k)) for k in shapes]))
+            for op, here in on_w:
+                need = -(-op.warps // per)
+                rel = m.Equals(q, self.int_(need)) if op.warps > 1 else m.GE(q, self.int_(need))
+                self.add(m.Implies(here, rel))
+        self._budgets(shapes)
+
+    def _symmetry(self, compute: list, first: int) -> None:
+        """Groups are numbered by first appearance in op order: op ``k`` may open group ``w`` only if an
+        earlier op uses group ``w - 1`` (interchangeable groups are broken, optimality is kept)."""
+        m = self.m
+        if not compute or first >= self.pool:  # no group left for compute ops: infeasible, said in groups()
+            return
+        self.add(self.opw[compute[0].name][first])
+        for k, op in enumerate(compute[1:], start=1):
+            for w in range(first + 1, self.pool):
+                if w > first + k:
+                    self.add(m.Not(self.opw[op.name][w]))
+                    continue
+                earlier = [self.opw[o.name][w - 1] for o in compute[:k]]
+                self.add(m.Implies(self.opw[op.name][w], m.Or(earlier)))
+
+    def _budgets(self, shapes: list[int]) -> None:
+        """Per-group setmaxnreg budgets; their sum over threads fits the register file; warps fit the CTA."""
+        m, res, opts = self.m, self.p.resources, self.p.options
+        per_thread = 32 * res.warps_per_group
+        terms, warps = [], []
+        for w in range(self.pool):
+            r, q, used = self.budget[w], self.quads[w], self.used[w]
+            if opts.register_plan is not None:
+                self.add(m.Equals(r, self.int_(opts.register_plan[w])))
+            else:
+                k = m.Symbol(f"regs8[{w}]", INT)
+                self.add(m.Equals(r, self.times(res.setmaxnreg_step, k)))
+                self.add(m.Implies(used, m.And(m.GE(r, self.int_(res.setmaxnreg_min)),
+                                               m.LE(r, self.int_(res.setmaxnreg_max)))))
+                self.add(m.Implies(m.Not(used), m.Equals(r, self.int_(0))))
+            # A used group holds its overhead at every moment, even with no register value of its own
+            # (the lazy register checks only look at moments where some value starts).
+            self.add(m.Implies(used, m.GE(r, self.int_(res.group_overhead))))
+            cost = self.times(per_thread * shapes[-1], r)
+            for qv in reversed(shapes[:-1]):
+                cost = m.Ite(m.Equals(q, self.int_(qv)), self.times(per_thread * qv, r), cost)
+            terms.append(m.Ite(used, cost, self.int_(0)))
+            warps.append(m.Ite(used, self.times(res.warps_per_group, q), self.int_(0)))
+        self.reg_total = m.Plus(terms) if len(terms) > 1 else terms[0]
+        cross = [m.Ite(m.Not(self.same(e.src, e.dst)), self.int_(e.cross), self.int_(0))
+                 for e in self.p.edges if e.cross and e.src != e.dst]
+        self.handoff_total = m.Plus(cross) if cross else self.int_(0)
+        if "register_file" not in opts.relax:
+            self.add(m.LE(self.reg_total, self.int_(res.register_file)))
+        if "groups" not in opts.relax:
+            self.add(m.LE(m.Plus(warps) if len(warps) > 1 else warps[0], self.int_(res.max_warps)))
+
+    # ------------------------------------------------------------------------ liveness (lazy)
+    def refine(self, start: Mapping[str, int], group: Mapping[str, int], budgets: Mapping[int, int],
+               ii: int | None = None) -> int:
+        """Assert the liveness checks that the model (``start``, ``group``, ``budgets``) violates.
+
+        Occupancy is computed exactly with :mod:`twill.liveness`; for each overfull resource (per group for
+        registers) the item starting where the excess is largest gets its check (one per resource per
+        round keeps the formula small). Each check is implied by the full formulation, so adding it never
+        removes a valid schedule, and the checks only grow toward the full model.
+
+        ``ii`` is the model's II (a range model's unknown); by default the fixed one.
+
+        Returns
+        -------
+        int
+            Checks added (0 means the model satisfies every liveness constraint).
+        """
+        p, res = self.p, self.p.resources
+        ii = self.ii if ii is None else ii
+        excess: dict[str, list[int]] = {}  # occupancy above capacity per residue
+        if "regs" in self.lazy:
+            ivs = register_intervals(p, ii, start, group)
+            limit = min(res.max_regs, res.setmaxnreg_max)
+            for g in set(group.values()):
+                occ = fold([iv for iv in ivs if iv.group == g], ii, res.group_overhead)
+                cap = min(budgets.get(g, 0), limit)
+                excess[f"regs/{g}"] = [v - cap for v in occ]
+        for kind, capacity, fixed in (("smem", res.smem, p.fixed_smem), ("tmem", res.tmem, p.fixed_tmem)):
+            if kind in self.lazy:
+                occ = fold(memory_intervals(p, ii, start, group, kind), ii, fixed)
+                excess[kind] = [v - capacity for v in occ]
+        found: dict[str, list[tuple[int, str, int]]] = {}  # key -> [(excess, resource, item index)]
+        for resource, lazy in self.lazy.items():
+            for idx, it in enumerate(lazy.items):
+                if (resource, idx) in self.added:
+                    continue
+                if it.cross is not None and group[it.cross[0]] == group[it.cross[1]]:
+                    continue
+                if it.crosses and all(group[a] == group[b] for a, b in it.crosses):
+                    continue
+                key = f"regs/{group[it.holder]}" if lazy.per_group else resource
+                if key not in excess:
+                    continue
+                over = excess[key][(start[it.op] + it.offset + it.offset_k * ii) % ii]
+                if over > 0:
+                    found.setdefault(key, []).append((over, resource, idx))
+        added = 0
+        for candidates in found.values():
+            for _, resource, idx in sorted(candidates, key=lambda c: (-c[0], c[1], c[2]))[:PER_ROUND]:
+                formula = self.point(resource, self.lazy[resource].items[idx])
+                self.add(formula)
+                self.added[(resource, idx)] = formula
+                self.scoped.append(formula)
+                added += 1
+        return added
+
+    def _hold(self, e: Edge) -> int:
+        return use_hold(self.p, e)
+
+    def _end(self, name: str, kind: str, edges: Iterable[Edge], hold: Callable[[Edge], int],
+             same_group_only: bool) -> tuple[Any, int]:
+        """An end time ``>= start + cycles`` and past each listed use; returns it and its upper bound."""
+        m = self.m
+        op = self.p.op(name)
+        end = m.Symbol(f"end_{kind}[{name}]", INT)
+        top = self.hi[name] + op.cycles
+        self.add(m.GE(end, self.at(name, op.cycles)))
+        for e in edges:
+            reach = m.GE(end, self.at(e.dst, hold(e), e.distance))
+            top = max(top, self.hi[e.dst] + e.distance * self.ii_hi + hold(e))
+            self.add(m.Implies(self.same(name, e.dst), reach) if same_group_only and e.dst != name else reach)
+        self.add(m.LE(end, self.int_(top)))
+        return end, top
+
+    def registers(self) -> None:
+        """Register limit per group and moment: result values and copies received from other groups."""
+        m, res = self.m, self.p.resources
+        if "registers" in self.p.options.relax:
+            return
+        items = []
+        for op in self.p.ops:
+            if not res.tracked(op.regs):
+                continue
+            uses = [e for e in self.p.out_edges(op.name) if e.carrier == "register"]
+            end, top = self._end(op.name, "regs", uses, self._hold, True)
+            items.append(Item(op.name, 0, op.regs, end=end, end_hi=top, holder=op.name))
+            for e in uses:
+                if e.dst == op.name or not self._hold(e):
+                    continue  # a synchronous consumer streams a received value out of SMEM
+                items.append(Item(e.dst, 0, op.regs, length=self._hold(e),
+                                  cond=m.Not(self.same(op.name, e.dst)), holder=e.dst,
+                                  cross=(op.name, e.dst)))
+        if not items:
+            return
+        limit = min(res.max_regs, res.setmaxnreg_max)
+
+        def cap(at: Item) -> Any:
+            budget = self.group_of(at.holder, dict(enumerate(self.budget)), self.int_(0))
+            return m.Ite(m.LE(budget, self.int_(limit)), budget, self.int_(limit))
+
+        self.lazy["regs"] = Lazy(items, cap, res.group_overhead, True)
+        self._accumulator_cuts(limit)
+
+    def _accumulators(self) -> list[str]:
+        """Ops whose register value is carried to themselves (live at every moment)."""
+        return accumulators(self.p)
+
+    def _held(self, w: int, accs: list[str]) -> Any:
+        """Registers per thread group ``w`` holds at every moment: its overhead and its accumulators."""
+        m = self.m
+        held = [m.Ite(self.opw[a][w], self.int_(self.p.op(a).regs), self.int_(0))
+                for a in accs if w in self.opw[a]]
+        return m.Plus([self.int_(self.p.resources.group_overhead), *held])
+
+    def _accumulator_cuts(self, limit: int) -> None:
+        """Eager implied constraints: a value carried to itself (an accumulator) is live at every moment,
+        so its group's budget holds the overhead, all its accumulators and any one other value it starts.
+        They repeat what the lazy checks would find, early and cheaply."""
+        m, res = self.m, self.p.resources
+        accs = self._accumulators()
+        for w in range(self.pool):
+            if not any(w in self.opw[a] for a in accs):
+                continue
+            base = self._held(w, accs)
+            self.add(m.Implies(self.used[w], m.And(m.LE(base, self.budget[w]), m.LE(base, self.int_(limit)))))
+            for op in self.p.ops:
+                if op.name in accs or w not in self.opw[op.name] or not res.tracked(op.regs):
+                    continue
+                load = m.Plus(base, self.int_(op.regs))
+                self.add(m.Implies(self.opw[op.name][w],
+                                   m.And(m.LE(load, self.budget[w]), m.LE(load, self.int_(limit)))))
+
+    def _length(self, item: Item) -> Any:
+        """The lifetime of ``item`` as a term."""
+        if item.end is None:
+            return self.int_(item.length)
+        return self.m.Minus(item.end, self.at(item.op, item.offset, item.offset_k))
+
+    def area_cuts(self) -> None:
+        """Eager implied constraints: the occupancy of a resource peaks at least at its mean over the II,
+        so ``base * II + Σ weight * lifetime <= cap * II`` (per group for registers). A cheap global view
+        the point checks lack; it refutes register- or memory-bound windows early."""
+        m = self.m
+        for resource, lazy in self.lazy.items():
+            if resource.startswith("unit/"):
+                continue
+            terms = []
+            for it in lazy.items:
+                area = self.times(it.weight, self._length(it))
+                terms.append(area if it.cond is None else m.Ite(it.cond, area, self.int_(0)))
+            if not lazy.per_group:
+                total = m.Plus([self.ii_times(lazy.base), *terms])
+                self.add(m.LE(total, self.ii_times(lazy.cap)))
+                continue
+            limit = min(self.p.resources.max_regs, self.p.resources.setmaxnreg_max)
+            for w in range(self.pool):
+                mine = [m.Ite(self.opw[it.holder][w], t, self.int_(0))
+                        for it, t in zip(lazy.items, terms, strict=True) if w in self.opw[it.holder]]
+                if not mine:
+                    continue
+                total = m.Plus([self.ii_times(lazy.base), *mine])
+                within = [m.LE(total, self.ii_times(limit))]
+                if not self.ranged:  # budget * II is not linear when II is an unknown
+                    within.append(m.LE(total, self.times(self.ii, self.budget[w])))
+                self.add(m.Implies(self.used[w], m.And(within[::-1])))
+
+    def symmetry_of_subtiles(self) -> None:
+        """If swapping two parts of the graph (sub-tiles) maps it onto itself, order the two copies:
+        the first op the swap moves starts no later than its image. Any schedule or its mirror image
+        satisfies this, and both have the same costs, so no optimum is lost."""
+        sigma = involution(self.p)
+        if sigma is None:
+            return
+        first = next(n for n in self.p.names if sigma[n] != n)
+        self.add(self.before(first, 0, sigma[first], 0))
+
+    def memory(self) -> None:
+        """SMEM and TMEM: live values, streaming-load buffers, staging buffers of register hand-offs."""
+        m, p = self.m, self.p
+        smem, tmem = [], []
+        for op in p.ops:
+            for kind, need, out in (("smem", op.smem, smem), ("tmem", op.tmem, tmem)):
+                if not need or kind in p.options.relax:
+                    continue
+                uses = [e for e in p.out_edges(op.name) if e.carrier == kind]
+                end, top = self._end(op.name, kind, uses, lambda e: p.op(e.dst).cycles, False)
+                ahead = p.options.prefetch if kind == "smem" and op.name in p.streaming else 0
+                step = p.resources.tmem_alloc_step
+                if kind == "tmem" and step:
+                    need = -(-need // step) * step
+                out.append(Item(op.name, 0, need, end=end, end_hi=top, offset_k=-ahead))
+        staged: dict[str, list[Edge]] = {}  # one staging buffer per value crossing groups
+        for e in p.edges:
+            src = p.op(e.src)
+            if e.carrier != "register" or e.src == e.dst or not src.result_bytes or "smem" in p.options.relax:
+                continue
+            if not self.same(e.src, e.dst).is_true():
+                staged.setdefault(e.src, []).append(e)
+        for name, edges in staged.items():
+            src = p.op(name)
+            end = m.Symbol(f"staged[{name}]", INT)
+            begin = src.cycles
+            top = max([self.hi[name] + begin + 1]
+                      + [self.hi[e.dst] + e.distance * self.ii_hi + 1 for e in edges])
+            self.add(m.GE(end, self.at(name, begin + 1)))
+            apart = [m.Not(self.same(name, e.dst)) for e in edges]
+            for e, crossing in zip(edges, apart, strict=True):
+                self.add(m.Implies(crossing, m.GE(end, self.at(e.dst, 1, e.distance))))
+            self.add(m.LE(end, self.int_(top)))
+            always = any(a.is_true() for a in apart)
+            smem.append(Item(name, begin, src.result_bytes, end=end, end_hi=top,
+                             cond=None if always else (apart[0] if len(apart) == 1 else m.Or(apart)),
+                             crosses=tuple((name, e.dst) for e in edges)))
+        if smem:
+            self.lazy["smem"] = Lazy(smem, p.resources.smem, p.fixed_smem, False)
+        if tmem:
+            self.lazy["tmem"] = Lazy(tmem, p.resources.tmem, p.fixed_tmem, False)
+
+    def build(self) -> None:
+        """Assert every eager family and define the lazy ones."""
+        self.timing()
+        self.groups()
+        self.dependence()
+        self.capacity()
+        self.blocking()
+        self.registers()
+        self.memory()
+        self.area_cuts()
+        self.symmetry_of_subtiles()
+        if not self.feasible:
+            self.add(self.m.FALSE())

@@ -1,0 +1,355 @@
+"""Joint software pipelining and warp specialization at one ``(II, n)``: solve, then tighten (paper §4).
+
+:class:`~twill.encoding.Encoder` states the problem; :func:`solve_joint` asks the SMT solver for a model,
+adding the liveness checks a model violates until one satisfies them all (lazy constraint generation),
+and then tightens the :data:`GOALS` lexicographically: shortest ``L``, fewest warp groups, least
+hand-off latency between groups, fewest registers (threads x ``setmaxnreg`` budget). Each step bisects
+between a lower bound and the best model and is proven by an UNSAT answer unless the deadline stops it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from twill.model.problem import Problem
+from twill.solvers.joint.encoding import Encoder
+from twill.solvers.smt import SmtSession
+from twill.solvers.status import CheckResult
+
+__all__ = ["GOALS", "JointResult", "RangeResult", "solve_joint", "solve_range"]
+
+GOALS = ("length", "groups", "handoffs", "registers")
+"""Secondary objectives at a fixed II, minimized in this order: the length ``L`` (shortest prologue and
+epilogue, as Algorithm 1), the number of warp groups, the total hand-off latency between groups (the
+communication the model prices only approximately), and the register file used (threads x budget)."""
+
+
+@dataclass(frozen=True)
+class JointResult:
+    """Outcome of the joint solve at one ``(II, n)``.
+
+    Attributes
+    ----------
+    ii, stages : int
+        The initiation interval and the stage window ``n`` (of the schedule found, when ``SAT``; the
+        largest window asked for otherwise).
+    status : CheckResult
+        ``SAT`` (a schedule), ``UNSAT`` (proof that none exists in the window), ``TIMEOUT`` or
+        ``INTERRUPTED`` (no answer).
+    start : mapping of str to int
+        Start of each op in iteration 0.
+    group : mapping of str to int
+        Warp group of each op (0 is the variable-latency group when there is one).
+    budgets : mapping of int to int
+        ``setmaxnreg`` budget (registers per thread) of each used group, as small as the model allows.
+    group_warps : mapping of int to int
+        Warps of each used group.
+    length : int
+        ``L``.
+    proven : mapping of str to bool
+        For each secondary objective (``length``, ``groups``, ``registers``), whether it was proven minimal.
+    checks : int
+        Solver calls made.
+    wall_s, build_s : float
+        Seconds in total and in building the formula.
+    n_terms : int
+        Assertions added.
+    length_low : int
+        A proven lower bound on ``L``, every shorter length refuted: with a schedule, ``length`` itself
+        once the length goal is proven; otherwise one past the windows refuted (``stages * ii + 1`` when
+        ``UNSAT``, the start of the window a deadline stopped).
+    interrupted : bool
+        Ctrl-C arrived while the secondary objectives were tightened: the schedule is the best found
+        so far (``proven`` says which goals were not finished).
+    """
+
+    ii: int
+    stages: int
+    status: CheckResult
+    start: Mapping[str, int] = field(default_factory=dict)
+    group: Mapping[str, int] = field(default_factory=dict)
+    budgets: Mapping[int, int] = field(default_factory=dict)
+    group_warps: Mapping[int, int] = field(default_factory=dict)
+    length: int = 0
+    proven: Mapping[str, bool] = field(default_factory=dict)
+    checks: int = 0
+    wall_s: float = 0.0
+    build_s: float = 0.0
+    n_terms: int = 0
+    interrupted: bool = False
+    length_low: int = 0
+
+
+def solve_joint(
+    problem: Problem,
+    ii: int,
+    stages: int,
+    *,
+    first: int | None = None,
+    min_length: int = 1,
+    backend: str = "yices",
+    deadline: float | None = None,
+    window_s: float | None = None,
+    optimize: bool = True,
+) -> JointResult:
+    """Solve the joint problem at ``ii`` for schedules of ``stages`` stages, or of the first window of
+    ``first .. stages`` that has one.
+
+    Parameters
+    ----------
+    problem : Problem
+        The loop, in (normalized) time units.
+    ii : int
+        Initiation interval.
+    stages : int
+        The window: ``(stages - 1) * ii < L <= stages * ii``.
+    first : int, optional
+        Decide the windows ``first .. stages`` in order with one formula (stated once for ``L <= stages *
+        ii``; each window asked inside a push, a refuted one closed off for good): the answer is the one
+        solving each window on its own would give, without stating a formula per window. The result's
+        ``stages`` is then the window of the schedule found.
+    min_length : int
+        A proven lower bound on ``L`` (the modulo ILP's minimum length), a valid cut.
+    backend : str
+        ``"yices"`` or ``"z3"``.
+    deadline : float, optional
+        ``time.monotonic()`` value at which to stop.
+    window_s : float, optional
+        Seconds each window may take (the one with a schedule: with its goals); the result then stops in
+        the window that ran out (``length_low`` says which).
+    optimize : bool
+        Tighten the secondary objectives (:data:`GOALS`, in order) after the first model.
+
+    Raises
+    ------
+    KeyboardInterrupt
+        Ctrl-C during a check (after the search was stopped).
+    """
+    start = time.monotonic()
+    first = stages if first is None else first
+    with SmtSession(backend) as sess:
+        enc = Encoder(problem, ii, stages, sess, min_length, upto=first < stages)
+        enc.build()
+        build_s = time.monotonic() - start
+        status, window, deadline = _windows(enc, sess, first, deadline, window_s)
+        length_low = max(min_length, (window - 1) * ii + 1)  # the windows below ``window`` are refuted
+        if status != CheckResult.SAT:
+            return JointResult(ii, stages, status, checks=sess.checks, wall_s=time.monotonic() - start,
+                               build_s=build_s, n_terms=enc.count, length_low=length_low)
+        best = _extract(enc, sess)
+        proven: dict[str, bool] = {}
+        interrupted = False
+        if optimize:
+            for goal in GOALS:
+                try:
+                    best, proven[goal], low = _tighten(enc, sess, goal, best, deadline,
+                                                       length_low if goal == "length" else None)
+                    if goal == "length":
+                        length_low = low
+                except KeyboardInterrupt:  # keep the schedule found; the caller reports the interrupt
+                    proven[goal], interrupted = False, True
+                if not proven[goal]:
+                    break
+        return JointResult(ii, window, CheckResult.SAT, best["start"], best["group"], best["budgets"],
+                           best["warps"], best["length"], proven, sess.checks, time.monotonic() - start,
+                           build_s, enc.count, interrupted, length_low)
+
+
+def _windows(enc: Encoder, sess: SmtSession, first: int, deadline: float | None,
+             window_s: float | None) -> tuple[CheckResult, int, float | None]:
+    """Check the windows ``first .. enc.n`` in order; returns the status, the window it ended in
+    (``enc.n + 1`` when every window is refuted) and that window's deadline. After ``SAT`` the window's
+    bound stays asserted, so the goals are tightened inside it."""
+
+    def until() -> float | None:
+        if window_s is None:
+            return deadline
+        end = time.monotonic() + window_s
+        return end if deadline is None else min(deadline, end)
+
+    if not enc.upto:
+        end = until()
+        status = _check(enc, sess, end)
+        return status, enc.n + (status == CheckResult.UNSAT), end
+    for n in range(first, enc.n + 1):
+        end = until()
+        sess.push()
+        mark = len(enc.scoped)
+        sess.add(enc.m.LE(enc.length, enc.int_(n * enc.ii)))
+        status = _check(enc, sess, end)
+        if status != CheckResult.UNSAT:
+            return status, n, end
+        sess.pop()
+        for formula in enc.scoped[mark:]:
+            sess.add(formula)
+        sess.add(enc.m.GT(enc.length, enc.int_(n * enc.ii)))
+    return CheckResult.UNSAT, enc.n + 1, deadline
+
+
+@dataclass(frozen=True)
+class RangeResult:
+    """Outcome of one range query (:func:`solve_range`).
+
+    Attributes
+    ----------
+    lo, hi, stages : int
+        The II range ``[lo, hi]`` and the largest stage count (every ``L <= stages * II``).
+    status : CheckResult
+        ``UNSAT``: no joint schedule for any II of the range with ``L <= stages * II``; ``SAT``: ``ii``
+        is the least II of the range with one; ``TIMEOUT`` / ``INTERRUPTED``: undecided beyond
+        ``refuted``.
+    ii : int
+        With ``SAT``, the least II of the range that has a schedule (every II below it was refuted).
+    refuted : int
+        Every II of ``[lo, refuted]`` was refuted (``lo - 1``: none; ``hi`` when UNSAT).
+    checks : int
+        Solver calls.
+    wall_s, build_s : float
+        Seconds in total and in stating the formula.
+    """
+
+    lo: int
+    hi: int
+    stages: int
+    status: CheckResult
+    ii: int = 0
+    refuted: int = 0
+    checks: int = 0
+    wall_s: float = 0.0
+    build_s: float = 0.0
+
+
+def solve_range(problem: Problem, lo: int, hi: int, stages: int, *, min_length: int = 1,
+                backend: str = "yices", deadline: float | None = None) -> RangeResult:
+    """The least II in ``[lo, hi]`` that has a joint schedule with ``L <= stages * II``, if any.
+
+    The II is an unknown of one formula (:class:`~twill.encoding.Encoder` with ``ii_hi``), so one UNSAT
+    answer refutes the whole range, where the search would otherwise refute each II and stage window
+    separately. After a first model at some II, the least one is found by bisection on ``II <= mid``
+    in the same solver session (push/pop; the lazy liveness checks found on the way are kept, each
+    refined against its model's own II). ``lo``, ``hi``, ``min_length`` and every time are in the
+    problem's (normalized) units; ``min_length`` must be a lower bound on ``L`` valid at every II of the
+    range (the critical path); ``deadline`` is a ``time.monotonic()`` value.
+
+    Raises
+    ------
+    KeyboardInterrupt
+        Ctrl-C during a check (after the search was stopped).
+    """
+    start = time.monotonic()
+    with SmtSession(backend) as sess:
+        enc = Encoder(problem, lo, stages, sess, min_length, ii_hi=hi, upto=True)
+        enc.build()
+        build_s = time.monotonic() - start
+
+        def done(status: CheckResult, ii: int = 0, refuted: int = lo - 1) -> RangeResult:
+            return RangeResult(lo, hi, stages, status, ii, refuted, sess.checks, time.monotonic() - start,
+                               build_s)
+
+        status = _check(enc, sess, deadline)
+        if status == CheckResult.UNSAT:
+            return done(status, refuted=hi)
+        if status != CheckResult.SAT:
+            return done(status)
+        best, low, status = _bisect(enc, sess, enc.II, 1, lo, _extract(enc, sess), "ii", deadline)
+        if status != CheckResult.SAT:
+            return done(status, refuted=low - 1)
+        return done(CheckResult.SAT, best["ii"], best["ii"] - 1)
+
+
+def _check(enc: Encoder, sess: SmtSession, deadline: float | None) -> CheckResult:
+    """Check, then add the liveness point checks the model violates, until a model satisfies them all
+    (lazy constraint generation: the relaxation is sound, and it only grows toward the full model)."""
+    while True:
+        status = sess.check(deadline)
+        if status != CheckResult.SAT:
+            return status
+        model = _extract(enc, sess)
+        if not enc.refine(model["start"], model["group"], model["all_budgets"], model["ii"]):
+            return status
+
+
+def _extract(enc: Encoder, sess: SmtSession) -> dict[str, Any]:
+    start = {v: sess.value(t) for v, t in enc.s.items()}
+    group = {v: next(w for w, b in enc.opw[v].items() if sess.value(b)) for v in enc.opw}
+    used = sorted(set(group.values()))
+    per = enc.p.resources.warps_per_group
+    return {
+        "ii": sess.value(enc.II) if enc.ranged else enc.ii,
+        "start": start,
+        "group": group,
+        "length": sess.value(enc.length),
+        "budgets": {w: sess.value(enc.budget[w]) for w in used},
+        "warps": {w: per * sess.value(enc.quads[w]) for w in used},
+        "n_groups": len(used),
+        "reg_total": sess.value(enc.reg_total),
+        "handoffs": sum(e.cross for e in enc.p.edges if group[e.src] != group[e.dst]),
+        "all_budgets": {w: sess.value(enc.budget[w]) for w in range(enc.pool)},
+    }
+
+
+def _goal(enc: Encoder, goal: str) -> tuple[Any, int, int]:
+    """The term to minimize for ``goal``, its granularity, and a lower bound on its value."""
+    m, res = enc.m, enc.p.resources
+    if goal == "length":  # solve_joint passes the window's own bound (the windows below it refuted)
+        return enc.length, 1, enc.min_length
+    if goal == "groups":
+        count = m.Plus([m.Ite(u, enc.int_(1), enc.int_(0)) for u in enc.used])
+        compute = any(not op.variable_latency for op in enc.p.ops)
+        return count, 1, (2 if enc.vl and compute else 1)
+    if goal == "handoffs":
+        return enc.handoff_total, 1, 0
+    step = 32 * res.warps_per_group * res.setmaxnreg_step
+    return enc.reg_total, step, 32 * res.warps_per_group * res.setmaxnreg_min
+
+
+def _tighten(enc: Encoder, sess: SmtSession, goal: str, best: dict[str, Any],
+             deadline: float | None, low: int | None = None) -> tuple[dict[str, Any], bool, int]:
+    """Minimize ``goal`` by bisection between a lower bound and the best model; fix it there.
+
+    Each probe asserts ``goal <= mid`` inside a push/pop: SAT lowers the upper end to the model's value,
+    UNSAT proves the optimum is above ``mid``. Returns the best model, whether its value is proven
+    minimal (False if the deadline stopped a probe; the session is then spent), and the proven lower
+    bound on the goal's value. ``low`` is a proven lower bound known beforehand.
+    """
+    term, step, least = _goal(enc, goal)
+    low = least if low is None else max(low, least)
+    key = {"length": "length", "groups": "n_groups", "handoffs": "handoffs", "registers": "reg_total"}[goal]
+    best, low, status = _bisect(enc, sess, term, step, low, best, key, deadline)
+    if status == CheckResult.SAT:
+        sess.add(enc.m.Equals(term, enc.int_(best[key])))
+    return best, status == CheckResult.SAT, low
+
+
+def _bisect(enc: Encoder, sess: SmtSession, term: Any, step: int, low: int, best: dict[str, Any], key: str,
+            deadline: float | None) -> tuple[dict[str, Any], int, CheckResult]:
+    """Least value of ``term`` (a multiple of ``step``, at least ``low``) over the models, by bisection
+    between ``low`` and the model ``best`` (whose value is ``best[key]``).
+
+    Each probe asserts ``term <= mid`` inside a push/pop: SAT lowers the upper end to the model's value,
+    UNSAT proves the least value is above ``mid``; lazily found liveness checks hold everywhere and are
+    kept after the pop. Returns the best model, the proven lower bound (a value, every smaller one
+    refuted) and ``SAT`` when the two met, else the status that stopped a probe (the deadline: the session
+    is then spent).
+    """
+    lo, hi = low // step, best[key] // step  # in units of step; the least value lies in [lo, hi]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        sess.push()
+        mark = len(enc.scoped)
+        sess.add(enc.m.LE(term, enc.int_(mid * step)))
+        status = _check(enc, sess, deadline)
+        if status == CheckResult.SAT:
+            best = _extract(enc, sess)
+            hi = best[key] // step
+        elif status == CheckResult.UNSAT:
+            lo = mid + 1
+        else:
+            return best, lo * step, status
+        sess.pop()
+        for formula in enc.scoped[mark:]:
+            sess.add(formula)
+    return best, lo * step, CheckResult.SAT
