@@ -115,3 +115,28 @@ def test_monkeypatching_through_the_old_path_reaches_the_new_module(monkeypatch)
 def test_unknown_attribute_is_still_an_error():
     with pytest.raises(AttributeError, match="no_such_module"):
         twill.no_such_module  # noqa: B018
+
+
+
+def test_contracts_have_no_exceptions():
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]
+    names = [c["name"] for c in config["contracts"]]
+    assert "Nothing imports the CLI" in names
+    assert [c["name"] for c in config["contracts"] if c.get("ignore_imports")] == []
+
+
+def test_library_modules_carry_no_argparse():
+    found = []
+    for path in sorted((ROOT / "twill").rglob("*.py")):
+        if (ROOT / "twill" / "cli") in path.parents:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            found += [f"{path.relative_to(ROOT)}:{node.lineno}" for n in names
+                      if n.split(".")[0] == "argparse"]
+    assert not found, found

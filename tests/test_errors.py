@@ -27,7 +27,7 @@ import pytest
 from rich.console import Console
 
 import twill
-import twill.cli
+import twill.cli.common
 import twill.solvers.smt
 from twill.cli import main
 from twill.errors import (
@@ -73,7 +73,7 @@ def cli(monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> Callable[[list[str]], tuple[int, str]]:
     """Run ``twill ARGV`` in this process; return its exit code and stderr (one line, as rich prints it on a
     console wide enough not to wrap)."""
-    monkeypatch.setattr(twill.cli, "_err", Console(stderr=True, width=10_000))
+    monkeypatch.setattr(twill.cli.common, "ERR", Console(stderr=True, width=10_000))
 
     def run(argv: list[str]) -> tuple[int, str]:
         code = main(argv)

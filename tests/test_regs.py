@@ -34,15 +34,15 @@ from twill.calibrate.regs import (
     RegReport,
     compile_registers,
     find_cliffs,
-    main,
-    parse_constexprs,
     parse_ptx,
     parse_ptxas_log,
     parse_resource_usage,
     parse_sass,
     render_table,
 )
+from twill.cli import main as twill_main
 from twill.errors import FrontendError
+from twill.frontend.constexprs import parse_assignments, parse_constexprs
 from twill.ir.costmodel import CostModel
 from twill.ir.machine import load_machine
 
@@ -95,9 +95,14 @@ def test_parse_ptx():
     assert parse_ptx("")["threads"] is None and parse_ptx("")["mma"] == "none"
 
 
+def main(argv: list[str]) -> int:
+    """``twill regs ARGV`` in this process."""
+    return twill_main(["regs", *argv])
+
+
 def test_parse_constexprs():
     assert parse_constexprs(["A=1", "B=2.5", "C=True", "D=x"]) == {"A": 1, "B": 2.5, "C": True, "D": "x"}
-    assert parse_constexprs(["k_desc=tensordesc<fp16[64, 128]>"], flag="--signature") == {
+    assert parse_assignments(["k_desc=tensordesc<fp16[64, 128]>"], flag="--signature") == {
         "k_desc": "tensordesc<fp16[64, 128]>"}
     with pytest.raises(FrontendError, match="NAME=VALUE"):
         parse_constexprs(["BLOCK_N"])
@@ -297,7 +302,7 @@ def test_fit_reproduces(fit):
 
 @pytest.mark.slow
 def test_module_entry_point():
-    proc = subprocess.run([sys.executable, "-m", "twill.calibrate.regs", DECODE, "--num-warps", "8"],
+    proc = subprocess.run([sys.executable, "-m", "twill.cli", "regs", DECODE, "--num-warps", "8"],
                           capture_output=True, text=True, timeout=300, check=False, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "64" in proc.stdout and "decode_attn" in proc.stdout

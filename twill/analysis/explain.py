@@ -18,7 +18,6 @@ A relaxed schedule is an answer to a question, not a schedule the machine can ru
 
 from __future__ import annotations
 
-import argparse
 import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ from twill.model.problem import RELAXABLE
 from twill.schedule import DECIDED, Schedule
 from twill.search.algorithm1 import schedule
 
-__all__ = ["WHAT_IFS", "Explanation", "Outcome", "add_parser", "explain", "run", "what_ifs"]
+__all__ = ["WHAT_IFS", "Explanation", "Outcome", "explain", "what_ifs"]
 
 WHAT_IFS: tuple[str, ...] = ("register_limit", "registers", "register_file", "smem", "tmem", "handoff",
                              "blocking", "groups", "max_stages", "cross_group", "apart")
@@ -309,53 +308,3 @@ def _default_description(family: str) -> str:
             "max_stages": "with any number of stages",
             "cross_group": "if register values could cross warp groups",
             "apart": "if the apart pairs could share a warp group"}[family]
-
-
-# ---------------------------------------------------------------------------------------------- CLI
-def add_parser(sub: Any) -> None:
-    """Register ``twill explain``."""
-    p = sub.add_parser("explain", help="which constraint families bind the schedule (why is II not lower?)")
-    p.add_argument("file", help="FILE.py[::KERNEL], FILE.py::graph_builder, FILE.ttgir or a graph .json")
-    p.add_argument("--machine", default="h100", help="bundled machine name or TOML path (default h100)")
-    p.add_argument("--constexpr", action="append", default=[], metavar="K=V", help="override a constexpr")
-    p.add_argument("--families", help=f"comma-separated what-ifs to try (default: all that apply): "
-                                      f"{', '.join(WHAT_IFS)}")
-    p.add_argument("--no-pairs", action="store_true", help="when there is no schedule, do not try pairs")
-    p.add_argument("--time-limit", type=float, metavar="S", help="seconds per solve")
-    p.add_argument("--solver", default="yices", choices=("yices", "z3", "cpsat"),
-                   help="joint solver: SMT backend yices or z3, or cpsat (OR-Tools CP-SAT, optional)")
-    p.add_argument("--max-groups", type=int, help="warp groups offered to the solver")
-    p.add_argument("--register-limit", type=int, help="registers per thread per warp group")
-    p.add_argument("--no-cross-group", action="store_true",
-                   help="forbid register values crossing warp groups")
-    p.add_argument("--apart", action="append", default=[], metavar="OP,OP",
-                   help="keep these two ops on different warp groups (repeatable)")
-    p.add_argument("--max-stages", type=int, help="largest number of pipeline stages")
-    p.add_argument("--stage-slack", type=int, default=1, help="stage windows tried per II (default 1)")
-    p.set_defaults(func=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    """Run ``twill explain``; exit 0 when a schedule exists, 1 when none does."""
-    from twill.cli import cli_constexprs, load_graph
-    from twill.render.terminal import make_console
-
-    graph = load_graph(args.file, args.machine, cli_constexprs(args.constexpr))
-    console = make_console()
-    options: dict[str, Any] = {"solver": args.solver, "time_limit": args.time_limit,
-                               "max_groups": args.max_groups, "register_limit": args.register_limit,
-                               "cross_group": not args.no_cross_group, "max_stages": args.max_stages,
-                               "stage_slack": args.stage_slack}
-    if args.apart:
-        options["apart"] = [tuple(n.strip() for n in pair.split(",")) for pair in args.apart]
-    families = [f.strip() for f in args.families.split(",") if f.strip()] if args.families else None
-    with console.status("solving...") as status:
-        def report(fams: tuple[str, ...]) -> None:
-            what = f"with {' + '.join(fams)} relaxed" if fams else "the real problem"
-            status.update(f"solving {what}")
-
-        result = explain(graph, args.machine, families=families, pairs=not args.no_pairs, on_solve=report,
-                         **options)
-    for line in result.lines():
-        console.print(line, markup=False, highlight=False, soft_wrap=True)
-    return 0 if result.baseline is not None else 1

@@ -55,7 +55,6 @@ overrides it per op name or kind. An op's result is never ready before its units
 
 from __future__ import annotations
 
-import argparse
 import bisect
 import itertools
 import math
@@ -70,7 +69,7 @@ from twill.model.liveness import memory_intervals, register_intervals
 from twill.model.problem import HANDOFF_UNIT, Edge, Problem
 from twill.schedule import Schedule
 
-__all__ = ["REASONS", "UNIT_ORDERS", "BarrierStats", "OpRun", "SimResult", "add_parser", "run", "simulate"]
+__all__ = ["REASONS", "UNIT_ORDERS", "BarrierStats", "OpRun", "SimResult", "scaled_latencies", "simulate"]
 
 REASONS = ("data", "blocking", "buffer", "unit")
 """Why a warp group stalls: ``data`` (a value not yet ready: another group's result behind its full
@@ -790,51 +789,43 @@ class _Engine:
                          "schedule" if self.ordered else "greedy")
 
 
-# ---------------------------------------------------------------------------------------------- CLI
-def add_parser(sub: Any) -> None:
-    """Register ``twill simulate``."""
-    p = sub.add_parser("simulate", help="simulate a saved schedule on one SM (cycles, stalls, deadlocks)")
-    p.add_argument("file", help="schedule JSON written by `twill schedule --json`")
-    p.add_argument("--iterations", type=int, default=64, help="trip count (default 64)")
-    p.add_argument("--latency", type=float, metavar="CYCLES",
-                   help="fixed latency of the variable-latency ops (default: drawn around the machine's)")
-    p.add_argument("--latency-scale", type=float, default=1.0, metavar="X",
-                   help="multiply the variable-latency ops' latency by X")
-    p.add_argument("--seed", type=int, default=0, help="seed of the latency draws")
-    p.add_argument("--unit-order", default="schedule", choices=UNIT_ORDERS,
-                   help="units serve ops in the schedule's order (default) or first come, first served")
-    p.set_defaults(func=run)
+def scaled_latencies(schedule: Schedule, scale: float = 1.0, fixed: float | None = None) -> Latencies:
+    """The ``latencies`` argument of :func:`simulate` for a latency scale and an optional fixed latency.
 
+    Parameters
+    ----------
+    schedule : Schedule
+        The schedule to be simulated (its machine's ``cost.tma_latency`` is the median of the TMA loads).
+    scale : float
+        Factor on every variable-latency op's latency (1: the default draws).
+    fixed : float, optional
+        A fixed latency in cycles for the variable-latency ops (then multiplied by ``scale``); None: drawn
+        from the log-normal distribution around the machine's latency (or the op's, in machine cycles)
+        with spread :data:`LOGNORMAL_SIGMA`.
 
-def run(args: argparse.Namespace) -> int:
-    """Run ``twill simulate``."""
-    from pathlib import Path
+    Returns
+    -------
+    Latencies
+        None for the default draws (``scale`` 1, no ``fixed``), a number, or a sampler.
 
-    from twill.render.terminal import make_console
-
-    path = Path(args.file)
-    if not path.is_file():
-        raise TwillError(f"no such file: {args.file}")
-    sched = Schedule.from_json(path.read_text())
-    latencies: Latencies = None
-    scale = args.latency_scale
+    Raises
+    ------
+    TwillError
+        ``scale`` is not a finite number > 0, or ``fixed`` not a finite number >= 0.
+    """
     if not math.isfinite(scale) or scale <= 0:
-        raise TwillError(f"--latency-scale {scale} must be a finite number > 0 (a factor on the latencies)")
-    if args.latency is not None and (not math.isfinite(args.latency) or args.latency < 0):
-        raise TwillError(f"--latency {args.latency} must be a finite number of cycles >= 0")
-    if args.latency is not None:
-        latencies = args.latency * scale
-    elif scale != 1.0:
-        median = _machine_tma_latency(sched)
+        raise TwillError(f"latency scale {scale} must be a finite number > 0 (a factor on the latencies)")
+    if fixed is not None and (not math.isfinite(fixed) or fixed < 0):
+        raise TwillError(f"fixed latency {fixed} must be a finite number of cycles >= 0")
+    if fixed is not None:
+        return fixed * scale
+    if scale == 1.0:
+        return None
+    median = _machine_tma_latency(schedule)
 
-        def scaled(rng: random.Random, op: Op, i: int) -> float:
-            base = median if (median is not None and op.kind.startswith("tma")) else \
-                op.latency * sched.problem.cycles_per_unit
-            return scale * rng.lognormvariate(math.log(base), LOGNORMAL_SIGMA)
+    def scaled(rng: random.Random, op: Op, i: int) -> float:
+        base = median if (median is not None and op.kind.startswith("tma")) else \
+            op.latency * schedule.problem.cycles_per_unit
+        return scale * rng.lognormvariate(math.log(base), LOGNORMAL_SIGMA)
 
-        latencies = scaled
-    result = simulate(sched, args.iterations, latencies, args.seed, unit_order=args.unit_order)
-    console = make_console()
-    for line in result.summary():
-        console.print(line)
-    return 0
+    return scaled

@@ -7,10 +7,9 @@ from twill.apply.triton import (
     AppliedKernelResult,
     ApplyError,
     ApplyReport,
-    add_parser,
     apply,
-    run,
+    refuse_unsupported,
     triton_apart,
 )
 
-__all__ = ["AppliedKernelResult", "ApplyError", "ApplyReport", "add_parser", "apply", "run", "triton_apart"]
+__all__ = ["AppliedKernelResult", "ApplyError", "ApplyReport", "apply", "refuse_unsupported", "triton_apart"]

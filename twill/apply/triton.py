@@ -21,7 +21,6 @@ launches with the original signature. ``docs/apply.md`` says what survives the t
 
 from __future__ import annotations
 
-import argparse
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,7 +34,7 @@ from twill.errors import FrontendError
 from twill.ir.machine import Machine
 from twill.schedule import Schedule
 
-__all__ = ["AppliedKernelResult", "ApplyError", "ApplyReport", "add_parser", "apply", "run", "triton_apart"]
+__all__ = ["AppliedKernelResult", "ApplyError", "ApplyReport", "apply", "refuse_unsupported", "triton_apart"]
 
 
 @dataclass(frozen=True)
@@ -313,7 +312,7 @@ def apply(schedule: Schedule, kernel: Any, *, prefetch: int | None = None,
     spec = kernel if isinstance(kernel, KernelSpec) else load_kernel(os.fspath(kernel))
     target = target_for(machine)
     snaps = compile_to_ttgir(spec, target=target)
-    _refuse_unsupported(snaps, target)
+    refuse_unsupported(snaps, target)
     lowering = lower_loop(parse_ttgir(snaps.scheduled), machine, name=spec.name)
     placement = plan_placement(schedule, lowering, prefetch=prefetch)
     if target == "sm_100":
@@ -425,7 +424,7 @@ def _check_partitions(ttgir: str, schedule: Schedule, plan: Any, lowering: Any) 
 
 
 # ------------------------------------------------------------------------------------------------ CLI
-def _refuse_unsupported(snaps: Any, target: str) -> None:
+def refuse_unsupported(snaps: Any, target: str) -> None:
     """Raise :class:`ApplyError` for a kernel apply cannot compile, before any solve or compile.
 
     * A graph built with split tensor-memory loads (their loads carry no token a pipeliner could order).
@@ -453,61 +452,3 @@ def _refuse_unsupported(snaps: Any, target: str) -> None:
                          "between partitions ('cpasync not supported yet' in its NVWSInsertAref pass); load "
                          "through tensor descriptors (TMA) as examples/gemm.py::matmul does, or apply the "
                          "kernel for sm_90")
-
-
-def add_parser(subparsers: Any) -> None:
-    """Add the ``apply`` subcommand to an :mod:`argparse` subparsers object (``func=run``)."""
-    p = subparsers.add_parser(
-        "apply", help="apply a schedule to the kernel through Triton and build the cubin",
-        description="Solve (or read --schedule), write twill's stages, order and (sm_100) warp groups "
-                    "into Triton's scheduled TTGIR, finish the compile to a cubin and save it as a "
-                    "launchable kernel; prints what was kept and what was dropped.")
-    p.add_argument("file", help="FILE.py[::KERNEL] with a TWILL_KERNELS entry")
-    p.add_argument("--machine", default=None,
-                   help="machine to solve for (default h100; with --schedule, the schedule's machine)")
-    p.add_argument("--schedule", metavar="JSON", help="use this saved schedule instead of solving")
-    p.add_argument("-o", "--output", required=True, metavar="DIR", help="folder for the compiled kernel")
-    p.add_argument("--prefetch", type=int, help="stages between a streaming load and its consumer")
-    p.add_argument("--time-limit", type=float, metavar="S", help="seconds for the solve")
-    p.add_argument("--no-baseline", action="store_true", help="do not compile Triton's own schedule beside")
-    p.add_argument("--no-peel", action="store_true",
-                   help="sm_90: keep Triton's predicated last iteration (do not peel the epilogue)")
-    p.add_argument("--no-compile", action="store_true", help="stop after writing the TTGIR")
-    p.set_defaults(func=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    """Run ``twill apply``: solve or load the schedule, apply it, save the kernel, print the report."""
-    from twill.cli import check_output
-    from twill.errors import TwillError
-    from twill.render.terminal import make_console
-
-    console = make_console()
-    out = check_output(args.output, folder=True)
-    if args.schedule:
-        path = Path(args.schedule)
-        if not path.is_file():
-            raise TwillError(f"no such file: {args.schedule}")
-        sched = Schedule.from_json(path.read_text())
-    else:
-        args.machine = args.machine or "h100"
-        from twill.frontend.compile import compile_to_ttgir, load_kernel, target_for
-        from twill.frontend.lower import graph_from_kernel
-        from twill.ir.machine import load_machine
-        from twill.search.algorithm1 import schedule as solve
-
-        target = target_for(load_machine(args.machine))
-        _refuse_unsupported(compile_to_ttgir(load_kernel(args.file), target=target), target)  # before solving
-        graph = graph_from_kernel(args.file, args.machine)
-        apart = triton_apart(graph) if target == "sm_100" else ()
-        with console.status(f"solving {graph.name} for {args.machine}..."):
-            sched = solve(graph, args.machine, time_limit=args.time_limit, apart=apart)
-    result = apply(sched, args.file, prefetch=args.prefetch, output_dir=args.output,
-                   compile=not args.no_compile, baseline=not args.no_baseline, peel=not args.no_peel,
-                   machine=args.machine)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "schedule.json").write_text(sched.to_json())
-    (out / "applied.ttgir").write_text(result.ttgir)
-    print(result.report.render())
-    print(f"wrote {out}/")
-    return 0

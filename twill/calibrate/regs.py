@@ -16,8 +16,8 @@ grows, ptxas gives each thread fewer registers (a tile spread over more threads 
 and the launch cap ``65536 / threads`` bites at 512+ threads), usually without any spill instruction. Rows
 where registers fall are flagged, the steepest fall is marked as the cliff, and spills are flagged.
 
-    >>> reports = sweep("examples/decode_attention.py", num_warps=(2, 4))   # doctest: +SKIP
-    >>> [(r.num_warps, r.registers, r.spills) for r in reports]              # doctest: +SKIP
+    >>> reports = sweep("examples/decode_attention.py", num_warps=(2, 4), sass=False)
+    >>> [(r.num_warps, r.registers, r.spills) for r in reports]
     [(2, 168, False), (4, 96, False)]
 
 The register-footprint model that the scheduler uses (:meth:`twill.ir.costmodel.CostModel.regs_for`, the
@@ -27,13 +27,10 @@ and tested against these numbers in ``tests/test_regs.py``; ``docs/calibration.m
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import json
 import os
 import re
 import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -44,11 +41,12 @@ from typing import Any
 
 from twill.errors import FrontendError
 
-__all__ = ["Cliff", "RegReport", "add_parser", "compile_registers", "find_cliffs", "parse_constexprs",
-           "parse_ptx", "parse_ptxas_log", "parse_resource_usage", "parse_sass", "render_table", "run",
-           "run_triton_tool", "sweep", "triton_tool"]
+__all__ = ["Cliff", "RegReport", "compile_registers", "find_cliffs", "parse_ptx", "parse_ptxas_log",
+           "parse_resource_usage", "parse_sass", "render_table", "run_triton_tool", "sweep", "triton_tool"]
 
 _TARGETS = {90: ("sm_90a", "ptxas", "h100"), 100: ("sm_100a", "ptxas-blackwell", "b200")}
+"""Per compute capability (:data:`twill.frontend.targets.CAPABILITIES`): the ptxas ``--gpu-name``, the
+Triton wheel's ptxas binary and the bundled machine whose register cap applies."""
 
 
 @dataclass(frozen=True)
@@ -293,73 +291,16 @@ def parse_ptx(text: str) -> dict[str, Any]:
             "virtual_registers": sum(int(n) for n in _REG_DECL.findall(text))}
 
 
-def parse_constexprs(pairs: Iterable[str], *, flag: str = "--constexpr") -> dict[str, Any]:
-    """``["BLOCK_N=64", "CAUSAL=True"]`` -> ``{"BLOCK_N": 64, "CAUSAL": True}`` (int, float, bool or str).
-
-    >>> parse_constexprs(["BLOCK_N=64", "SCALE=0.5", "CAUSAL=True", "MODE=fast"])
-    {'BLOCK_N': 64, 'SCALE': 0.5, 'CAUSAL': True, 'MODE': 'fast'}
-    """
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        key, value = key.strip(), value.strip()
-        if not sep or not key:
-            raise FrontendError(f"{flag} {pair!r} must look like NAME=VALUE")
-        if flag != "--constexpr":
-            out[key] = value
-            continue
-        try:
-            out[key] = int(value)
-        except ValueError:
-            try:
-                out[key] = float(value)
-            except ValueError:
-                out[key] = {"True": True, "False": False, "true": True, "false": False}.get(value, value)
-    return out
-
-
 # ------------------------------------------------------------------------------------------------ compile
-def _capability(target: str) -> int:
-    match = re.fullmatch(r"(?:sm_|cuda:)?(\d+)a?", target.strip())
-    if match is None or int(match.group(1)) not in _TARGETS:
-        raise FrontendError(f"target {target!r} is not supported; use 'sm_90' (Hopper) or 'sm_100' "
-                            "(Blackwell)")
-    return int(match.group(1))
-
-
-def _ast_source(spec: Any, constexprs: Mapping[str, Any], divisible: Iterable[str]) -> Any:
-    from triton.compiler.compiler import ASTSource
-
-    fn = spec.fn
-    missing = [a for a in fn.arg_names if a not in spec.signature and a not in constexprs]
-    if missing:
-        raise FrontendError(f"kernel {spec.name!r}: no type or constexpr value for argument(s) "
-                            f"{', '.join(missing)} (use --signature NAME=TYPE or --constexpr NAME=VALUE)")
-    signature = {a: "constexpr" if a in constexprs else spec.signature[a] for a in fn.arg_names}
-    wanted = set(divisible)
-    attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if a in wanted}
-    return ASTSource(fn, signature, dict(constexprs), attrs)
-
-
 def _to_ptx(src: Any, capability: int, num_warps: int, num_stages: int) -> tuple[str, int]:
     """Triton's stages up to PTX (the cubin is assembled here, so the ptxas log is kept)."""
-    from triton._C.libtriton import ir
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import make_backend
+    from twill.frontend.compile import triton_pipeline
 
-    target = GPUTarget("cuda", capability, 32)
-    backend = make_backend(target)
-    options = backend.parse_options({"num_warps": num_warps, "num_stages": num_stages})
-    context = ir.context()
-    ir.load_dialects(context)
-    backend.load_dialects(context)
-    module = src.make_ir(target, options, backend.get_codegen_implementation(options),
-                         backend.get_module_map(), context)
-    stages: dict[str, Any] = {}
-    backend.add_stages(stages, options, src.language)
-    metadata: dict[str, Any] = {"hash": "twill-regs", "target": target, **options.__dict__}
+    pipeline = triton_pipeline(src, capability, num_warps, num_stages)
+    metadata: dict[str, Any] = {"hash": "twill-regs", "target": pipeline.target, **pipeline.options.__dict__}
+    module = pipeline.module
     for name in ("ttir", "ttgir", "llir", "ptx"):
-        module = stages[name](module, metadata)
+        module = pipeline.stages[name](module, metadata)
     return str(module), int(metadata.get("shared", 0))
 
 
@@ -402,14 +343,15 @@ def compile_registers(kernel: Any, *, target: str = "sm_90", num_warps: int | No
     """
     import triton
 
-    from twill.frontend.compile import KernelSpec, default_divisible, load_kernel
+    from twill.frontend.compile import KernelSpec, default_divisible, kernel_source, load_kernel
+    from twill.frontend.targets import target_capability
     from twill.ir.costmodel import CostModel
     from twill.ir.machine import load_machine
 
     if not triton.__version__.startswith("3.6"):
         raise FrontendError(f"twill regs replicates Triton 3.6's compile; Triton {triton.__version__} is "
                             "installed")
-    capability = _capability(target)
+    capability = target_capability(target)
     arch, ptxas, machine_name = _TARGETS[capability]
     spec = kernel if isinstance(kernel, KernelSpec) else load_kernel(os.fspath(kernel))
     if signature:
@@ -427,7 +369,7 @@ def compile_registers(kernel: Any, *, target: str = "sm_90", num_warps: int | No
     stages = num_stages if num_stages is not None else spec.num_stages
     t0 = time.perf_counter()
     try:
-        ptx, shared = _to_ptx(_ast_source(spec, values, hinted), capability, warps, stages)
+        ptx, shared = _to_ptx(kernel_source(spec, values, hinted), capability, warps, stages)
     except FrontendError:
         raise
     except Exception as exc:  # Triton raises CompilationError, RuntimeError, AssertionError, ...
@@ -535,82 +477,3 @@ def render_table(reports: Sequence[RegReport]) -> Any:
                       "-" if r.stl is None else f"{r.stl}/{r.ldl}", str(r.shared_bytes), budgets or "-",
                       r.mma, flags, style=style)
     return table
-
-
-# ------------------------------------------------------------------------------------------------ CLI
-def _warps(text: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--num-warps {text!r} must be a comma-separated list of integers") \
-            from None
-    if not values or any(v < 1 or v & (v - 1) for v in values):
-        raise argparse.ArgumentTypeError(f"--num-warps {text!r}: each value must be a power of two >= 1")
-    return values
-
-
-def add_parser(subparsers: Any) -> None:
-    """Add the ``regs`` subcommand to an :mod:`argparse` subparsers object (``func=run``)."""
-    p = subparsers.add_parser(
-        "regs", help="registers, spills and SMEM per num_warps from ptxas (CPU only)",
-        description="Compile a Triton kernel on the CPU for each num_warps and print registers per thread, "
-                    "spills, STL/LDL, shared memory and setmaxnreg budgets from the ptxas and cuobjdump "
-                    "shipped in the Triton wheel; flags the register cliff and spills.")
-    p.add_argument("file", help="FILE.py[::KERNEL] with a TWILL_KERNELS entry")
-    p.add_argument("--target", default="sm_90", help="sm_90 (default) or sm_100")
-    p.add_argument("--num-warps", type=_warps, default=[2, 4, 8, 16], metavar="W,W,...",
-                   help="comma-separated num_warps values (default 2,4,8,16)")
-    p.add_argument("--num-stages", type=int, help="num_stages (default the kernel entry's)")
-    p.add_argument("--constexpr", action="append", default=[], metavar="K=V", help="override a constexpr")
-    p.add_argument("--signature", action="append", default=[], metavar="ARG=TYPE",
-                   help="override an argument type, e.g. k_desc='tensordesc<fp16[64, 128]>'")
-    p.add_argument("--json", metavar="OUT", help="also write the reports as JSON")
-    p.set_defaults(func=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    """Run ``twill regs``: print the table, the register cliff and the spilling rows; returns 0."""
-    from twill.cli import check_output
-    from twill.render.terminal import make_console
-
-    if args.json:
-        check_output(args.json)
-    reports = sweep(args.file, target=args.target, num_warps=args.num_warps, num_stages=args.num_stages,
-                    constexprs=parse_constexprs(args.constexpr),
-                    signature=parse_constexprs(args.signature, flag="--signature"))
-    console = make_console()
-    console.print(render_table(reports))
-    for cliff in find_cliffs(reports):
-        if cliff.steepest:
-            console.print(f"register cliff: num_warps {cliff.before.num_warps} -> {cliff.after.num_warps}: "
-                          f"{cliff.before.registers} -> {cliff.after.registers} registers/thread "
-                          f"(-{cliff.drop:.0%}){'' if cliff.after.spills else ', no spill instructions'}",
-                          soft_wrap=True)
-    spilling = [r.num_warps for r in reports if r.spills]
-    if spilling:
-        console.print(f"[red]spills[/] at num_warps {', '.join(map(str, spilling))}", soft_wrap=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps([r.to_dict() for r in reports], indent=1), encoding="utf-8")
-    return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m twill.calibrate.regs ...``: the ``regs`` subcommand on its own."""
-    from twill.errors import TwillError
-    from twill.render.terminal import make_console
-
-    parser = argparse.ArgumentParser(prog="twill")
-    sub = parser.add_subparsers(dest="command", required=True)
-    add_parser(sub)
-    args = parser.parse_args(["regs", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        return run(args)
-    except TwillError as exc:
-        from rich.markup import escape
-
-        make_console(stderr=True).print(f"[red]error[/] ({type(exc).__name__}): {escape(str(exc))}")
-        return 2
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

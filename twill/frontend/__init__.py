@@ -4,6 +4,8 @@
   software pipelining (:func:`compile_to_ttgir`, :func:`load_kernel`).
 * :mod:`twill.frontend.ttgir` -- parse TTGIR into an op tree with types, attributes, lines and source
   locations (:func:`parse_ttgir`).
+* :mod:`twill.frontend.targets` -- the one parser of compile targets (``sm_90``, ``cuda:100``) and
+  :mod:`twill.frontend.constexprs` the one parser of ``--constexpr NAME=VALUE`` values.
 * :mod:`twill.frontend.lower` -- fold, merge and cost the ops of the loop body into a graph
   (:func:`graph_from_ttgir`, :func:`graph_from_kernel`, :func:`lower_loop`).
 
@@ -16,9 +18,10 @@ from twill.frontend.compile import (
     compile_to_ttgir,
     default_divisible,
     load_kernel,
-    target_for,
 )
+from twill.frontend.constexprs import parse_constexprs
 from twill.frontend.lower import Lowering, find_loop, graph_from_kernel, graph_from_ttgir, lower_loop
+from twill.frontend.targets import target_capability, target_for
 from twill.frontend.ttgir import Block, Op, TTGIRModule, Value, parse_ttgir
 
 __all__ = [
@@ -36,6 +39,8 @@ __all__ = [
     "graph_from_ttgir",
     "load_kernel",
     "lower_loop",
+    "parse_constexprs",
     "parse_ttgir",
+    "target_capability",
     "target_for",
 ]

@@ -29,7 +29,6 @@ import contextlib
 import hashlib
 import importlib.util
 import os
-import re
 import sys
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
@@ -38,10 +37,10 @@ from pathlib import Path
 from typing import Any
 
 from twill.errors import FrontendError, TwillWarning
-from twill.ir.machine import Machine
+from twill.frontend.targets import target_capability, target_for
 
-__all__ = ["KernelSpec", "TTGIRSnapshots", "compile_to_ttgir", "default_divisible", "kernel_source",
-           "load_kernel", "stderr_to", "target_capability", "target_for"]
+__all__ = ["KernelSpec", "TTGIRSnapshots", "TritonPipeline", "compile_to_ttgir", "default_divisible",
+           "kernel_source", "load_kernel", "stderr_to", "target_capability", "target_for", "triton_pipeline"]
 
 _INT_TYPES = ("i32", "i64", "u32", "u64")
 _SPEC_KEYS = {"kernel", "signature", "constexprs", "num_warps", "num_stages", "default", "divisible"}
@@ -126,29 +125,6 @@ class TTGIRSnapshots:
         for key, path in paths.items():
             path.write_text(getattr(self, key), encoding="utf-8")
         return paths
-
-
-def target_for(machine: Machine) -> str:
-    """Compile target of a machine: ``sm_90a`` -> ``"sm_90"``, ``sm_100a`` -> ``"sm_100"``."""
-    match = re.fullmatch(r"sm_(\d+)a?", machine.arch)
-    if match is None:
-        raise FrontendError(f"machine {machine.name!r} has arch {machine.arch!r}, not of the form sm_NN[a]")
-    return f"sm_{match.group(1)}"
-
-
-def target_capability(target: str) -> int:
-    """The compute capability a target string names: ``"sm_90"``, ``"sm_90a"`` or ``"cuda:90"`` -> ``90``.
-
-    Raises
-    ------
-    FrontendError
-        If the target is not a Hopper (``sm_9x``) or Blackwell (``sm_10x``) one.
-    """
-    match = re.fullmatch(r"(?:sm_|cuda:)(\d+)a?", target.strip())
-    if match is None or int(match.group(1)) // 10 not in (9, 10):
-        raise FrontendError(f"target {target!r} is not supported; use 'sm_90' (Hopper) or 'sm_100' "
-                            "(Blackwell)")
-    return int(match.group(1))
 
 
 def _jit_functions(module: Any) -> dict[str, Any]:
@@ -479,21 +455,11 @@ def stderr_to(path: str) -> Iterator[None]:
 
 def _compile(spec: KernelSpec, src: Any, capability: int, num_warps: int, num_stages: int,
              split_loads: bool = True) -> TTGIRSnapshots:
-    from triton._C.libtriton import ir, passes
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import make_backend
+    from triton._C.libtriton import passes
 
-    target = GPUTarget("cuda", capability, 32)
-    backend = make_backend(target)
-    options = backend.parse_options({"num_warps": num_warps, "num_stages": num_stages})
-    context = ir.context()
-    ir.load_dialects(context)
-    backend.load_dialects(context)
-    module = src.make_ir(target, options, backend.get_codegen_implementation(options),
-                         backend.get_module_map(), context)
-    stages: dict[str, Any] = {}
-    backend.add_stages(stages, options, src.language)
-    module = stages["ttir"](module, {})
+    pipeline = triton_pipeline(src, capability, num_warps, num_stages)
+    options = pipeline.options
+    module = pipeline.stages["ttir"](pipeline.module, {})
     ttir = module.str()
     _run(module, lambda pm: _pre_swp_passes(pm, options, capability), "twill_pre_swp")
     split = split_loads and capability // 10 >= 10 and _splits_a_tmem_load(module.str())
@@ -512,3 +478,58 @@ def _compile(spec: KernelSpec, src: Any, capability: int, num_warps: int, num_st
     _run(module, schedule, "twill_schedule")
     return TTGIRSnapshots(spec.name, spec.source, f"sm_{capability}", num_warps, num_stages, ttir, pre_swp,
                           module.str(), split)
+
+
+@dataclass(frozen=True)
+class TritonPipeline:
+    """Triton 3.6's compile of one kernel, set up and not yet run: what :func:`triton_pipeline` returns.
+
+    Attributes
+    ----------
+    target : triton.backends.compiler.GPUTarget
+        ``cuda`` at the capability asked for, 32 threads per warp.
+    backend : triton.backends.nvidia.compiler.CUDABackend
+        The backend of that target.
+    options : CUDAOptions
+        The backend's options for the ``num_warps`` and ``num_stages`` asked for.
+    module : triton ModuleOp
+        The kernel's IR as ``ASTSource.make_ir`` builds it (before the ``ttir`` stage).
+    stages : dict of str to callable
+        Triton's stages by name (``ttir``, ``ttgir``, ``llir``, ``ptx``, ``cubin``), each
+        ``stage(module, metadata) -> module``.
+    """
+
+    target: Any
+    backend: Any
+    options: Any
+    module: Any
+    stages: dict[str, Any]
+
+
+def triton_pipeline(src: Any, capability: int, num_warps: int, num_stages: int) -> TritonPipeline:
+    """Set up Triton's own compile of ``src`` (an ``ASTSource``, :func:`kernel_source`) for ``capability``.
+
+    The one copy of the pipeline's start that the TTGIR snapshots (:func:`compile_to_ttgir`) and the ptxas
+    measurement (:func:`twill.calibrate.regs.compile_registers`) share: the caller runs the stages it needs.
+
+    Raises
+    ------
+    Exception
+        Whatever Triton raises building the IR (``CompilationError`` for a kernel it cannot read); callers
+        turn it into a :class:`FrontendError` naming the kernel.
+    """
+    from triton._C.libtriton import ir
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+
+    target = GPUTarget("cuda", capability, 32)
+    backend = make_backend(target)
+    options = backend.parse_options({"num_warps": num_warps, "num_stages": num_stages})
+    context = ir.context()
+    ir.load_dialects(context)
+    backend.load_dialects(context)
+    module = src.make_ir(target, options, backend.get_codegen_implementation(options),
+                         backend.get_module_map(), context)
+    stages: dict[str, Any] = {}
+    backend.add_stages(stages, options, src.language)
+    return TritonPipeline(target, backend, options, module, stages)

@@ -6,8 +6,9 @@ printed text gives what the bindings cannot: integer, array and dictionary attri
 are aligned op by op in pre-order (the bindings walk in post-order; the tree is rebuilt from the
 region/block parents). See ``shared/docs/ttgir-probe.md`` §1 for why this split is needed.
 
-    >>> mod = parse_ttgir("examples/gemm.ttgir")           # doctest: +SKIP
-    >>> [op.name for op in mod.find("scf.for")[0].body.ops][:2]   # doctest: +SKIP
+    >>> from twill.frontend.compile import compile_to_ttgir
+    >>> mod = parse_ttgir(compile_to_ttgir("examples/gemm.py").pre_swp)
+    >>> [op.name for op in mod.find("scf.for")[0].body.ops][:2]
     ['tt.descriptor_load', 'ttg.local_alloc']
 
 Errors: unreadable files and text MLIR rejects raise :class:`~twill.errors.FrontendError` with the line

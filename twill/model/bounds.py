@@ -8,9 +8,9 @@
 All functions take a :class:`~twill.problem.Problem` and work in its time units. References: Rau, "Iterative
 modulo scheduling" (MICRO 1994) §2; Twill paper §3.1.
 
-    >>> from twill.machine import load_machine
-    >>> from twill.paper import figure1_graph
-    >>> from twill.problem import build_problem
+    >>> from twill.ir.machine import load_machine
+    >>> from twill.ir.paper import figure1_graph
+    >>> from twill.model.problem import build_problem
     >>> p = build_problem(figure1_graph(), load_machine("h100"))
     >>> res_mii(p), rec_mii(p), critical_path(p)
     (2, 1, 3)

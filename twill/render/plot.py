@@ -17,7 +17,6 @@ Times are drawn in machine cycles (normalized units times ``cycles_per_unit``).
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ from twill.errors import TwillError
 from twill.ir.graph import Op
 from twill.schedule import Schedule
 
-__all__ = ["UNIT_COLORS", "add_parser", "figure", "mrt", "run", "save"]
+__all__ = ["UNIT_COLORS", "figure", "mrt", "save"]
 
 UNIT_COLORS: dict[str, str] = {
     "tc": "#d62728",
@@ -232,29 +231,3 @@ def save(schedule: Schedule, path: str | Path, **options: Any) -> Path:
         fig = figure(schedule, **options)
         fig.savefig(out, format=fmt, dpi=150 if fmt == "png" else None, metadata=metadata)
     return out
-
-
-# ---------------------------------------------------------------------------------------------- CLI
-def add_parser(sub: Any) -> None:
-    """Register ``twill plot``."""
-    p = sub.add_parser("plot", help="draw a saved schedule: Gantt chart per warp group and the MRT")
-    p.add_argument("file", help="schedule JSON written by `twill schedule --json`")
-    p.add_argument("-o", "--output", required=True, metavar="FILE", help="FILE.svg, FILE.png or FILE.pdf")
-    p.add_argument("--title", help="title of the picture")
-    p.add_argument("--width", type=float, default=13.0, help="width in inches (default 13)")
-    p.set_defaults(func=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    """Run ``twill plot``."""
-    from twill.render.terminal import make_console
-
-    path = Path(args.file)
-    if not path.is_file():
-        raise TwillError(f"no such file: {args.file}")
-    from twill.cli import check_output
-
-    check_output(args.output)
-    out = save(Schedule.from_json(path.read_text()), args.output, title=args.title, width=args.width)
-    make_console().print(f"wrote {out}")
-    return 0

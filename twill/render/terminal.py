@@ -2,7 +2,7 @@
 
 rich's :class:`~rich.console.Console` ends the process with exit status 1 when the reader of its stream
 goes away (``twill schedule ... | head``). :func:`make_console` returns one that raises
-:class:`BrokenPipeError` instead, which :func:`twill.cli.main` turns into the quiet exit a shell tool
+:class:`BrokenPipeError` instead, which :func:`twill.cli.main.main` turns into the quiet exit a shell tool
 makes on a closed pipe (status 141, 128 + SIGPIPE).
 """
 
