@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import sys
 import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import psutil
 import pulp
 
 from twill.errors import SolverError, SolverUnavailableError
@@ -78,49 +78,32 @@ def _quiet_stdout(active: bool) -> Iterator[None]:
 
 
 def _end_children(executable: str) -> list[int]:
-    """Terminate this process's child processes running ``executable`` (Linux ``/proc``); return their ids.
+    """Terminate this process's child processes running ``executable``; return their ids.
 
-    Only processes whose parent is this process and whose program is ``executable`` are touched: SIGTERM,
-    then SIGKILL if one has not exited within a second; each is reaped.
+    Only direct children of this process whose program (its executable, or the first word of its command
+    line) is ``executable`` are touched: SIGTERM, then SIGKILL for any that has not exited within a
+    second; each is reaped (:func:`psutil.wait_procs` waits on its own children).
     """
-    if not executable or not os.path.isdir("/proc"):
+    if not executable:
         return []
     want = os.path.realpath(executable)
-    mine = os.getpid()
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for child in psutil.Process().children(recursive=False):
         try:
-            with open(f"/proc/{entry}/stat") as fh:
-                parent = int(fh.read().rsplit(")", 1)[1].split()[1])
-            if parent != mine:
-                continue
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                program = fh.read().split(b"\0", 1)[0].decode(errors="replace")
-        except (OSError, ValueError, IndexError):
+            programs = {child.exe(), *child.cmdline()[:1]}
+        except (psutil.NoSuchProcess, psutil.AccessDenied):  # gone, a zombie, or not ours to read
             continue
-        if program and os.path.realpath(program) == want:
-            found.append(int(entry))
-    for pid in found:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGTERM)
-    for pid in found:
-        deadline = time.monotonic() + 1.0
-        while True:
-            try:
-                done, _ = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if done or time.monotonic() > deadline:
-                if not done:
-                    with contextlib.suppress(OSError):
-                        os.kill(pid, signal.SIGKILL)
-                    with contextlib.suppress(ChildProcessError):
-                        os.waitpid(pid, 0)
-                break
-            time.sleep(0.01)
-    return found
+        if any(p and os.path.realpath(p) == want for p in programs):
+            found.append(child)
+    for child in found:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.terminate()
+    _, alive = psutil.wait_procs(found, timeout=1.0)
+    for child in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
+    psutil.wait_procs(alive, timeout=1.0)
+    return [child.pid for child in found]
 
 
 def solve_ilp(model: pulp.LpProblem, *, backend: str = "cbc", time_limit: float | None = None) -> IlpResult:
