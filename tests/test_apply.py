@@ -7,6 +7,8 @@ Everything runs on the CPU in well under a minute: the two FlashAttention-forwar
 from __future__ import annotations
 
 import json
+import math
+import re
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,7 @@ from twill.apply.triton import ApplyError, apply
 from twill.cli import main
 from twill.frontend.compile import compile_to_ttgir
 from twill.frontend.lower import lower_loop
+from twill.ir.machine import load_machine
 from twill.schedule import Schedule
 
 DATA = Path(__file__).parent / "data"
@@ -269,6 +272,63 @@ def test_a_kernel_triton_compiles_to_a_trap_is_reported_as_none() -> None:
     examples = Path(__file__).resolve().parents[1] / "examples"
     spec = load_kernel(f"{examples / 'flash_attention_fwd_subtiled.py'}::attn_fwd_subtiled_sm100")
     stats = compiled_stats(finish_compile(spec, compile_to_ttgir(spec, target="sm_100").scheduled,
-                                          target="sm_100", num_stages=spec.num_stages), target="sm_100")
+                                          target="sm_100", num_stages=spec.num_stages), target="sm_100",
+                           smem_limit=load_machine("b200").smem_per_cta)
     assert stats.trap_only and not stats.smem_fits
     assert stats.summary().startswith("no kernel: Triton emitted only a trap")
+
+
+# ------------------------------------------------------------------------------ shared memory of the machine
+MACHINES = Path(__file__).resolve().parents[1] / "machines"
+GEMM = str(Path(__file__).parents[1] / "examples" / "gemm.py")
+
+
+def _machine_toml(folder: Path, name: str, smem_per_cta: int) -> Path:
+    """The bundled h100 description renamed ``name``, with ``memory.smem_per_cta`` = ``smem_per_cta``."""
+    text = (MACHINES / "h100.toml").read_text(encoding="utf-8")
+    text, renamed = re.subn(r'(?m)^name = "h100"', f'name = "{name}"', text)
+    text, limited = re.subn(r"(?m)^smem_per_cta = \{ value = \d+,",
+                            f"smem_per_cta = {{ value = {smem_per_cta},", text)
+    assert renamed == limited == 1
+    path = folder / f"{name}.{smem_per_cta}.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_a_kernel_over_the_machines_shared_memory_is_refused_and_not_written(sm90, tmp_path: Path) -> None:
+    schedule, result, _ = sm90
+    compiled = result.report.compiled.shared_bytes
+    assert result.report.compiled.smem_fits and compiled <= load_machine("h100").smem_per_cta
+    # the same schedule and kernel on an h100 whose CTA may use one byte less than the kernel needs
+    small = _machine_toml(tmp_path, "h100", compiled - 1)
+    out = tmp_path / "out"
+    with pytest.raises(ApplyError, match=rf"compiles to {compiled} B .* over the {compiled - 1} B") as err:
+        apply(schedule, KERNEL, output_dir=out, baseline=False, machine=small)
+    assert "not saved" in str(err.value)
+    assert not out.exists()
+
+
+def test_gemm_with_deep_prefetch_is_refused_on_a_small_machine(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 24: prefetch 2 on a 101376-byte machine compiled to more than that and was reported as fitting.
+    The same schedule on a machine that differs only in its limit shows what the kernel needs."""
+    import twill
+
+    limit = 101376
+    small = _machine_toml(tmp_path, "smallsmem", limit)
+    large = _machine_toml(tmp_path, "smallsmem", load_machine("h100").smem_per_cta)
+    sched = twill.schedule(twill.graph_from_kernel(GEMM, machine=small), machine=small, prefetch=2,
+                           time_limit=300)
+    fits = apply(sched, GEMM, output_dir=tmp_path / "large", baseline=False, machine=large).report.compiled
+    assert fits.smem_fits and fits.shared_bytes > limit  # the kernel needs more than the small machine has
+    # buffers as Triton allocates them: at least their bytes are shared memory
+    tiles = sum(math.prod(int(d) for d in shape.split("x")[:-1]) * 2 for shape in fits.buffers.values())
+    assert fits.shared_bytes >= tiles and all(shape.endswith("f16") for shape in fits.buffers.values())
+    out = tmp_path / "small"
+    saved = tmp_path / "s.json"
+    saved.write_text(sched.to_json(), encoding="utf-8")
+    code = main(["apply", GEMM, "--schedule", str(saved), "--machine", str(small), "-o", str(out),
+                 "--no-baseline"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and f"compiles to {fits.shared_bytes} B" in err and f"over the {limit} B" in err
+    assert not out.exists()

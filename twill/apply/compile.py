@@ -35,8 +35,6 @@ from twill.frontend.ttgir_text import split_top_level
 __all__ = ["PEEL_KEY", "CompileStats", "compiled_stats", "finish_compile", "tail_passes"]
 
 _HOOK_LOCK = threading.Lock()
-SMEM_LIMIT = {90: 232448, 100: 232448}
-"""Dynamic shared memory a CTA may use (bytes), sm_90 and sm_100."""
 
 
 def tail_passes(pm: Any, options: Any, capability: int) -> None:
@@ -211,7 +209,8 @@ class CompileStats:
     shared_bytes : int
         Dynamic shared memory per CTA.
     smem_fits : bool
-        ``shared_bytes`` within the target's per-CTA limit (Triton does not check this at compile time).
+        ``shared_bytes`` within ``smem_limit`` (Triton does not check the machine's limit at compile time)
+        and the kernel is not :attr:`trap_only`.
     num_warps, threads : int
         Warps of the CTA (``metadata.num_warps``) and threads at launch.
     setmaxnreg : tuple of (str, int)
@@ -229,6 +228,9 @@ class CompileStats:
     trap_only : bool
         The kernel's PTX body is a single ``trap`` (what Triton emits for a kernel whose shared memory
         is over the limit): the other fields then describe no real code.
+    smem_limit : int
+        Shared memory a CTA may use on the machine the kernel was compiled for (bytes; the machine's
+        ``memory.smem_per_cta``).
     """
 
     registers: int
@@ -244,6 +246,7 @@ class CompileStats:
     warp_specialize: int = 0
     loop_iter_args: int = 0
     trap_only: bool = False
+    smem_limit: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (JSON-ready)."""
@@ -258,7 +261,7 @@ class CompileStats:
                  self.spill_store_bytes or self.spill_load_bytes else ", no spills")
         bufs = ", ".join(f"{k} x{v.split('x')[0]}" for k, v in self.buffers.items())
         ws = f", {self.warp_specialize} partitions" if self.warp_specialize else ""
-        fit = "" if self.smem_fits else " (OVER THE LIMIT)"
+        fit = "" if self.smem_fits else f" (OVER THE LIMIT of {self.smem_limit} B)"
         if self.trap_only:
             return (f"no kernel: Triton emitted only a trap (it needs {self.shared_bytes} B of shared memory"
                     f"{fit.lower()})")
@@ -293,7 +296,7 @@ def _loop_shape(ttgir: str) -> tuple[bool, int]:
     return copies, len(split_top_level(inner)) if inner.strip() else 0
 
 
-def compiled_stats(compiled: Any, *, target: str, invariant_loads: int = 0) -> CompileStats:
+def compiled_stats(compiled: Any, *, target: str, smem_limit: int, invariant_loads: int = 0) -> CompileStats:
     """Registers, spills, shared memory and loop shape of a compiled kernel, without a GPU.
 
     Parameters
@@ -301,6 +304,9 @@ def compiled_stats(compiled: Any, *, target: str, invariant_loads: int = 0) -> C
     compiled : triton.compiler.CompiledKernel
     target : str
         ``sm_90`` or ``sm_100`` (picks ``ptxas`` or ``ptxas-blackwell``).
+    smem_limit : int
+        Bytes of shared memory a CTA may use on the machine (:attr:`twill.ir.machine.Machine.smem_per_cta`);
+        ``smem_fits`` compares the compiled kernel's allocation with it.
     invariant_loads : int
         Loads issued before the loop whatever the schedule (the Q tile); more than these in the final
         TTGIR means the loop was pipelined.
@@ -337,10 +343,10 @@ def compiled_stats(compiled: Any, *, target: str, invariant_loads: int = 0) -> C
     return CompileStats(
         registers=info["registers"], spill_store_bytes=info["spill_store_bytes"],
         spill_load_bytes=info["spill_load_bytes"], shared_bytes=shared,
-        smem_fits=shared <= SMEM_LIMIT[capability], num_warps=int(meta.num_warps),
+        smem_fits=shared <= smem_limit and instructions != ["trap;"], num_warps=int(meta.num_warps),
         threads=int(ptx_info["threads"] or 32 * int(meta.num_warps)), setmaxnreg=ptx_info["setmaxnreg"],
         buffers=buffers, pipelined=copies > invariant_loads or bool(ws), warp_specialize=parts,
-        loop_iter_args=iter_args, trap_only=instructions == ["trap;"])
+        loop_iter_args=iter_args, trap_only=instructions == ["trap;"], smem_limit=smem_limit)
 
 
 def partition_regions(ttgir: str) -> dict[int, dict[str, int]]:

@@ -183,7 +183,7 @@ _WASTE = ("the last iteration still works for an iteration that does not exist: 
 
 
 def _peeled(spec: Any, text: str, target: str, num_stages: int, invariant: int, compiled: Any,
-            stats: CompileStats, early: list[str]) -> tuple[Any, CompileStats, str, bool]:
+            stats: CompileStats, early: list[str], smem_limit: int) -> tuple[Any, CompileStats, str, bool]:
     """Compile ``text`` again with the last iteration peeled (:mod:`twill.apply.peel`) and keep that kernel
     only if it compiles and ptxas spills no more bytes (stores + loads) in it than in ``compiled``: the
     peeled copy of the body shares the function's registers, and on the sub-tiled FA forward (already
@@ -200,7 +200,10 @@ def _peeled(spec: Any, text: str, target: str, num_stages: int, invariant: int, 
     if not done:
         return compiled, stats, (f"epilogue not peeled (the pipelined loop is not in the form "
                                  f"twill.apply.peel reads): {waste}"), False
-    peeled_stats = compiled_stats(peeled, target=target, invariant_loads=invariant)
+    peeled_stats = compiled_stats(peeled, target=target, smem_limit=smem_limit, invariant_loads=invariant)
+    if stats.smem_fits and not peeled_stats.smem_fits:
+        return compiled, stats, (f"epilogue not peeled: the peeled kernel needs {peeled_stats.shared_bytes} "
+                                 f"B of shared memory, over the machine's {smem_limit}; {waste}"), False
     spills, peeled_spills = (st.spill_store_bytes + st.spill_load_bytes for st in (stats, peeled_stats))
     if peeled_spills > spills:
         return compiled, stats, (f"epilogue not peeled: with the last iteration peeled ptxas spills "
@@ -286,7 +289,9 @@ def apply(schedule: Schedule, kernel: Any, *, prefetch: int | None = None,
         splits a tensor-memory tile (its graph's TTGIR is not one Triton can pipeline), the schedule is a
         what-if (a constraint family left out), or its machine is neither bundled nor given, or is not
         the ``machine`` given; for sm_100, the loop loads through pointers (``cp.async``) or the
-        schedule puts a :func:`triton_apart` pair on one warp group (Triton 3.6 cannot compile either).
+        schedule puts a :func:`triton_apart` pair on one warp group (Triton 3.6 cannot compile either);
+        the compiled kernel needs more shared memory per CTA than the machine's ``memory.smem_per_cta``
+        (or Triton emitted only a trap): named with both byte counts, and nothing is saved.
     FrontendError
         The kernel cannot be compiled (before or after the edit); the message quotes Triton's notable
         diagnostics and names the file holding its whole output.
@@ -339,12 +344,13 @@ def apply(schedule: Schedule, kernel: Any, *, prefetch: int | None = None,
     invariant = sum(1 for op in lowering.module.ops() if op.name in ("tt.descriptor_load", "tt.load")
                     and lowering.loop not in op.ancestors())
     early = _early_compute(schedule, placement)
+    smem_limit = machine.smem_per_cta
     if compile:
         compiled = finish_compile(spec, rewrite.text, target=target, num_stages=num_stages)
-        stats = compiled_stats(compiled, target=target, invariant_loads=invariant)
+        stats = compiled_stats(compiled, target=target, smem_limit=smem_limit, invariant_loads=invariant)
         if early and target == "sm_90" and peel:
             compiled, stats, note, peeled = _peeled(spec, rewrite.text, target, num_stages, invariant,
-                                                    compiled, stats, early)
+                                                    compiled, stats, early, smem_limit)
             (kept if peeled else dropped).append(note)
         elif early:
             why = "--no-peel / peel=False" if target == "sm_90" else "twill peels only sm_90 loops"
@@ -355,12 +361,14 @@ def apply(schedule: Schedule, kernel: Any, *, prefetch: int | None = None,
             checks.append(_check_partitions(compiled.asm["ttgir"], schedule, plan, lowering))
         if baseline:
             default = finish_compile(spec, snaps.scheduled, target=target, num_stages=spec.num_stages)
-            default_stats = compiled_stats(default, target=target, invariant_loads=invariant)
+            default_stats = compiled_stats(default, target=target, smem_limit=smem_limit,
+                                           invariant_loads=invariant)
     report = ApplyReport(spec.name, target, schedule.machine, schedule.ii, schedule.stages,
                          placement.max_stage + 1, placement.prefetch, nodes, tuple(placement.slots),
                          tuple(kept), tuple(dropped), tuple(checks), stats, default_stats,
                          dict(plan.group_to_partition) if plan else {})
     if compile:
+        _refuse_over_smem(spec.name, stats, machine)
         folder = Path(output_dir) if output_dir is not None else Path("twill-apply") / f"{spec.name}.{target}"
         signature = {a: ("constexpr" if a in spec.constexprs else spec.signature[a])
                      for a in spec.fn.arg_names}
@@ -369,6 +377,19 @@ def apply(schedule: Schedule, kernel: Any, *, prefetch: int | None = None,
                                               report=report.to_dict(), applied_ttgir=rewrite.text)
         (folder / "report.txt").write_text(report.render() + "\n", encoding="utf-8")
     return AppliedKernelResult(applied, report, rewrite.text)
+
+
+def _refuse_over_smem(kernel: str, stats: CompileStats, machine: Machine) -> None:
+    """:class:`ApplyError` if the compiled kernel does not fit the machine's shared memory per CTA (or Triton
+    emitted only a trap, its answer to a kernel over its own limit): such a kernel is never saved."""
+    if stats.smem_fits:
+        return
+    what = ("Triton emitted only a trap for it (its answer to shared memory over the limit)"
+            if stats.trap_only else "it would not launch")
+    raise ApplyError(f"{kernel!r} compiles to {stats.shared_bytes} B of shared memory per CTA, over the "
+                     f"{machine.smem_per_cta} B that machine {machine.name!r} allows (memory.smem_per_cta): "
+                     f"{what}; the kernel is not saved (buffers: "
+                     f"{', '.join(f'{k} {v}' for k, v in stats.buffers.items()) or 'none'})")
 
 
 def _check_emitted(text: str, placement: Any, plan: Any) -> list[str]:
