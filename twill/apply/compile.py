@@ -312,8 +312,9 @@ def compiled_stats(compiled: Any, *, target: str, smem_limit: int, invariant_loa
         TTGIR means the loop was pipelined.
     """
     from twill.calibrate.regs import parse_ptx, parse_ptxas_log, run_triton_tool
+    from twill.frontend.targets import target_capability
 
-    capability = 100 if target.startswith("sm_10") else 90
+    capability = target_capability(target)
     ptx = compiled.asm["ptx"]
     with tempfile.TemporaryDirectory(prefix="twill-ptxas-") as tmp:
         path = Path(tmp) / "k.ptx"
