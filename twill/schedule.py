@@ -20,7 +20,7 @@ from twill.model.liveness import memory_intervals, register_intervals
 from twill.model.problem import Problem
 
 __all__ = ["DECIDED", "MAX_STAGES_READ", "SANITY_LIMIT", "SCHEMA_VERSION", "STRATEGIES", "Attempt",
-           "Certificate", "OpSlot", "PhaseStats", "Schedule", "WarpGroup", "group_role"]
+           "Certificate", "OpSlot", "PhaseStats", "Schedule", "ScopeRun", "WarpGroup", "group_role"]
 
 SCHEMA_VERSION = 1
 SANITY_LIMIT = 10**6
@@ -94,6 +94,22 @@ class Attempt:
 
 
 @dataclass(frozen=True)
+class ScopeRun:
+    """IIs ``lo .. hi`` (normalized units) each refuted for every schedule of at most ``stages`` stages
+    (``None``: of any length, e.g. no modulo schedule exists); ``complete`` when that covers every stage
+    count the model allows at each of these IIs."""
+
+    lo: int
+    hi: int
+    stages: int | None
+    complete: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form."""
+        return {"lo": self.lo, "hi": self.hi, "stages": self.stages, "complete": self.complete}
+
+
+@dataclass(frozen=True)
 class Certificate:
     """The optimality proof of a schedule.
 
@@ -112,6 +128,14 @@ class Certificate:
         Stage windows tried beyond the modulo schedule's (0: the paper's Algorithm 1).
     notes : tuple of str
         Plain-language remarks (normalization collapses, time limits).
+    scope : tuple of ScopeRun
+        What was refuted below the answer's II, as runs of IIs each refuted for every stage count up
+        to a number (``complete`` when that number reaches the stage bound of every II of the run,
+        :func:`twill.reductions.stage_bound`, or the user's ``max_stages``: then no stage count the
+        model allows is left). ``proven_optimal`` needs every II from the lower bound up covered
+        completely.
+    undecided : tuple of int
+        IIs below (or at) the answer's that some window or phase left undecided.
     """
 
     lower_bound: int
@@ -121,6 +145,8 @@ class Certificate:
     attempts: tuple[Attempt, ...]
     stage_slack: int = 0
     notes: tuple[str, ...] = ()
+    scope: tuple[ScopeRun, ...] = ()
+    undecided: tuple[int, ...] = ()
 
     def ruled_out(self) -> dict[int, str]:
         """For each II below the answer, why it failed (the last attempt's reason)."""
@@ -285,6 +311,8 @@ class Schedule:
                 "proven_optimal": self.certificate.proven_optimal,
                 "stage_slack": self.certificate.stage_slack,
                 "notes": list(self.certificate.notes),
+                "scope": [r.to_dict() for r in self.certificate.scope],
+                "undecided": list(self.certificate.undecided),
                 "attempts": [dict(a.__dict__) for a in self.certificate.attempts],
             },
             "stats": [dict(s.__dict__) for s in self.stats],
@@ -370,7 +398,11 @@ class Schedule:
                                _flag(c["proven_optimal"], "certificate.proven_optimal"), attempts,
                                _whole(c.get("stage_slack", 0), "certificate.stage_slack", low=0),
                                tuple(_text(n, "certificate.notes") for n in _rows(c.get("notes", []),
-                                                                                   "certificate.notes")))
+                                                                                   "certificate.notes")),
+                               tuple(_scope_run(r, f"certificate.scope[{i}]")
+                                     for i, r in enumerate(_rows(c.get("scope", []), "certificate.scope"))),
+                               tuple(_whole(x, "certificate.undecided", low=1)
+                                     for x in _rows(c.get("undecided", []), "certificate.undecided")))
             stats = tuple(_stat(row, f"stats[{i}]")
                           for i, row in enumerate(_rows(data.get("stats", []), "stats")))
             strategy = _text(data.get("strategy", "joint"), "strategy")
@@ -440,6 +472,14 @@ def _rows(value: Any, where: str) -> list[Any]:
     if not isinstance(value, list):
         raise ValueError(f"{where} is {type(value).__name__}, not a JSON list")
     return value
+
+
+def _scope_run(r: Any, where: str) -> ScopeRun:
+    row = _table(r, where)
+    stages = row.get("stages")
+    return ScopeRun(_whole(row["lo"], f"{where}.lo", low=1), _whole(row["hi"], f"{where}.hi", low=1),
+                    None if stages is None else _whole(stages, f"{where}.stages", low=0),
+                    _flag(row["complete"], f"{where}.complete"))
 
 
 def _attempt(a: Any, where: str) -> Attempt:

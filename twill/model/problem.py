@@ -671,8 +671,11 @@ def _check_memory(problem: Problem, kind: str, capacity: int, fixed: int, unit: 
     def need(op: Op) -> int:
         return op.smem if kind == "smem" else op.tmem
 
+    # Only an edge that carries the value in this memory keeps it live across iterations (an ordering
+    # self-edge, carrier "none", or a register self-edge holds nothing here).
     always = [op for op in problem.ops if need(op) and any(
-        e.src == op.name and e.dst == op.name and e.distance >= 1 for e in problem.edges)]
+        e.src == op.name and e.dst == op.name and e.distance >= 1 and e.carrier == kind
+        for e in problem.edges)]
     total = fixed + sum(need(op) for op in always)
     if total > capacity:
         terms = " + ".join([f"{fixed} loop-invariant"] + [f"{need(op)} ({op.name})" for op in always])

@@ -40,6 +40,7 @@ from twill.ir.machine import Machine, load_machine
 from twill.model.bounds import Bounds, bounds
 from twill.model.liveness import fold, memory_intervals, register_intervals
 from twill.model.problem import Edge, Options, Problem, build_problem, check_resources
+from twill.model.reductions import stage_bound
 from twill.schedule import (
     DECIDED,
     STRATEGIES,
@@ -47,6 +48,7 @@ from twill.schedule import (
     Certificate,
     PhaseStats,
     Schedule,
+    ScopeRun,
     make_groups,
     slots_from,
 )
@@ -115,6 +117,10 @@ class _Run:
     range_build: float = 0.0  # seconds to state the last range formula
     bounded: list[tuple[int, int, int]] = field(default_factory=list)  # (II, low, length): LEN(M) not proven
     methods: str = ""  # the joint solver and modulo method, for the certificate
+    first_window: dict[int, int] = field(default_factory=dict)  # II -> first window the modulo bound allows
+    range_covered: dict[int, int] = field(default_factory=dict)  # II -> stages a range query refuted up to
+    modulo_refuted: set[int] = field(default_factory=set)  # IIs without any modulo schedule
+    found: tuple | None = None  # the schedule found before the closing phase, for Ctrl-C there
 
     def note(self, attempt: Attempt, quiet: bool = False) -> None:
         """Record ``attempt``; report it (an ``attempt`` progress event) unless ``quiet``."""
@@ -379,13 +385,22 @@ def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp
     limit_ii = options.max_ii or _sequential_ii(problem)
     try:
         found = _search(run, limit_ii, solver, ilp, modulo, strategy)
+        if strategy == "joint":
+            found = _closed(run, found, limit_ii, solver, ilp, modulo)
     except KeyboardInterrupt as exc:
-        raise InterruptedSolveError("interrupted before any schedule was found") from exc
+        if run.found is None:
+            raise InterruptedSolveError("interrupted before any schedule was found") from exc
+        found, run.interrupted = run.found, True
     if found is None:
         reached = _reached(run)
+        top = min(limit_ii, reached - 1)
+        open_ = [x for x in range(bound.mii, top + 1) if not _complete(run, x)]
         extra = () if not run.timed_out else (
             f"time limit: every II below {reached} was refuted; II {reached} was not decided",)
-        cert = _certificate(run, proven=False, extra=extra)
+        if open_ and strategy == "joint":
+            extra = (*extra, f"stage windows: IIs {_spans(open_)} were refuted only up to "
+                             f"{min(_coverage(run, x) for x in open_)} stages, not every stage count")
+        cert = _certificate(run, proven=False, extra=extra, top=top)
         why = (f"time limit reached before any schedule was found; the optimal II is at least {reached}"
                if run.timed_out else (f"max_ii = {limit_ii} is below the MII {bound.mii} (ResMII "
                                       f"{bound.res_mii}, RecMII {bound.rec_mii})" if limit_ii < bound.mii
@@ -549,6 +564,125 @@ def _search(run: _Run, limit_ii: int, solver: str, ilp: str, method: str, strate
     return None
 
 
+COVER_ALL = 10**9
+"""Stage coverage of an II that has no modulo schedule at all (every stage count refuted)."""
+
+
+def _need(run: _Run, ii: int) -> int:
+    """Stage count up to which ``ii`` must be refuted to be refuted for every stage count the model
+    allows: :func:`twill.reductions.stage_bound`, or the user's ``max_stages`` when smaller."""
+    need = stage_bound(run.problem, ii)
+    cap = run.problem.options.max_stages
+    return need if cap is None else min(need, cap)
+
+
+def _coverage(run: _Run, ii: int) -> int:
+    """The largest ``n`` such that every schedule of at most ``n`` stages at ``ii`` was refuted: windows
+    below the modulo phase's first one (``LEN(M)`` bounds every joint schedule), then each window refuted
+    in turn, or what a range query refuted; :data:`COVER_ALL` without a modulo schedule."""
+    if ii in run.modulo_refuted:
+        return COVER_ALL
+    n = max(run.range_covered.get(ii, 0), run.first_window.get(ii, 1) - 1)
+    windows = {a.stages for a in run.attempts
+               if a.ii == ii and a.phase == "joint" and a.status == "unsat" and a.stages is not None}
+    while n + 1 in windows:
+        n += 1
+    return n
+
+
+def _complete(run: _Run, ii: int) -> bool:
+    """True if ``ii`` was refuted for every stage count the model allows."""
+    return _coverage(run, ii) >= _need(run, ii)
+
+
+def _spans(iis: Sequence[int]) -> str:
+    """``[a, b], c, ...`` for sorted IIs."""
+    parts, runs = [], _runs(list(iis))
+    for lo, hi in runs:
+        parts.append(str(lo) if lo == hi else f"[{lo}, {hi}]")
+    return ", ".join(parts)
+
+
+def _runs(iis: list[int]) -> list[tuple[int, int]]:
+    """Maximal runs of consecutive values of sorted ``iis``."""
+    out: list[tuple[int, int]] = []
+    for x in iis:
+        if out and out[-1][1] == x - 1:
+            out[-1] = (out[-1][0], x)
+        else:
+            out.append((x, x))
+    return out
+
+
+def _closed(run: _Run, found: tuple | None, limit_ii: int, solver: str, ilp: str,
+            method: str) -> tuple | None:
+    """The closing phase: refute every II below the answer (or up to ``limit_ii`` without one) for every
+    stage count the model allows (:func:`_need`), where the search refuted only its stage windows
+    (``n_min .. n_min + stage_slack``). A II found to have a schedule with more stages is decided again
+    with its windows up to that bound, and becomes the answer. Stops at the deadline (the answer is then
+    not proven: :func:`_finish` sees the IIs left incomplete)."""
+    while True:
+        run.found = found
+        top = limit_ii if found is None else found[1] - 1
+        better = _close(run, top, solver)
+        if better is None:
+            return found
+        again = _at_ii(run, better, solver, ilp, method, "joint", upto=_need(run, better))
+        if again is None:  # the deadline stopped the II's own search
+            return found
+        found = again
+
+
+def _close(run: _Run, top: int, solver: str) -> int | None:
+    """Refute the IIs in ``[MII, top]`` not yet refuted for every stage count, one query per run of them
+    (:func:`twill.joint.solve_range`, or the CP-SAT joint model per II) with every ``L <= need * II``.
+
+    Returns
+    -------
+    int or None
+        The least II found to have a schedule (every II below it in its run refuted), or None when all
+        were refuted or the deadline stopped a query.
+    """
+    pending = [x for x in range(run.bound.mii, top + 1) if not _complete(run, x)]
+    for lo, hi in _runs(pending):
+        while lo <= hi:
+            if run.expired():
+                return None
+            stages = _need(run, lo)
+            run.emit("phase", phase="closing", lo=lo, hi=hi, stages=stages)
+            deadline = run.deadline
+            if run.window_limit is not None:  # one question never takes longer than a window may
+                end = time.monotonic() + run.window_limit
+                deadline = end if deadline is None else min(deadline, end)
+            if solver == "cpsat":
+                res = solve_joint_cpsat(run.problem, lo, stages, first=_coverage(run, lo) + 1,
+                                        min_length=run.bound.critical_path, deadline=deadline)
+                run.spend("closing", res.wall_s, res.checks)
+                status, least, refuted = res.status, lo, lo - (res.status != CheckResult.UNSAT)
+            else:
+                rr = solve_range(run.problem, lo, hi, stages, min_length=run.bound.critical_path,
+                                 backend=solver, deadline=deadline)
+                run.spend("closing", rr.wall_s, rr.checks)
+                status, least, refuted = rr.status, rr.ii, rr.refuted
+            for x in range(lo, refuted + 1):
+                run.range_covered[x] = max(run.range_covered.get(x, 0), stages)
+                run.note(Attempt(x, stages, "joint", "unsat", 0.0,
+                                 f"closing query: no joint schedule with L <= {stages} II (every stage count "
+                                 f"the model allows: the stage bound of docs/model.md §6)"), quiet=True)
+            if status == CheckResult.SAT:
+                return least
+            if status == CheckResult.INTERRUPTED:
+                raise KeyboardInterrupt
+            if status != CheckResult.UNSAT:
+                run.timed_out = run.timed_out or run.expired()
+                run.note(Attempt(refuted + 1, stages, "joint", status.value, 0.0,
+                                 f"closing query undecided: schedules of more than "
+                                 f"{_coverage(run, refuted + 1)} stages not refuted"))
+                return None
+            lo = hi + 1 if solver != "cpsat" else lo + 1
+    return None
+
+
 def _range_stages(run: _Run, lo: int, hi: int) -> tuple[int, int]:
     """The largest stage count the search would try at any II of ``[lo, hi']``, and ``hi'``.
 
@@ -594,6 +728,7 @@ def _range(run: _Run, lo: int, hi: int, solver: str) -> RangeResult | None:
     if res.refuted >= lo:
         share = res.wall_s / (res.refuted - lo + 1)
         for ii in range(lo, res.refuted + 1):
+            run.range_covered[ii] = max(run.range_covered.get(ii, 0), stages)
             run.note(Attempt(ii, stages, "joint", "unsat", share,
                              f"no joint schedule with L <= {stages} II for any II in [{lo}, {res.refuted}] "
                              f"(range query over [{lo}, {hi}], {res.wall_s:.2f} s)"), quiet=True)
@@ -602,8 +737,10 @@ def _range(run: _Run, lo: int, hi: int, solver: str) -> RangeResult | None:
     return res
 
 
-def _at_ii(run: _Run, ii: int, solver: str, ilp: str, method: str, strategy: str) -> tuple | None:
-    """Decide one II: the modulo phase, then the joint windows (or the SWP split)."""
+def _at_ii(run: _Run, ii: int, solver: str, ilp: str, method: str, strategy: str,
+           upto: int = 0) -> tuple | None:
+    """Decide one II: the modulo phase, then the joint windows (or the SWP split); the windows go at least
+    to ``upto`` stages (the closing phase asks for every stage count)."""
     opts = run.problem.options
     run.emit("ii", ii=ii)
     mod = _modulo(run, ii, method, ilp, solver)
@@ -612,7 +749,9 @@ def _at_ii(run: _Run, ii: int, solver: str, ilp: str, method: str, strategy: str
     if strategy == "swp":
         return _swp(run, ii, mod)
     # LEN(M) lies in [mod.low, mod.length] (one value once proven): every window it allows, + stage_slack
-    first, wanted = max(1, math.ceil(mod.low / ii)), math.ceil(mod.length / ii) + opts.stage_slack
+    first = max(1, math.ceil(mod.low / ii))
+    wanted = max(math.ceil(mod.length / ii) + opts.stage_slack, upto)
+    run.first_window[ii] = first
     last = wanted if opts.max_stages is None else min(wanted, opts.max_stages)
     capped = last < wanted  # max_stages leaves windows out: noted once the rest are refuted
     skipped = Attempt(ii, max(first, last + 1), "joint", "skipped", 0.0,
@@ -651,6 +790,7 @@ def _modulo(run: _Run, ii: int, method: str, ilp: str, solver: str) -> ModuloRes
                           bounds_after=MODULO_SLICE_S)
     run.spend("modulo", mod.wall_s)
     if mod.status == SolveStatus.INFEASIBLE:
+        run.modulo_refuted.add(ii)
         run.note(Attempt(ii, None, "modulo", "infeasible", mod.wall_s,
                          f"no modulo schedule meets the unit capacities and dependences ({method})"))
         return None
@@ -742,10 +882,23 @@ def _needed_budgets(p: Problem, ii: int, start: dict[str, int], group: dict[str,
     return out
 
 
-def _certificate(run: _Run, *, proven: bool, extra: tuple[str, ...]) -> Certificate:
+def _certificate(run: _Run, *, proven: bool, extra: tuple[str, ...], top: int) -> Certificate:
+    """The certificate, with its scope over the IIs ``[MII, top]``."""
     b = run.bound
+    scope: list[ScopeRun] = []
+    for x in range(b.mii, top + 1):
+        cov = _coverage(run, x)
+        if cov <= 0:
+            continue
+        stages, complete = (None if cov >= COVER_ALL else cov), cov >= _need(run, x)
+        last = scope[-1] if scope else None
+        if last is not None and last.hi == x - 1 and last.stages == stages and last.complete == complete:
+            scope[-1] = ScopeRun(last.lo, x, stages, complete)
+        else:
+            scope.append(ScopeRun(x, x, stages, complete))
+    undecided = sorted({a.ii for a in run.attempts if a.ii <= top + 1 and a.status not in DECIDED})
     return Certificate(b.mii, b.res_mii, b.rec_mii, proven, tuple(run.attempts),
-                       run.problem.options.stage_slack, extra)
+                       run.problem.options.stage_slack, extra, tuple(scope), tuple(undecided))
 
 
 def _finish(run: _Run, found: tuple, norm: Normalization | None, raw_bounds: Any, strategy: str,
@@ -762,8 +915,9 @@ def _finish(run: _Run, found: tuple, norm: Normalization | None, raw_bounds: Any
     needed = {remap[g]: v for g, v in res.budgets.items()}
     warps = {remap[g]: v for g, v in res.group_warps.items()}
     groups = make_groups(p, start, group, warps, needed)
-    undecided = any(a.status not in DECIDED for a in run.attempts if a.ii < ii)
-    proven = not undecided and all(res.proven.values()) if strategy == "joint" else False
+    undecided = any(a.status not in DECIDED for a in run.attempts if a.ii <= ii)
+    complete = all(_complete(run, x) for x in range(run.bound.mii, ii))
+    proven = not undecided and complete and all(res.proven.values()) if strategy == "joint" else False
     notes = []
     if norm is not None:
         notes += [f"normalization: {c}" for c in norm.collapses()]
@@ -774,12 +928,20 @@ def _finish(run: _Run, found: tuple, norm: Normalization | None, raw_bounds: Any
     if strategy == "swp":
         notes.append("Twill-SWP: modulo schedule with a fixed split, not a joint optimum")
     else:
-        left_open = sorted({a.ii for a in run.attempts if a.ii < ii and a.status not in DECIDED})
+        left_open = sorted({a.ii for a in run.attempts if a.ii <= ii and a.status not in DECIDED})
+        partial = [x for x in range(run.bound.mii, ii) if not _complete(run, x)]
         which = (f"every II below {ii} except {', '.join(map(str, left_open))} (undecided)" if left_open
                  else f"every II below {ii}")
-        notes.append(f"scope: {which} was refuted for schedules of up to n_min(II) + "
-                     f"{p.options.stage_slack} stages, where n_min(II) = ceil(LEN(M) / II) and LEN(M), the "
-                     f"least modulo-schedule length, bounds every joint schedule from below")
+        if partial:
+            notes.append(f"scope: {which} was refuted for the stage windows searched; IIs {_spans(partial)} "
+                         f"only up to {min(_coverage(run, x) for x in partial)} stages, not every stage "
+                         f"count the model allows (the closing query did not finish), so a schedule with "
+                         f"more stages at a smaller II is not ruled out")
+        else:
+            notes.append(f"scope: {which} was refuted for every stage count the model allows (up to the "
+                         f"stage bound of docs/model.md §6"
+                         + (f", or max_stages = {p.options.max_stages}" if p.options.max_stages else "")
+                         + ")")
     notes.append(f"solvers: {run.methods}")
     for at, low, length in run.bounded if strategy == "joint" else ():
         notes.append(f"modulo phase: LEN(M) at II {at} bounded to [{low}, {length}], not proven within its "
@@ -792,7 +954,8 @@ def _finish(run: _Run, found: tuple, norm: Normalization | None, raw_bounds: Any
     slots = slots_from(start, group, ii, p.names)
     return Schedule(
         problem=p, ii=ii, length=res.length, slots=slots, warp_groups=groups,
-        certificate=_certificate(run, proven=proven, extra=tuple(notes)), stats=stats, strategy=strategy,
+        certificate=_certificate(run, proven=proven, extra=tuple(notes), top=ii - 1), stats=stats,
+        strategy=strategy,
         normalization=norm.to_dict() if norm is not None else {},
         bounds_cycles={"res_mii": raw_bounds.res_mii, "rec_mii": raw_bounds.rec_mii,
                        "critical_path": raw_bounds.critical_path} if raw_bounds else {},

@@ -36,8 +36,9 @@ from typing import Any
 from twill.errors import SolverError
 from twill.model.liveness import use_hold
 from twill.model.problem import HANDOFF_UNIT, Problem
+from twill.model.reductions import budget_arrangements, first_appearance, involution
 from twill.solvers.cpsat import CpsatRunner, load_cp_model
-from twill.solvers.joint.encoding import accumulators, involution, pool_size
+from twill.solvers.joint.encoding import accumulators, pool_size
 from twill.solvers.joint.smt import GOALS, JointResult
 from twill.solvers.modular import start_windows
 from twill.solvers.status import CheckResult
@@ -255,18 +256,21 @@ class _Model:
             m.AddExactlyOne(choice.values())
             m.Add(self.g[n] == sum(w * b for w, b in choice.items()))
         compute = [op for op in self.p.ops if not op.variable_latency]
-        first = 1 if self.vl else 0
         if self.vl and self.pool < 2 and compute:
             self.feasible = False
-        if compute and first < self.pool:
-            m.Add(self.opw[compute[0].name][first] == 1)
-            for k, op in enumerate(compute[1:], start=1):
-                for w in range(first + 1, self.pool):
-                    if w > first + k:
-                        m.Add(self.opw[op.name][w] == 0)
-                    else:
-                        m.AddBoolOr([self.opw[o.name][w - 1] for o in compute[:k]]).OnlyEnforceIf(
-                            self.opw[op.name][w])
+        arrangements = budget_arrangements(self.p, self.pool)
+        picks = [m.NewBoolVar(f"arrangement[{i}]") for i in range(len(arrangements))]
+        m.AddExactlyOne(picks)
+        names = [op.name for op in compute]
+        for pick, arr in zip(picks, arrangements, strict=True):
+            for op, w, earlier in first_appearance(names, arr.blocks):
+                if w not in self.opw[op]:
+                    continue
+                prev = [self.opw[o][w - 1] for o in earlier if w - 1 in self.opw[o]]
+                if prev:
+                    m.AddBoolOr(prev).OnlyEnforceIf([self.opw[op][w], pick])
+                else:
+                    m.AddImplication(pick, self.opw[op][w].Not())
         shapes = sorted({max(1, -(-op.warps // per)) for op in self.p.ops})
         per_thread = 32 * per
         costs, warps = [], []
@@ -285,7 +289,10 @@ class _Model:
                 need = -(-op.warps // per)
                 m.Add(q == need if op.warps > 1 else q >= need).OnlyEnforceIf(b)
             if opts.register_plan is not None:
-                r = m.NewConstant(opts.register_plan[w])
+                values = sorted({a.budgets[w] for a in arrangements})
+                r = m.NewIntVarFromDomain(cp.Domain.FromValues(values), f"regs[{w}]")
+                for pick, arr in zip(picks, arrangements, strict=True):
+                    m.Add(r == arr.budgets[w]).OnlyEnforceIf(pick)
             else:
                 step = res.setmaxnreg_step
                 k = m.NewIntVar(0, res.setmaxnreg_max // step, f"regs8[{w}]")
@@ -296,8 +303,7 @@ class _Model:
                 m.Add(r == 0).OnlyEnforceIf(used.Not())
             m.Add(r >= res.group_overhead).OnlyEnforceIf(used)
             self.budget.append(r)
-            top = per_thread * shapes[-1] * max(res.setmaxnreg_max, opts.register_plan[w]
-                                                if opts.register_plan else 0)
+            top = per_thread * shapes[-1] * max(res.setmaxnreg_max, *(opts.register_plan or (0,)))
             cost = m.NewIntVar(0, top, f"cost[{w}]")
             for shape in shapes:
                 is_shape = m.NewBoolVar("")

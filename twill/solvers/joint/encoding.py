@@ -21,44 +21,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import networkx as nx
-from networkx.algorithms import isomorphism
 from pysmt.typing import INT
 
 from twill.model.liveness import fold, memory_intervals, register_intervals, use_hold
 from twill.model.problem import HANDOFF_UNIT, Edge, Problem
+from twill.model.reductions import budget_arrangements, first_appearance, involution
 from twill.solvers.modular import Booking, Item, Lazy, ModularModel
 from twill.solvers.smt import SmtSession
 
-__all__ = ["PER_ROUND", "Encoder", "accumulators", "pool_size"]
+__all__ = ["PER_ROUND", "Encoder", "accumulators", "involution", "pool_size"]
 
 PER_ROUND = 64
 """Lazy liveness checks added per overfull resource per round (the items with the largest excess)."""
-
-
-def involution(problem: Problem) -> dict[str, str] | None:
-    """A non-trivial automorphism of the loop graph that is its own inverse (swapping two identical
-    sub-tiles), or None. Ops must match in every cost and flag, edges in every field."""
-    g = nx.MultiDiGraph()
-    for op in problem.ops:
-        g.add_node(op.name, sig=(op.kind, op.rrt, op.latency, op.issue_cycles, op.regs, op.smem,
-                                 op.tmem, op.result_bytes, op.variable_latency, op.warps,
-                                 op.name in problem.streaming))
-    for e in problem.edges:
-        g.add_edge(e.src, e.dst, sig=(e.latency, e.distance, e.blocking, e.carrier, e.cross, e.inplace))
-
-    def edges_match(a: dict, b: dict) -> bool:
-        return sorted(d["sig"] for d in a.values()) == sorted(d["sig"] for d in b.values())
-
-    matcher = isomorphism.MultiDiGraphMatcher(g, g, node_match=lambda a, b: a["sig"] == b["sig"],
-                                              edge_match=edges_match)
-    for count, sigma in enumerate(matcher.isomorphisms_iter()):
-        if count > 64:
-            return None
-        moved = [n for n in sigma if sigma[n] != n]
-        if moved and all(sigma[sigma[n]] == n for n in sigma):
-            return sigma
-    return None
 
 
 def accumulators(problem: Problem) -> list[str]:
@@ -265,19 +239,29 @@ class Encoder(ModularModel):
         self._budgets(shapes)
 
     def _symmetry(self, compute: list, first: int) -> None:
-        """Groups are numbered by first appearance in op order: op ``k`` may open group ``w`` only if an
-        earlier op uses group ``w - 1`` (interchangeable groups are broken, optimality is kept)."""
+        """Budgets and group numbering (:func:`twill.reductions.budget_arrangements`): with a register
+        plan, one of its arrangements is chosen (a one-hot Boolean each); inside each block of
+        interchangeable groups, groups are numbered by first appearance in op order."""
         m = self.m
-        if not compute or first >= self.pool:  # no group left for compute ops: infeasible, said in groups()
-            return
-        self.add(self.opw[compute[0].name][first])
-        for k, op in enumerate(compute[1:], start=1):
-            for w in range(first + 1, self.pool):
-                if w > first + k:
-                    self.add(m.Not(self.opw[op.name][w]))
+        self.arrangements = budget_arrangements(self.p, self.pool)
+        names = [op.name for op in compute]
+        picks = [m.Symbol(f"arrangement[{i}]") for i in range(len(self.arrangements))]
+        if len(picks) > 1:
+            self.add(m.Or(picks))
+            for i, a in enumerate(picks):
+                for b in picks[i + 1:]:
+                    self.add(m.Not(m.And(a, b)))
+        for pick, arr in zip(picks, self.arrangements, strict=True):
+            rules = []
+            if arr.budgets is not None:
+                rules += [m.Equals(self.budget[w], self.int_(r)) for w, r in enumerate(arr.budgets)]
+            for op, w, earlier in first_appearance(names, arr.blocks):
+                if w not in self.opw[op]:
                     continue
-                earlier = [self.opw[o.name][w - 1] for o in compute[:k]]
-                self.add(m.Implies(self.opw[op.name][w], m.Or(earlier)))
+                rules.append(m.Implies(self.opw[op][w], m.Or([self.opw[o][w - 1] for o in earlier
+                                                              if w - 1 in self.opw[o]])))
+            if rules:
+                self.add(m.Implies(pick, m.And(rules)) if len(picks) > 1 else m.And(rules))
 
     def _budgets(self, shapes: list[int]) -> None:
         """Per-group setmaxnreg budgets; their sum over threads fits the register file; warps fit the CTA."""
@@ -286,9 +270,7 @@ class Encoder(ModularModel):
         terms, warps = [], []
         for w in range(self.pool):
             r, q, used = self.budget[w], self.quads[w], self.used[w]
-            if opts.register_plan is not None:
-                self.add(m.Equals(r, self.int_(opts.register_plan[w])))
-            else:
+            if opts.register_plan is None:
                 k = m.Symbol(f"regs8[{w}]", INT)
                 self.add(m.Equals(r, self.times(res.setmaxnreg_step, k)))
                 self.add(m.Implies(used, m.And(m.GE(r, self.int_(res.setmaxnreg_min)),
