@@ -564,6 +564,9 @@ def _search(run: _Run, limit_ii: int, solver: str, ilp: str, method: str, strate
     return None
 
 
+CLOSING_SPAN = 2
+"""A closing query covers IIs ``[lo, CLOSING_SPAN * lo)`` at most (a tuning choice: its modulo shifts per
+pair of ops grow with ``stages * hi / lo``; the FA backward's [105, 1096] in one query held 1.4 GB)."""
 COVER_ALL = 10**9
 """Stage coverage of an II that has no modulo schedule at all (every stage count refuted)."""
 
@@ -644,10 +647,12 @@ def _close(run: _Run, top: int, solver: str) -> int | None:
         were refuted or the deadline stopped a query.
     """
     pending = [x for x in range(run.bound.mii, top + 1) if not _complete(run, x)]
-    for lo, hi in _runs(pending):
-        while lo <= hi:
+    for lo, last in _runs(pending):
+        while lo <= last:
             if run.expired():
                 return None
+            # a range's formula has about stages * hi / lo shifts per pair of ops: at most a doubling
+            hi = min(last, CLOSING_SPAN * lo - 1)
             stages = _need(run, lo)
             run.emit("phase", phase="closing", lo=lo, hi=hi, stages=stages)
             deadline = run.deadline
