@@ -26,9 +26,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import networkx as nx
+
 from twill.bounds import Bounds, bounds
 from twill.cpsat import load_cp_model
-from twill.encoding import pool_size
+from twill.encoding import accumulators, pool_size
 from twill.errors import (
     GraphError,
     InfeasibleError,
@@ -48,6 +50,7 @@ from twill.machine import Machine, load_machine
 from twill.modulo import ModuloResult, modulo_schedule
 from twill.normalize import Normalization, normalize_problem
 from twill.problem import Edge, Options, Problem, build_problem, check_resources
+from twill.reasons import budget_sum, register_floor
 from twill.schedule import (
     DECIDED,
     STRATEGIES,
@@ -302,9 +305,10 @@ def schedule(
         need = prefetch_needed(sched)
         if need <= depth:
             before = f" (solved again: {', '.join(shallow)})" if shallow else ""
+            claim = ("heuristic (see above)" if sched.certificate.heuristic
+                     else "optimal for this depth")
             return _noted(sched, f"prefetch: {depth} extra buffer(s) per streaming load, the least that "
-                                 f"hides their latency at this II{before}; the answer is optimal for "
-                                 f"this depth")
+                                 f"hides their latency at this II{before}; the answer is {claim}")
         left = None if time_limit is None else time_limit - (time.monotonic() - started)
         if left is not None and left <= 0:
             return _noted(sched, f"prefetch: depth {depth} does not hide the streaming loads' latency "
@@ -381,17 +385,29 @@ def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp
         found = _search(run, limit_ii, solver, ilp, modulo, strategy)
     except KeyboardInterrupt as exc:
         raise InterruptedSolveError("interrupted before any schedule was found") from exc
+    if found is None and run.timed_out and strategy == "joint":
+        found = _fallback(run, _reached(run), limit_ii)
+        if found is not None:
+            return _heuristic_schedule(run, found, norm, raw_bounds)
     if found is None:
         reached = _reached(run)
         extra = () if not run.timed_out else (
             f"time limit: every II below {reached} was refuted; II {reached} was not decided",)
-        cert = _certificate(run, proven=False, extra=extra)
         why = (f"time limit reached before any schedule was found; the optimal II is at least {reached}"
                if run.timed_out else (f"max_ii = {limit_ii} is below the MII {bound.mii} (ResMII "
                                       f"{bound.res_mii}, RecMII {bound.rec_mii})" if limit_ii < bound.mii
                                       else f"no schedule for II in [{bound.mii}, {limit_ii}]"))
+        floor, sums = register_floor(problem)
+        if sums and not run.timed_out and limit_ii >= bound.mii:
+            left = problem.resources.register_file - floor
+            binds = ("the register file binds at every II" if left < 0 else
+                     f"{left} registers left for every other value live at once")
+            why += f" (registers: every schedule holds at least {sums}: {binds})"
+            extra = (*extra, f"register arithmetic: {sums}")
+        cert = _certificate(run, proven=False, extra=extra)
         raise InfeasibleError(f"{graph.name}: {why}; " + _summary(cert), certificate=cert)
     sched = _finish(run, found, norm, raw_bounds, strategy)
+    sched = _noted(sched, budget_sum(sched))
     problems = violations(sched)
     if problems:
         raise SolverError(f"internal error: the {strategy} schedule fails verification: {problems[0]}")
@@ -596,7 +612,7 @@ def _range(run: _Run, lo: int, hi: int, solver: str) -> RangeResult | None:
         for ii in range(lo, res.refuted + 1):
             run.note(Attempt(ii, stages, "joint", "unsat", share,
                              f"no joint schedule with L <= {stages} II for any II in [{lo}, {res.refuted}] "
-                             f"(range query over [{lo}, {hi}], {res.wall_s:.2f} s)"), quiet=True)
+                             f"(range query over [{lo}, {hi}])"), quiet=True)
     run.emit("range", lo=lo, hi=hi, stages=stages, status=res.status.value, least=res.ii or None,
              refuted=res.refuted)
     return res
@@ -797,3 +813,164 @@ def _finish(run: _Run, found: tuple, norm: Normalization | None, raw_bounds: Any
         bounds_cycles={"res_mii": raw_bounds.res_mii, "rec_mii": raw_bounds.rec_mii,
                        "critical_path": raw_bounds.critical_path} if raw_bounds else {},
     )
+
+
+FALLBACK_S = 30.0
+"""Seconds the fallback heuristic (:func:`_fallback`) may take once the time limit has ended the search
+without a schedule: a tuning choice (each II costs one iterative modulo schedule and one verification per
+split, well under a second on the FA loops)."""
+
+
+def _splits(p: Problem) -> list[dict[str, int]]:
+    """Warp-group assignments for the fallback: the variable-latency ops on group 0 (paper §5.3) and the
+    compute ops packed onto ``k`` groups for each ``k`` the pool allows, fewest first. The accumulators
+    (live at every moment, :func:`twill.encoding.accumulators`) go largest first to the group holding the
+    fewest registers; every other compute op joins the group of its register-edge neighbour with the most
+    registers (a value kept on one group needs no hand-off), else the group with the fewest. Ops are taken
+    by name, so the splits depend only on the problem."""
+    first = 1 if p.has_vl else 0
+    compute = [op.name for op in p.ops if not op.variable_latency]
+    accs = [a for a in sorted(accumulators(p), key=lambda n: (-p.op(n).regs, n)) if a in compute]
+    out = []
+    for k in range(1, max(1, pool_size(p) - first) + 1):
+        group = {op.name: 0 for op in p.ops if op.variable_latency}
+        load = dict.fromkeys(range(first, first + k), 0)
+        for a in accs:
+            g = min(load, key=lambda w: (load[w], w))
+            group[a], load[g] = g, load[g] + p.op(a).regs
+        todo = [n for n in compute if n not in group]
+        while todo:
+            placed = False
+            for n in todo:
+                near = [(p.op(e.src if e.dst == n else e.dst).regs, group[e.src if e.dst == n else e.dst])
+                        for e in p.edges if e.carrier == "register" and n in (e.src, e.dst)
+                        and (e.src if e.dst == n else e.dst) in group
+                        and not p.op(e.src if e.dst == n else e.dst).variable_latency]
+                if near:
+                    group[n] = max(near)[1]
+                    todo.remove(n)
+                    placed = True
+                    break
+            if not placed:  # no neighbour placed yet: the least-loaded group
+                n = todo.pop(0)
+                group[n] = min(load, key=lambda w: (load[w], w))
+        out.append(group)
+    return out
+
+
+def _fallback(run: _Run, lo: int, hi: int) -> tuple | None:
+    """A valid schedule without a proof, for a search the time limit stopped with none found: at IIs from
+    ``lo`` (the least II not refuted) upward in growing steps (1, 2, 4, ... up to ``hi``), the iterative
+    modulo schedule of the problem with each :func:`_splits` assignment's crossing delays on the edges it
+    makes cross, kept at the first II and split that pass :func:`twill.verify.violations`; then the IIs
+    between the last one that failed and it are bisected for a smaller one that passes. Takes at most
+    :data:`FALLBACK_S` seconds; None if nothing passed (or a register plan is given: its budgets belong to
+    the pool's groups, which these splits do not follow)."""
+    p = run.problem
+    if p.options.register_plan is not None:
+        return None
+    until = time.monotonic() + FALLBACK_S
+    splits = _splits(p)
+
+    def attempt(ii: int) -> tuple | None:
+        for group in splits:
+            if time.monotonic() >= until:
+                return None
+            edges = [dataclasses.replace(e, latency=p.crossing_delay(e))
+                     if e.src != e.dst and group[e.src] != group[e.dst] else e for e in p.edges]
+            start = iterative_modulo_schedule(p.replace_times(p.ops, edges, p.cycles_per_unit), ii)
+            if start is None:
+                continue
+            found = _split_result(run, ii, start, group)
+            if found is not None:
+                return found
+        return None
+
+    ii, step, failed, best = lo, 1, lo - 1, None
+    sequential = _no_overlap(p, splits, hi)
+    if sequential is not None:
+        hi = min(hi, sequential[0])
+    while ii <= hi and time.monotonic() < until:
+        best = attempt(ii)
+        if best is not None:
+            break
+        failed, ii, step = ii, min(hi, ii + step), step * 2
+        if ii == failed:
+            break
+    if best is None and sequential is not None:  # the last resort
+        ii, start, group = sequential
+        best = _split_result(run, ii, start, group)
+    if best is None:
+        return None
+    low, high = failed + 1, best[1] - 1
+    while low <= high and time.monotonic() < until:
+        mid = (low + high) // 2
+        better = attempt(mid)
+        if better is not None:
+            best, high = better, mid - 1
+        else:
+            low = mid + 1
+    return best
+
+
+def _no_overlap(p: Problem, splits: list[dict[str, int]], hi: int) -> tuple | None:
+    """The last resort of :func:`_fallback`: the ops one after another in a topological order of the
+    distance-0 edges (by name among the ready ones), each after its predecessor ends and after every
+    producer's delay (the crossing delay and the SMEM traffic of a hand-off when the split makes it
+    cross), with the split of the most groups; the II is its length plus the largest such delay, so no
+    two ops (nor two iterations) overlap. ``(II, start, group)``, or None if that II is above ``hi`` or
+    the distance-0 edges have a cycle."""
+    if not splits:
+        return None
+    group = splits[-1]
+    forward = nx.DiGraph()
+    forward.add_nodes_from(p.names)
+    forward.add_edges_from((e.src, e.dst) for e in p.edges if e.distance == 0 and e.src != e.dst)
+    if not nx.is_directed_acyclic_graph(forward):
+        return None
+    # Depth first (reverse postorder, roots and successors by name): a value's readers follow it soon,
+    # which keeps few values live at once.
+    order = list(reversed(list(nx.dfs_postorder_nodes(forward, sort_neighbors=sorted))))
+
+    def delay(e: Edge) -> int:
+        return (p.crossing_delay(e) + 2 * e.transfer if group[e.src] != group[e.dst] else e.latency)
+
+    start: dict[str, int] = {}
+    t = 0
+    for n in order:
+        ready = [start[e.src] + delay(e) for e in p.in_edges(n) if e.distance == 0 and e.src in start]
+        start[n] = max([t, *ready])
+        t = start[n] + p.op(n).cycles + max([2 * e.transfer for e in p.edges], default=0)
+    ii = t + max([delay(e) for e in p.edges], default=0) + 1
+    return None if ii > hi else (ii, start, group)
+
+
+def _split_result(run: _Run, ii: int, start: dict[str, int], group: dict[str, int]) -> tuple | None:
+    """``("heuristic", ii, result, None)`` for the schedule ``start`` / ``group`` if it verifies."""
+    p = run.problem
+    warps = {g: max([p.op(n).warps for n in group if group[n] == g] + [1]) for g in set(group.values())}
+    warps = {g: p.resources.group_threads(w) // 32 for g, w in warps.items()}
+    length = max(start[op.name] + op.cycles for op in p.ops)
+    fake = JointResult(ii, math.ceil(length / ii), CheckResult.SAT, start, group,
+                       _needed_budgets(p, ii, start, group), warps, length, {"length": False})
+    found = ("heuristic", ii, fake, None)
+    if violations(_finish(run, found, None, {}, "swp", record=False)):
+        return None
+    return found
+
+
+def _heuristic_schedule(run: _Run, found: tuple, norm: Normalization | None, raw_bounds: Any) -> Schedule:
+    """The fallback's schedule, marked not proven: its certificate says it is heuristic and gives the
+    proven lower bound on the optimal II (the least II the search did not refute)."""
+    reached = _reached(run)
+    sched = _finish(run, found, norm, raw_bounds, "swp")
+    ii = sched.ii
+    note = (f"heuristic: the time limit ended the search before any joint schedule was found; this is the "
+            f"iterative modulo schedule at II {ii} with a fixed warp-group split ({len(sched.warp_groups)} "
+            f"groups), verified but not optimal: every II below {reached} was refuted, so the optimal II "
+            f"lies in [{reached}, {ii}]")
+    notes = (*(n for n in sched.certificate.notes if not n.startswith("Twill-SWP:")), note)
+    cert = dataclasses.replace(sched.certificate, proven_optimal=False, notes=notes, heuristic=True,
+                               ii_bound=reached)
+    warnings.warn(note, TwillWarning, stacklevel=3)
+    return _noted(dataclasses.replace(sched, certificate=cert, strategy="joint"), budget_sum(sched))
