@@ -825,12 +825,17 @@ def _splits(p: Problem) -> list[dict[str, int]]:
     """Warp-group assignments for the fallback: the variable-latency ops on group 0 (paper §5.3) and the
     compute ops packed onto ``k`` groups for each ``k`` the pool allows, fewest first. The accumulators
     (live at every moment, :func:`twill.encoding.accumulators`) go largest first to the group holding the
-    fewest registers; every other compute op joins the group of its register-edge neighbour with the most
-    registers (a value kept on one group needs no hand-off), else the group with the fewest. Ops are taken
-    by name, so the splits depend only on the problem."""
+    fewest registers; every other compute op joins the group of the nearest accumulator along register
+    edges (either direction; a sub-tile's values stay on its accumulators' group and need no hand-off),
+    the lower group on a tie, the least-loaded group when no accumulator is reachable. Ops are taken by
+    name, so the splits depend only on the problem."""
     first = 1 if p.has_vl else 0
     compute = [op.name for op in p.ops if not op.variable_latency]
     accs = [a for a in sorted(accumulators(p), key=lambda n: (-p.op(n).regs, n)) if a in compute]
+    links = nx.Graph()
+    links.add_nodes_from(compute)
+    links.add_edges_from((e.src, e.dst) for e in p.edges
+                         if e.carrier == "register" and e.src in links and e.dst in links and e.src != e.dst)
     out = []
     for k in range(1, max(1, pool_size(p) - first) + 1):
         group = {op.name: 0 for op in p.ops if op.variable_latency}
@@ -838,22 +843,12 @@ def _splits(p: Problem) -> list[dict[str, int]]:
         for a in accs:
             g = min(load, key=lambda w: (load[w], w))
             group[a], load[g] = g, load[g] + p.op(a).regs
-        todo = [n for n in compute if n not in group]
-        while todo:
-            placed = False
-            for n in todo:
-                near = [(p.op(e.src if e.dst == n else e.dst).regs, group[e.src if e.dst == n else e.dst])
-                        for e in p.edges if e.carrier == "register" and n in (e.src, e.dst)
-                        and (e.src if e.dst == n else e.dst) in group
-                        and not p.op(e.src if e.dst == n else e.dst).variable_latency]
-                if near:
-                    group[n] = max(near)[1]
-                    todo.remove(n)
-                    placed = True
-                    break
-            if not placed:  # no neighbour placed yet: the least-loaded group
-                n = todo.pop(0)
-                group[n] = min(load, key=lambda w: (load[w], w))
+        hops = {a: nx.single_source_shortest_path_length(links, a) for a in accs}
+        for n in compute:
+            if n in group:
+                continue
+            near = [(hops[a][n], group[a]) for a in accs if n in hops[a]]
+            group[n] = min(near)[1] if near else min(load, key=lambda w: (load[w], w))
         out.append(group)
     return out
 
@@ -887,9 +882,7 @@ def _fallback(run: _Run, lo: int, hi: int) -> tuple | None:
         return None
 
     ii, step, failed, best = lo, 1, lo - 1, None
-    sequential = _no_overlap(p, splits, hi)
-    if sequential is not None:
-        hi = min(hi, sequential[0])
+    last_resort = [r for r in (_no_overlap(p, group, hi) for group in splits) if r is not None]
     while ii <= hi and time.monotonic() < until:
         best = attempt(ii)
         if best is not None:
@@ -897,9 +890,10 @@ def _fallback(run: _Run, lo: int, hi: int) -> tuple | None:
         failed, ii, step = ii, min(hi, ii + step), step * 2
         if ii == failed:
             break
-    if best is None and sequential is not None:  # the last resort
-        ii, start, group = sequential
-        best = _split_result(run, ii, start, group)
+    for ii, start, group in last_resort if best is None else ():
+        best = _split_result(run, ii, start, group, "a schedule without overlap (ops one after another)")
+        if best is not None:
+            break
     if best is None:
         return None
     low, high = failed + 1, best[1] - 1
@@ -913,16 +907,12 @@ def _fallback(run: _Run, lo: int, hi: int) -> tuple | None:
     return best
 
 
-def _no_overlap(p: Problem, splits: list[dict[str, int]], hi: int) -> tuple | None:
-    """The last resort of :func:`_fallback`: the ops one after another in a topological order of the
-    distance-0 edges (by name among the ready ones), each after its predecessor ends and after every
-    producer's delay (the crossing delay and the SMEM traffic of a hand-off when the split makes it
-    cross), with the split of the most groups; the II is its length plus the largest such delay, so no
-    two ops (nor two iterations) overlap. ``(II, start, group)``, or None if that II is above ``hi`` or
-    the distance-0 edges have a cycle."""
-    if not splits:
-        return None
-    group = splits[-1]
+def _no_overlap(p: Problem, group: dict[str, int], hi: int) -> tuple | None:
+    """The last resort of :func:`_fallback`: the ops one after another in a depth-first topological
+    order of the distance-0 edges, each after its predecessor ends and after every producer's delay (the
+    crossing delay and the SMEM traffic of a hand-off when ``group`` makes it cross); the II is its
+    length plus the largest such delay, so no two ops (nor two iterations) overlap. ``(II, start,
+    group)``, or None if that II is above ``hi`` or the distance-0 edges have a cycle."""
     forward = nx.DiGraph()
     forward.add_nodes_from(p.names)
     forward.add_edges_from((e.src, e.dst) for e in p.edges if e.distance == 0 and e.src != e.dst)
@@ -945,15 +935,16 @@ def _no_overlap(p: Problem, splits: list[dict[str, int]], hi: int) -> tuple | No
     return None if ii > hi else (ii, start, group)
 
 
-def _split_result(run: _Run, ii: int, start: dict[str, int], group: dict[str, int]) -> tuple | None:
-    """``("heuristic", ii, result, None)`` for the schedule ``start`` / ``group`` if it verifies."""
+def _split_result(run: _Run, ii: int, start: dict[str, int], group: dict[str, int],
+                  how: str = "the iterative modulo schedule") -> tuple | None:
+    """``(how, ii, result, None)`` for the schedule ``start`` / ``group`` if it verifies."""
     p = run.problem
     warps = {g: max([p.op(n).warps for n in group if group[n] == g] + [1]) for g in set(group.values())}
     warps = {g: p.resources.group_threads(w) // 32 for g, w in warps.items()}
     length = max(start[op.name] + op.cycles for op in p.ops)
     fake = JointResult(ii, math.ceil(length / ii), CheckResult.SAT, start, group,
                        _needed_budgets(p, ii, start, group), warps, length, {"length": False})
-    found = ("heuristic", ii, fake, None)
+    found = (how, ii, fake, None)
     if violations(_finish(run, found, None, {}, "swp", record=False)):
         return None
     return found
@@ -965,8 +956,8 @@ def _heuristic_schedule(run: _Run, found: tuple, norm: Normalization | None, raw
     reached = _reached(run)
     sched = _finish(run, found, norm, raw_bounds, "swp")
     ii = sched.ii
-    note = (f"heuristic: the time limit ended the search before any joint schedule was found; this is the "
-            f"iterative modulo schedule at II {ii} with a fixed warp-group split ({len(sched.warp_groups)} "
+    note = (f"heuristic: the time limit ended the search before any joint schedule was found; this is "
+            f"{found[0]} at II {ii} with a fixed warp-group split ({len(sched.warp_groups)} "
             f"groups), verified but not optimal: every II below {reached} was refuted, so the optimal II "
             f"lies in [{reached}, {ii}]")
     notes = (*(n for n in sched.certificate.notes if not n.startswith("Twill-SWP:")), note)
