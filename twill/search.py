@@ -49,7 +49,7 @@ from twill.liveness import fold, memory_intervals, register_intervals
 from twill.machine import Machine, load_machine
 from twill.modulo import ModuloResult, modulo_schedule
 from twill.normalize import Normalization, normalize_problem
-from twill.problem import Edge, Options, Problem, build_problem, check_resources
+from twill.problem import HANDOFF_UNIT, Edge, Options, Problem, build_problem, check_resources
 from twill.reasons import budget_sum, register_floor
 from twill.schedule import (
     DECIDED,
@@ -882,7 +882,10 @@ def _fallback(run: _Run, lo: int, hi: int) -> tuple | None:
         return None
 
     ii, step, failed, best = lo, 1, lo - 1, None
-    last_resort = [r for r in (_no_overlap(p, group, hi) for group in splits) if r is not None]
+    last_resort = sorted(
+        (r for r in ([_list_schedule(p, group, hi) for group in splits]
+                     + [_no_overlap(p, group, hi) for group in splits]) if r is not None),
+        key=lambda r: (r[0], r[3]))
     while ii <= hi and time.monotonic() < until:
         best = attempt(ii)
         if best is not None:
@@ -890,8 +893,8 @@ def _fallback(run: _Run, lo: int, hi: int) -> tuple | None:
         failed, ii, step = ii, min(hi, ii + step), step * 2
         if ii == failed:
             break
-    for ii, start, group in last_resort if best is None else ():
-        best = _split_result(run, ii, start, group, "a schedule without overlap (ops one after another)")
+    for ii, start, group, how in last_resort if best is None else ():
+        best = _split_result(run, ii, start, group, how)
         if best is not None:
             break
     if best is None:
@@ -916,11 +919,9 @@ def _no_overlap(p: Problem, group: dict[str, int], hi: int) -> tuple | None:
     forward = nx.DiGraph()
     forward.add_nodes_from(p.names)
     forward.add_edges_from((e.src, e.dst) for e in p.edges if e.distance == 0 and e.src != e.dst)
-    if not nx.is_directed_acyclic_graph(forward):
+    order = _depth_first(p)
+    if order is None:
         return None
-    # Depth first (reverse postorder, roots and successors by name): a value's readers follow it soon,
-    # which keeps few values live at once.
-    order = list(reversed(list(nx.dfs_postorder_nodes(forward, sort_neighbors=sorted))))
 
     def delay(e: Edge) -> int:
         return (p.crossing_delay(e) + 2 * e.transfer if group[e.src] != group[e.dst] else e.latency)
@@ -932,7 +933,57 @@ def _no_overlap(p: Problem, group: dict[str, int], hi: int) -> tuple | None:
         start[n] = max([t, *ready])
         t = start[n] + p.op(n).cycles + max([2 * e.transfer for e in p.edges], default=0)
     ii = t + max([delay(e) for e in p.edges], default=0) + 1
-    return None if ii > hi else (ii, start, group)
+    return None if ii > hi else (ii, start, group, "a schedule without overlap (ops one after another)")
+
+
+def _depth_first(p: Problem) -> list[str] | None:
+    """The ops in a depth-first topological order of the distance-0 edges (reverse postorder, successors
+    by name): a value's readers follow it soon. None if those edges have a cycle."""
+    forward = nx.DiGraph()
+    forward.add_nodes_from(p.names)
+    forward.add_edges_from((e.src, e.dst) for e in p.edges if e.distance == 0 and e.src != e.dst)
+    if not nx.is_directed_acyclic_graph(forward):
+        return None
+    return list(reversed(list(nx.dfs_postorder_nodes(forward, sort_neighbors=sorted))))
+
+
+def _list_schedule(p: Problem, group: dict[str, int], hi: int) -> tuple | None:
+    """A fallback without overlap between iterations: the ops in :func:`_depth_first` order, each at the
+    first time after its producers' delays (the crossing delay when ``group`` makes an edge cross) and
+    after the previous op of its warp group has finished issuing, where its reservations (and the SMEM
+    traffic of its hand-offs, :meth:`Problem.transfers`) fit the units' capacities; the warp groups run
+    side by side. The II is the length plus the largest delay, so iterations never overlap.
+    ``(II, start, group, how)``, or None if that II is above ``hi`` or the edges have a cycle."""
+    order = _depth_first(p)
+    if order is None:
+        return None
+    caps = p.resources.units
+    used: dict[tuple[str, int], int] = {}
+    crossing = [e for e in p.edges
+                if e.src != e.dst and group[e.src] != group[e.dst] and not p.forced_cross(e)]
+
+    def delay(e: Edge) -> int:
+        return p.crossing_delay(e) if group[e.src] != group[e.dst] else e.latency
+
+    start: dict[str, int] = {}
+    free: dict[int, int] = {}
+    for n in order:
+        mine = [e for e in crossing if n in (e.src, e.dst)]
+        rows = [*p.reservations(n), *((HANDOFF_UNIT, off, cyc, 1) for op, off, cyc in p.transfers(mine)
+                                      if op == n and HANDOFF_UNIT in caps)]
+        t = max([free.get(group[n], 0), *(start[e.src] + delay(e) for e in p.in_edges(n)
+                                          if e.distance == 0 and e.src in start)])
+        t = max(t, -min([off for _, off, _, _ in rows], default=0))
+        while any(used.get((u, t + off + c), 0) + k > caps[u] for u, off, cyc, k in rows for c in range(cyc)):
+            t += 1
+        for u, off, cyc, k in rows:
+            for c in range(cyc):
+                used[(u, t + off + c)] = used.get((u, t + off + c), 0) + k
+        start[n] = t
+        free[group[n]] = t + p.op(n).issue_cycles
+    length = max(start[op.name] + op.cycles for op in p.ops)
+    ii = length + max([delay(e) for e in p.edges] + [0]) + 1
+    return None if ii > hi else (ii, start, group, "a list schedule without overlap between iterations")
 
 
 def _split_result(run: _Run, ii: int, start: dict[str, int], group: dict[str, int],
