@@ -210,7 +210,10 @@ def schedule(
         ``"joint"`` (the paper's Algorithm 1) or ``"swp"`` (Twill-SWP: modulo schedule plus a fixed split).
     time_limit : float, optional
         Seconds for the whole search. When it runs out the best schedule found comes back marked not
-        proven optimal; with none found, :class:`InfeasibleError` says which IIs were decided.
+        proven optimal; with none found (strategy ``"joint"``), a verified heuristic schedule
+        (``certificate.heuristic``, with the proven lower bound ``certificate.ii_bound``; the fallback
+        takes up to :data:`FALLBACK_S` more seconds), else :class:`InfeasibleError` says which IIs were
+        decided.
     max_groups, register_limit, register_plan, cross_group, max_stages, stage_slack, max_ii :
         See :class:`twill.problem.Options`.
     prefetch : int, optional
@@ -255,8 +258,9 @@ def schedule(
     GraphError, MachineError, ResourceError
         Bad input, found before any solver runs.
     InfeasibleError
-        No II up to ``max_ii`` admits a schedule (the certificate says why for each), or the time limit
-        ran out before any schedule was found.
+        No II up to ``max_ii`` admits a schedule (the certificate says why for each, and the message gives
+        the register floor, :func:`twill.reasons.register_floor`), or the time limit ran out before any
+        schedule was found and no heuristic schedule verified.
     InterruptedSolveError
         Ctrl-C; carries the best schedule found so far, if any.
     SolverUnavailableError
