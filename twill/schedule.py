@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twill.errors import TwillError
-from twill.model.liveness import memory_intervals, register_intervals
+from twill.model.liveness import memory_intervals, register_intervals, smem_buffers
 from twill.model.problem import Problem
 
 __all__ = ["DECIDED", "MAX_STAGES_READ", "SANITY_LIMIT", "SCHEMA_VERSION", "STRATEGIES", "Attempt",
@@ -136,6 +136,12 @@ class Certificate:
         completely.
     undecided : tuple of int
         IIs below (or at) the answer's that some window or phase left undecided.
+    heuristic : bool
+        The schedule is the fallback heuristic's (the time limit ended the search before any joint
+        schedule was found): valid (verified), not optimal, ``proven_optimal`` False.
+    ii_bound : int
+        With ``heuristic``: the proven lower bound on the optimal II (every smaller II was refuted);
+        0 otherwise.
     """
 
     lower_bound: int
@@ -147,6 +153,8 @@ class Certificate:
     notes: tuple[str, ...] = ()
     scope: tuple[ScopeRun, ...] = ()
     undecided: tuple[int, ...] = ()
+    heuristic: bool = False
+    ii_bound: int = 0
 
     def ruled_out(self) -> dict[int, str]:
         """For each II below the answer, why it failed (the last attempt's reason)."""
@@ -258,6 +266,31 @@ class Schedule:
                 out[iv.what] = max(out.get(iv.what, 1), max(1, math.ceil(iv.length / self.ii)))
         return dict(sorted(out.items()))
 
+    def smem_usage(self) -> dict[str, Any]:
+        """The shared memory the schedule allocates, against the machine's capacity.
+
+        Returns
+        -------
+        dict
+            ``buffers``: one row per SMEM buffer (:func:`twill.liveness.smem_buffers`: an SMEM value, a
+            streaming load's ring with its prefetch, the staging buffer of a register value handed to
+            another group) with ``what``, ``bytes`` (one copy), ``depth`` (copies alive at once,
+            ``max(1, ceil(lifetime / II))``) and ``total`` = bytes x depth; ``loop_invariant`` (bytes
+            held for the whole loop, ``problem.fixed_smem``); ``total`` = loop_invariant + the buffers'
+            totals (bytes per CTA); ``capacity`` (``problem.resources.smem``, bytes per CTA). The
+            solvers bound the folded peak occupancy, which is at most this total; the total is what a
+            code generator that gives each buffer a ring of ``depth`` slots allocates.
+        """
+        buffers = smem_buffers(self.problem, self.ii, self.start, self.group)
+        fixed = self.problem.fixed_smem
+        return {
+            "buffers": [{"what": b.what, "bytes": b.bytes, "depth": b.depth, "total": b.total}
+                        for b in buffers],
+            "loop_invariant": fixed,
+            "total": fixed + sum(b.total for b in buffers),
+            "capacity": self.problem.resources.smem,
+        }
+
     def listing(self) -> dict[str, list[tuple[int, str, int, int]]]:
         """The straight-line program: ``(time, op, iteration, group)`` rows of prologue, steady state and
         epilogue. The steady state is the window ``[(n-1) II, n II)`` that repeats once per iteration."""
@@ -304,12 +337,15 @@ class Schedule:
                 for g in self.warp_groups
             ],
             "buffer_depths": self.buffer_depths(),
+            "smem": self.smem_usage(),
             "certificate": {
                 "lower_bound": self.certificate.lower_bound,
                 "res_mii": self.certificate.res_mii,
                 "rec_mii": self.certificate.rec_mii,
                 "proven_optimal": self.certificate.proven_optimal,
                 "stage_slack": self.certificate.stage_slack,
+                "heuristic": self.certificate.heuristic,
+                "ii_bound": self.certificate.ii_bound,
                 "notes": list(self.certificate.notes),
                 "scope": [r.to_dict() for r in self.certificate.scope],
                 "undecided": list(self.certificate.undecided),
@@ -402,7 +438,9 @@ class Schedule:
                                tuple(_scope_run(r, f"certificate.scope[{i}]")
                                      for i, r in enumerate(_rows(c.get("scope", []), "certificate.scope"))),
                                tuple(_whole(x, "certificate.undecided", low=1)
-                                     for x in _rows(c.get("undecided", []), "certificate.undecided")))
+                                     for x in _rows(c.get("undecided", []), "certificate.undecided")),
+                               _flag(c.get("heuristic", False), "certificate.heuristic"),
+                               _whole(c.get("ii_bound", 0), "certificate.ii_bound", low=0))
             stats = tuple(_stat(row, f"stats[{i}]")
                           for i, row in enumerate(_rows(data.get("stats", []), "stats")))
             strategy = _text(data.get("strategy", "joint"), "strategy")
@@ -505,11 +543,13 @@ def _stat(row: Any, where: str) -> PhaseStats:
 
 
 def _check_summary(sched: Schedule, data: Mapping[str, Any]) -> None:
-    """The fields a file repeats for readers (machine, stages, total length, II in cycles, buffer depths)
+    """The fields a file repeats for readers (machine, stages, total length, II in cycles, buffer depths,
+    SMEM use)
     must be what the schedule gives; a file that disagrees was edited or is corrupt, and silently
     recomputing them would hide that. ``ValueError`` naming the field and both values."""
     derived: dict[str, Any] = {"machine": sched.machine, "stages": sched.stages,
-                               "total_length": sched.total_length, "buffer_depths": sched.buffer_depths()}
+                               "total_length": sched.total_length, "buffer_depths": sched.buffer_depths(),
+                               "smem": sched.smem_usage()}
     for key, want in derived.items():
         if key in data and data[key] != want:
             raise ValueError(f"{key} is {data[key]!r}, but the schedule (II {sched.ii}, L {sched.length}, "
@@ -565,5 +605,5 @@ def make_groups(problem: Problem, start: Mapping[str, int], group: Mapping[str, 
 
 def slots_from(start: Mapping[str, int], group: Mapping[str, int], ii: int,
                order: Sequence[str]) -> dict[str, OpSlot]:
-    """OpSlots in graph order."""
+    """OpSlots in the order of ``order`` (the problem's: ops by name)."""
     return {n: OpSlot(n, start[n], start[n] // ii, group[n]) for n in order}

@@ -18,6 +18,7 @@ always at some interval's start, so checking at item starts is exact.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -109,6 +110,7 @@ class Encoder(ModularModel):
         self.scoped: list[Any] = []
         self.reg_total: Any = None
         self.handoff_total: Any = None
+        self._footprint: tuple[Any, int, int] | None = None
 
     # ------------------------------------------------------------------------ term helpers
     def same(self, u: str, v: str) -> Any:
@@ -510,6 +512,32 @@ class Encoder(ModularModel):
             self.lazy["smem"] = Lazy(smem, p.resources.smem, p.fixed_smem, False)
         if tmem:
             self.lazy["tmem"] = Lazy(tmem, p.resources.tmem, p.fixed_tmem, False)
+
+    def smem_footprint(self) -> tuple[Any, int, int]:
+        """The SMEM the buffers allocate (:func:`twill.liveness.smem_footprint`) as a term, its
+        granularity (the gcd of the buffers' bytes) and a lower bound (every buffer that always exists,
+        one slot each); ``(0, 1, 0)`` without SMEM items.
+
+        Each SMEM item gets a ring depth ``depth >= 1`` with ``depth * II >= lifetime`` (stated on the
+        first call; it restricts nothing, the depth being free above); the term is the sum of
+        ``bytes * depth`` over the items present, so its least value over the models with a given start
+        and group assignment is the footprint of that schedule. Needs a fixed II (the goal phase)."""
+        m = self.m
+        lazy = self.lazy.get("smem")
+        if lazy is None or not lazy.items:
+            return self.int_(0), 1, 0
+        if self._footprint is None:
+            terms, step, least = [], 0, 0
+            for idx, it in enumerate(lazy.items):
+                depth = m.Symbol(f"smem_depth[{idx}]", INT)
+                self.add(m.GE(depth, self.int_(1)))
+                self.add(m.GE(self.times(self.ii, depth), self._length(it)))
+                held = self.times(it.weight, depth)
+                terms.append(held if it.cond is None else m.Ite(it.cond, held, self.int_(0)))
+                step = math.gcd(step, it.weight)
+                least += it.weight if it.cond is None else 0
+            self._footprint = (m.Plus(terms) if len(terms) > 1 else terms[0], max(1, step), least)
+        return self._footprint
 
     def build(self) -> None:
         """Assert every eager family and define the lazy ones."""
