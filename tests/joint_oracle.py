@@ -69,6 +69,7 @@ widens the pool as docs/model.md says.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -434,114 +435,122 @@ def _assignments(spec: _Spec):
     yield from rec(0, {})
 
 
+class _Search:
+    """Branch and bound over the start times of one assignment at one II, updating a shared best.
+
+    ``best[0]`` is the best key ``(L, groups, handoff, regfile)`` found so far and ``best[1]`` its
+    ``(start, group, budgets)``; ``budget[0]`` the search nodes left.
+    """
+
+    def __init__(self, spec: _Spec, a: _Assign, order: list[str], limit: int, best: list,
+                 budget: list) -> None:
+        self.spec, self.a, self.order, self.limit = spec, a, order, limit
+        self.best, self.budget = best, budget
+        self.ii = a.ii
+        self.units = spec.res.units
+        self.head = (len(a.used), a.handoff_total)
+        self.mrt = {u: [0] * a.ii for u in self.units}
+        self.start: dict[str, int] = {}
+        self.stack: list = []
+        self.edges_of = {n: [e for e in spec.edges if e.src != e.dst and n in (e.src, e.dst)]
+                         for n in spec.names}
+        self.block_of = {n: [(v, o, c) for v, o, c in a.block if n in (v, o)] for n in spec.names}
+
+    def bound(self) -> int:
+        """Largest L still worth finding: the best's, or one less if this assignment's group count and
+        hand-off latency are worse than the best's."""
+        if self.best[0] is None:
+            return self.limit
+        length, groups, handoff, _ = self.best[0]
+        return length - 1 if self.head > (groups, handoff) else length
+
+    def place(self, n: str, t: int) -> bool:
+        added = []
+        for unit, off, cyc, cnt in self.a.rows[n]:
+            col = self.mrt[unit]
+            for c in range(off, off + cyc):
+                r = (t + c) % self.ii
+                col[r] += cnt
+                added.append((col, r, cnt))
+                if col[r] > self.units[unit]:
+                    for col2, r2, cnt2 in added:
+                        col2[r2] -= cnt2
+                    return False
+        self.stack.append(added)
+        return True
+
+    def unplace(self) -> None:
+        for col, r, cnt in self.stack.pop():
+            col[r] -= cnt
+
+    def blocking_ok(self, n: str, t: int) -> bool:
+        start = self.start
+        for v, o, c in self.block_of[n]:
+            other = o if v == n else v
+            if other in start:
+                sv = t if v == n else start[v]
+                so = t if o == n else start[o]
+                if (sv - so) % self.ii < c:
+                    return False
+        return True
+
+    def leaf(self) -> None:
+        spec, a, start, best = self.spec, self.a, self.start, self.best
+        if min(start.values()) != 0:
+            return  # shifting every start down gives a shorter schedule
+        length = max(start[n] + spec.cyc[n] for n in spec.names)
+        if length > self.bound():
+            return
+        bad, regfile, budgets = a.leaf(start)
+        if bad:
+            return
+        key = (length, self.head[0], self.head[1], regfile)
+        if best[0] is None or key < best[0]:
+            best[0] = key
+            best[1] = (dict(start), dict(a.group), budgets)
+        if a.relaxed:
+            raise _Feasible
+
+    def run(self, i: int = 0) -> None:
+        self.budget[0] -= 1
+        if self.budget[0] < 0:
+            raise OracleLimit("node limit reached")
+        if i == len(self.order):
+            self.leaf()
+            return
+        spec, a, start, ii = self.spec, self.a, self.start, self.ii
+        n = self.order[i]
+        lo, hi = 0, self.bound() - spec.cyc[n]
+        for e in self.edges_of[n]:
+            d = a.delay[e.index]
+            if e.dst == n and e.src in start:
+                lo = max(lo, start[e.src] + d - e.distance * ii)
+            elif e.src == n and e.dst in start:
+                hi = min(hi, start[e.dst] + e.distance * ii - d)
+        for t in range(lo, hi + 1):
+            if t > self.bound() - spec.cyc[n]:
+                break
+            if not self.blocking_ok(n, t) or not self.place(n, t):
+                continue
+            start[n] = t
+            if not (i + 1 < len(self.order) and a.footprint[n] and a.leaf(start)[0]):
+                self.run(i + 1)
+            del start[n]
+            self.unplace()
+
+
 def _search_ii(spec: _Spec, ii: int, stages: int, order: list[str], assigns: list[_Assign],
                best: list, budget: list) -> None:
-    """Branch and bound over start times for every assignment at ``ii``; ``best[0]`` is the best key
-    ``(L, groups, handoff, regfile)`` and ``best[1]`` its schedule."""
-    limit = stages * ii
-    # self-edges never cross
-    for e in spec.edges:
+    """Branch and bound over start times for every assignment at ``ii`` (see :class:`_Search`)."""
+    for e in spec.edges:  # self-edges never cross
         if e.src == e.dst and e.distance * ii < e.latency:
             return
-    units = spec.res.units
     for a in assigns:
-        head = (len(a.used), a.handoff_total)
-        mrt = {u: [0] * ii for u in units}
-        start: dict[str, int] = {}
-        edges_of = {n: [e for e in spec.edges if e.src != e.dst and n in (e.src, e.dst)] for n in spec.names}
-        block_of = {n: [(v, o, c) for v, o, c in a.block if n in (v, o)] for n in spec.names}
-
-        def bound() -> int:
-            if best[0] is None:
-                return limit
-            bl = best[0]
-            if head > bl[1:3]:
-                return bl[0] - 1
-            return bl[0]
-
-        def place(n: str, t: int) -> bool:
-            added = []
-            ok = True
-            for unit, off, cyc, cnt in a.rows[n]:
-                col = mrt[unit]
-                for c in range(off, off + cyc):
-                    r = (t + c) % ii
-                    col[r] += cnt
-                    added.append((col, r, cnt))
-                    if col[r] > units[unit]:
-                        ok = False
-                        break
-                if not ok:
-                    break
-            if not ok:
-                for col, r, cnt in added:
-                    col[r] -= cnt
-                return False
-            stack.append(added)
-            return True
-
-        def unplace() -> None:
-            for col, r, cnt in stack.pop():
-                col[r] -= cnt
-
-        stack: list = []
-
-        def rec(i: int) -> None:
-            budget[0] -= 1
-            if budget[0] < 0:
-                raise OracleLimit("node limit reached")
-            lim = bound()
-            if i == len(order):
-                if min(start.values()) != 0:
-                    return
-            if i == len(order):
-                length = max(start[n] + spec.cyc[n] for n in spec.names)
-                if length > lim:
-                    return
-                bad, regfile, budgets = a.leaf(start)
-                if bad:
-                    return
-                key = (length, head[0], head[1], regfile)
-                if best[0] is None or key < best[0]:
-                    best[0] = key
-                    best[1] = (dict(start), dict(a.group), budgets)
-                if a.relaxed:
-                    raise _Feasible
-                return
-            n = order[i]
-            lo, hi = 0, lim - spec.cyc[n]
-            for e in edges_of[n]:
-                d = a.delay[e.index]
-                if e.dst == n and e.src in start:
-                    lo = max(lo, start[e.src] + d - e.distance * ii)
-                elif e.src == n and e.dst in start:
-                    hi = min(hi, start[e.dst] + e.distance * ii - d)
-            for t in range(lo, hi + 1):
-                if t > bound() - spec.cyc[n]:
-                    break
-                okb = True
-                for v, o, c in block_of[n]:
-                    other = o if v == n else v
-                    if other in start:
-                        sv = t if v == n else start[v]
-                        so = t if o == n else start[o]
-                        if (sv - so) % ii < c:
-                            okb = False
-                            break
-                if not okb:
-                    continue
-                if not place(n, t):
-                    continue
-                start[n] = t
-                if (i + 1 < len(order) and a.footprint[n]) and a.leaf(start)[0]:
-                    del start[n]
-                    unplace()
-                    continue
-                rec(i + 1)
-                del start[n]
-                unplace()
-
-        rec(0)
+        # an op whose own value already overflows a register or memory bound does so at any start (the
+        # folded occupancy is the same for every shift): the assignment has no schedule at this II
+        if any(a.leaf({n: 0})[0] for n in spec.names if a.footprint[n]):
+            continue
+        _Search(spec, a, order, stages * ii, best, budget).run()
 
 
 def res_mii(problem: Problem) -> int:
@@ -605,8 +614,8 @@ def oracle(problem: Problem, *, max_ii: int, max_stages: int, min_ii: int | None
     file, is bad input (docs/model.md §2; ``Options.register_plan``): None.
     """
     res, plan = problem.resources, problem.options.register_plan
-    if plan and (any(not (res.setmaxnreg_min <= b <= res.setmaxnreg_max and b % (res.setmaxnreg_step or 1) == 0)
-                     for b in plan)
+    step = res.setmaxnreg_step or 1
+    if plan and (any(not (res.setmaxnreg_min <= b <= res.setmaxnreg_max and b % step == 0) for b in plan)
                  or ("register_file" not in problem.options.relax
                      and sum(32 * res.warps_per_group * b for b in plan) > res.register_file)):
         return None
@@ -620,11 +629,9 @@ def oracle(problem: Problem, *, max_ii: int, max_stages: int, min_ii: int | None
         if not _recurrences_fit(spec, ii):
             continue
         relaxed = [None, None]
-        try:
+        with contextlib.suppress(_Feasible):
             _search_ii(spec, ii, stages, order, [_Assign(spec, {n: 0 for n in spec.names}, ii, relaxed=True)],
                        relaxed, budget)
-        except _Feasible:
-            pass
         if relaxed[0] is None:  # not even the modulo relaxation has a schedule at this II
             continue
         assigns = [a for a in (_Assign(spec, g, ii) for g in raw) if not a.static_violations()]

@@ -14,7 +14,7 @@ The loops use costs of 1-4 cycles and include an op of 1 cycle, so the cost norm
 gcd is 1 and the sum is under U = 300): ``cycles_per_unit == 1`` is asserted, and the oracle is given the
 problem twill built, in those units. The machine is the H100 with 2-cycle mbarrier and 1-cycle named-barrier
 hand-offs (``dataclasses.replace`` on its constants, as tests/conftest.py does) and, per loop, a random
-``memory.smem_per_cta``.
+shared-memory size (the ``smem_per_cta`` field: a loaded machine has copied its constants into fields).
 
 ``TWILL_ORACLE_LOOPS`` (default 500) sets the number of random loops; a nightly run sets it higher.
 """
@@ -41,7 +41,7 @@ from twill.schedule import Certificate, Schedule, make_groups, slots_from
 from twill.verify import violations
 
 sys.path.insert(0, str(Path(__file__).parent))
-from joint_oracle import Answer, OracleLimit, check, oracle  # noqa: E402
+from joint_oracle import Answer, OracleLimit, check, oracle
 
 LOOPS = int(os.environ.get("TWILL_ORACLE_LOOPS", "525"))
 CHUNK = 25
@@ -59,7 +59,9 @@ def machine(smem: int = 232448) -> Machine:
     constants["handoff.mbarrier"] = Constant(2, "oracle test machine")
     constants["handoff.named_barrier"] = Constant(1, "oracle test machine")
     constants["memory.smem_per_cta"] = Constant(smem, "oracle test machine")
-    return replace(h100, name=f"h100-oracle-{smem}", constants=constants)
+    mach = replace(h100, name=f"h100-oracle-{smem}", constants=constants, smem_per_cta=smem)
+    assert mach.smem_per_cta == smem
+    return mach
 
 
 def problem_of(graph: Graph, mach: Machine, **options: object) -> Problem:
@@ -271,7 +273,7 @@ def judge(out: Outcome) -> list[str]:
     if out.skip:
         return []
     ans, s, case = out.answer, out.sched, out.case
-    bounded = case.options["max_stages"] is not None  # both search the same stage counts
+    bounded = case.options.get("max_stages") is not None  # both search the same stage counts
     if out.error is not None:
         if ans is not None and "time limit" not in str(out.error):
             return [f"twill: {type(out.error).__name__} ({str(out.error)[:200]}); oracle: {ans.key} start "
@@ -283,7 +285,7 @@ def judge(out: Outcome) -> list[str]:
     tw = twill_key(s)
     within = bounded or s.stages <= STAGES  # the oracle saw twill's schedule
     if ans is None:
-        return [f"twill found {tw} ({s.stages} stages), the oracle nothing up to II {MAX_II}"] if within else []
+        return [f"twill found {tw} ({s.stages} stages), the oracle nothing up to II {MAX_II}"] * within
     ok = ans.key[:3]
     bad = []
     if within and tw < ok:
@@ -412,7 +414,8 @@ def two_tiles(seed: int) -> tuple[Graph, Machine, dict]:
     rng = random.Random(seed)
     g = Graph(f"tiles{seed}")
     load_unit = rng.choice(("tma", "alu"))
-    g.add_op("ld", "tma_load" if load_unit == "tma" else "alu", busy={load_unit: 1}, latency=rng.randint(1, 3),
+    g.add_op("ld", "tma_load" if load_unit == "tma" else "alu", busy={load_unit: 1},
+             latency=rng.randint(1, 3),
              issue_cycles=1, variable_latency=load_unit == "tma", result_bytes=rng.choice((0, 128, 256)),
              regs=rng.choice((0, 16)), spill_cost=rng.randint(0, 3), source="two tiles")
     ua, ub = rng.choice(("tc", "alu")), rng.choice(("mufu", "alu", "smem"))
@@ -420,8 +423,8 @@ def two_tiles(seed: int) -> tuple[Graph, Machine, dict]:
     regs_a, bytes_a, spill = rng.choice((0, 16, 64)), rng.choice((0, 128, 512)), rng.randint(0, 3)
     warps = rng.choice((1, 4))
     for t in (1, 2):
-        g.add_op(f"a{t}", "gemm", busy={ua: ca}, latency=ca, issue_cycles=1 if ua == "tc" else ca, regs=regs_a,
-                 result_bytes=bytes_a, spill_cost=spill, warps=warps, source="two tiles")
+        g.add_op(f"a{t}", "gemm", busy={ua: ca}, latency=ca, issue_cycles=1 if ua == "tc" else ca,
+                 regs=regs_a, result_bytes=bytes_a, spill_cost=spill, warps=warps, source="two tiles")
         g.add_op(f"b{t}", "exp", busy={ub: cb}, latency=cb, issue_cycles=cb, regs=16, result_bytes=128,
                  spill_cost=spill, warps=warps, source="two tiles")
     carrier = rng.choice(("register", "smem"))
@@ -442,7 +445,81 @@ def test_apart_mirror_keeps_answer(seed: int) -> None:
     g, mach, opts = two_tiles(seed)
     one = _key_or_none(g, mach, **opts, apart=[("a1", "b1")])
     two = _key_or_none(g, mach, **opts, apart=[("a2", "b2")])
-    want = oracle(problem_of(g, mach, **opts, apart=[("a1", "b1")]), max_ii=12, max_stages=opts["max_stages"])
-    mirror = oracle(problem_of(g, mach, **opts, apart=[("a2", "b2")]), max_ii=12, max_stages=opts["max_stages"])
+    stages = opts["max_stages"]
+    want = oracle(problem_of(g, mach, **opts, apart=[("a1", "b1")]), max_ii=12, max_stages=stages)
+    mirror = oracle(problem_of(g, mach, **opts, apart=[("a2", "b2")]), max_ii=12, max_stages=stages)
     assert (want and want.key[:2]) == (mirror and mirror.key[:2]), "the oracle is not mirror-symmetric"
     assert one == two, f"apart on tile 1: {one}, on tile 2: {two}; oracle {want and want.key}"
+
+
+# ------------------------------------------------------------------------------------ reproducers
+# Minimal loops of each disagreement class the random loops found; the expected values are the oracle's,
+# and the oracle's schedule passes twill.verify (asserted), so each is a schedule twill missed.
+def _agrees(graph: Graph, mach: Machine, max_ii: int, stages: int, **options: object) -> None:
+    p = problem_of(graph, mach, max_ii=max_ii, max_stages=stages, **options)
+    ans = oracle(p, max_ii=max_ii, max_stages=stages)
+    assert ans is not None
+    assert not violations(as_schedule(p, ans))
+    try:
+        s = twill.schedule(graph, mach, max_ii=max_ii, max_stages=stages, **options)
+    except (InfeasibleError, ResourceError) as exc:
+        pytest.fail(f"twill: {exc}; the oracle's {ans.key[:3]} verifies: start {dict(ans.start)}, "
+                    f"group {dict(ans.group)}, budgets {dict(ans.budgets)}")
+    assert twill_key(s) <= ans.key[:3], f"twill {twill_key(s)} (proven {s.certificate.proven_optimal})"
+    if s.certificate.proven_optimal:
+        assert twill_key(s) == ans.key[:3]
+
+
+def test_repro_plan_order_one_op() -> None:
+    # One ALU op holding 96 registers (+ 26 overhead = 122 > 64): it fits the plan's second budget (216)
+    # and not the first; a plan is a budget per group, not an order, so II 1 L 1 one group.
+    g = Graph("plan1")
+    g.add_op("o0", "exp", busy={"mufu": 1}, latency=1, issue_cycles=1, regs=96)
+    _agrees(g, machine(), 10, 2, register_plan=[64, 216, 104, 56])
+
+
+def test_repro_plan_order_groups() -> None:
+    # A load (variable latency, group 0) and an 8-warp ALU op that fits the register file only on the 40
+    # budget (256 threads x 40) beside the two others: the oracle's L 6 on 4 groups beats L 7 on 3.
+    g = Graph("plan4")
+    g.add_op("o0", "tma_load", busy={"tma": 1}, latency=1, issue_cycles=1, variable_latency=True)
+    g.add_op("o1", "alu", busy={"alu": 2}, latency=1, issue_cycles=2, warps=8)
+    g.add_op("o2", "copy", busy={"smem": 3}, latency=1, issue_cycles=3, warps=4)
+    g.add_op("o3", "alu", busy={"alu": 4}, latency=1, issue_cycles=4, regs=16, warps=4)
+    g.add_edge("o0", "o2", latency=1, carrier="none")
+    _agrees(g, machine(), 10, 2, register_plan=[136, 96, 128, 40])
+
+
+def test_repro_stage_window() -> None:
+    # b waits (blocking) on a, so it cannot start while a issues: b >= 1, L = 3 at II 2 (two stages).
+    # The modulo schedule has L 2 (one stage), and stage_slack 0 searches that window only.
+    g = Graph("window")
+    g.add_op("a", "exp", busy={"mufu": 1}, latency=1, issue_cycles=1)
+    g.add_op("b", "copy", busy={"smem": 2}, latency=1, issue_cycles=2)
+    g.add_edge("a", "b", latency=0, carrier="none", blocking=True)
+    _agrees(g, machine(), 10, 4, stage_slack=0)
+
+
+def test_repro_memory_precheck_ordering_self_edges() -> None:
+    # Two 8 KB values with ordering self-edges (carrier none: no value crosses iterations) on a 12000-byte
+    # machine: each is live for its op's one cycle only, so at II 2 they never overlap (8192 <= 12000).
+    g = Graph("selfedges")
+    for name in ("x", "y"):
+        g.add_op(name, "alu", busy={"alu": 1}, latency=1, smem=8192)
+        g.add_edge(name, name, latency=1, distance=1, carrier="none")
+    _agrees(g, machine(12000), 10, 3)
+
+
+def test_repro_apart_mirror() -> None:
+    # Two identical tiles a{t} -> b{t} fed by one ALU op; apart on tile 2 is the mirror of apart on tile 1,
+    # whose optimum is II 3, L 6 on 2 groups (the oracle's, verified).
+    g = Graph("tiles")
+    g.add_op("ld", "alu", busy={"alu": 1}, latency=3, issue_cycles=1, result_bytes=128, spill_cost=3)
+    for t in (1, 2):
+        g.add_op(f"a{t}", "gemm", busy={"tc": 1}, latency=1, issue_cycles=1, result_bytes=128, spill_cost=3)
+        g.add_op(f"b{t}", "copy", busy={"smem": 1}, latency=1, issue_cycles=1, regs=16, result_bytes=128,
+                 spill_cost=3)
+    for t in (1, 2):
+        g.add_edge("ld", f"a{t}", latency=2)
+        g.add_edge(f"a{t}", f"b{t}", carrier="smem", blocking=True)
+    _agrees(g, machine(), 12, 2, max_groups=3, apart=[("a2", "b2")])
