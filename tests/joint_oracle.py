@@ -70,6 +70,7 @@ widens the pool as docs/model.md says.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -592,8 +593,39 @@ def _recurrences_fit(spec: _Spec, ii: int) -> bool:
     return False
 
 
+def _plan_variants(problem: Problem) -> list[Problem]:
+    """A register plan is a multiset of budgets (docs/model.md §6, "Reductions"): any group may take any
+    of them. The compute slots are already interchangeable within equal budgets here, so the only choice
+    left is the variable-latency slot's budget: one problem per distinct value, slot 0 taking it."""
+    plan = problem.options.register_plan
+    has_vl = any(op.variable_latency for op in problem.ops)
+    if not plan or not has_vl or len(set(plan)) == 1:
+        return [problem]
+    out = []
+    for value in sorted(set(plan)):
+        rest = list(plan)
+        rest.remove(value)
+        opts = dataclasses.replace(problem.options, register_plan=(value, *sorted(rest)))
+        out.append(dataclasses.replace(problem, options=opts))
+    return out
+
+
 def oracle(problem: Problem, *, max_ii: int, max_stages: int, min_ii: int | None = None,
            node_limit: int | None = None) -> Answer | None:
+    """:func:`oracle_positional` over every arrangement of the register plan (:func:`_plan_variants`):
+    the best answer of any."""
+    best = None
+    for variant in _plan_variants(problem):
+        ans = oracle_positional(variant, max_ii=max_ii, max_stages=max_stages, min_ii=min_ii,
+                                node_limit=node_limit)
+        if ans is not None and (best is None or lex(ans.ii, ans.length, ans.groups)
+                                < lex(best.ii, best.length, best.groups)):
+            best = ans
+    return best
+
+
+def oracle_positional(problem: Problem, *, max_ii: int, max_stages: int, min_ii: int | None = None,
+                      node_limit: int | None = None) -> Answer | None:
     """The least ``(II, L, groups, hand-off, register file)`` over schedules with ``II <= max_ii`` and at
     most ``max_stages`` stages (and ``options.max_stages``), or None if there is none.
 
@@ -647,6 +679,19 @@ def oracle(problem: Problem, *, max_ii: int, max_stages: int, min_ii: int | None
 
 def check(problem: Problem, ii: int, length: int, start: Mapping[str, int],
           group: Mapping[str, int]) -> list[str]:
+    """:func:`check_positional` under each arrangement of the register plan: valid if one passes (the
+    violations of the first arrangement otherwise)."""
+    first: list[str] | None = None
+    for variant in _plan_variants(problem):
+        bad = check_positional(variant, ii, length, start, group)
+        if not bad:
+            return []
+        first = bad if first is None else first
+    return first or []
+
+
+def check_positional(problem: Problem, ii: int, length: int, start: Mapping[str, int],
+                     group: Mapping[str, int]) -> list[str]:
     """Violations of one schedule under this module's rules (an empty list: it is valid).
 
     ``group`` may number groups in any way: every injective map of its groups onto pool slots (the

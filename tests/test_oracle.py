@@ -352,12 +352,11 @@ INVARIANCE = int(os.environ.get("TWILL_ORACLE_INVARIANCE", "120"))
 
 
 def _permuted_plan(plan: list[int], vl: bool, rng: random.Random) -> list[int]:
-    # slot 0 is the variable-latency group's (docs/model.md §5): only the compute slots are interchangeable
-    head, tail = (plan[:1], plan[1:]) if vl else ([], plan)
-    tail = tail[::-1] if len(set(tail)) > 1 else tail
-    if len(set(tail)) > 2:
-        rng.shuffle(tail)
-    return head + tail
+    # a register plan is a multiset (docs/model.md §6): any order, the variable-latency group's slot too
+    out = list(plan)
+    while len(set(out)) > 1 and out == list(plan):
+        rng.shuffle(out)
+    return out
 
 
 def test_register_plan_permutation_keeps_answer() -> None:
