@@ -75,7 +75,7 @@ import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from twill.problem import Problem
+from twill.model.problem import Problem
 
 __all__ = ["Answer", "OracleLimit", "check", "oracle", "pool"]
 

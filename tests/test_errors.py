@@ -329,11 +329,11 @@ def test_time_limit_before_any_schedule_without_a_heuristic_one_is_an_infeasible
         monkeypatch: pytest.MonkeyPatch) -> None:
     from test_schedule import fa_like_graph
 
-    import twill.search
+    import twill.search.algorithm1 as search
 
-    monkeypatch.setattr(twill.search, "iterative_modulo_schedule", lambda problem, ii: None)
-    monkeypatch.setattr(twill.search, "_no_overlap", lambda p, group, hi: None)
-    monkeypatch.setattr(twill.search, "_list_schedule", lambda p, group, hi: None)
+    monkeypatch.setattr(search, "iterative_modulo_schedule", lambda problem, ii: None)
+    monkeypatch.setattr(search, "_no_overlap", lambda p, group, hi: None)
+    monkeypatch.setattr(search, "_list_schedule", lambda p, group, hi: None)
     with pytest.raises(InfeasibleError, match=r"fa_like: time limit reached") as info:
         twill.schedule(fa_like_graph(), "h100", time_limit=0.001)
     assert info.value.certificate is not None

@@ -35,11 +35,11 @@ import pytest
 
 import twill
 from twill.errors import InfeasibleError, ResourceError
-from twill.graph import Graph
-from twill.machine import Constant, Machine, load_machine
-from twill.normalize import normalize_problem
-from twill.paper import figure1_graph
-from twill.problem import Options, Problem, build_problem
+from twill.ir.graph import Graph
+from twill.ir.machine import Constant, Machine, load_machine
+from twill.solvers.normalize import normalize_problem
+from twill.ir.paper import figure1_graph
+from twill.model.problem import Options, Problem, build_problem
 from twill.schedule import Certificate, Schedule, make_groups, slots_from
 from twill.verify import violations
 
