@@ -37,10 +37,10 @@ import twill
 from twill.errors import InfeasibleError, ResourceError
 from twill.ir.graph import Graph
 from twill.ir.machine import Constant, Machine, load_machine
-from twill.solvers.normalize import normalize_problem
 from twill.ir.paper import figure1_graph
 from twill.model.problem import Options, Problem, build_problem
 from twill.schedule import Certificate, Schedule, make_groups, slots_from
+from twill.solvers.normalize import normalize_problem
 from twill.verify import violations
 
 sys.path.insert(0, str(Path(__file__).parent))
