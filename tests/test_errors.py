@@ -314,9 +314,26 @@ def test_returned_schedules_respect_max_stages(limit: int) -> None:
 
 
 # ------------------------------------------------------------------------------------------ time limits
-def test_time_limit_before_any_schedule_is_an_infeasible_error_with_the_decided_part() -> None:
+def test_time_limit_before_any_schedule_gives_a_heuristic_schedule_with_the_decided_part() -> None:
     from test_schedule import fa_like_graph
 
+    with pytest.warns(twill.TwillWarning, match="heuristic"):
+        s = twill.schedule(fa_like_graph(), "h100", time_limit=0.001)
+    twill.verify(s)
+    cert = s.certificate
+    assert cert.heuristic and not cert.proven_optimal
+    assert cert.lower_bound <= cert.ii_bound <= s.ii
+
+
+def test_time_limit_before_any_schedule_without_a_heuristic_one_is_an_infeasible_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_schedule import fa_like_graph
+
+    import twill.search.algorithm1 as search
+
+    monkeypatch.setattr(search, "iterative_modulo_schedule", lambda problem, ii: None)
+    monkeypatch.setattr(search, "_no_overlap", lambda p, group, hi: None)
+    monkeypatch.setattr(search, "_list_schedule", lambda p, group, hi: None)
     with pytest.raises(InfeasibleError, match=r"fa_like: time limit reached") as info:
         twill.schedule(fa_like_graph(), "h100", time_limit=0.001)
     assert info.value.certificate is not None
@@ -396,6 +413,16 @@ def _corrupt(data: dict[str, Any], edit: Any) -> str:
     return json.dumps(copy)
 
 
+def _op(d: dict, name: str) -> dict:
+    """The problem op called ``name`` in schedule data ``d`` (the problem lists ops by name)."""
+    return next(o for o in d["problem"]["ops"] if o["name"] == name)
+
+
+def _edge(d: dict, src: str, dst: str) -> dict:
+    """The problem edge ``src -> dst`` in schedule data ``d``."""
+    return next(e for e in d["problem"]["edges"] if (e["src"], e["dst"]) == (src, dst))
+
+
 JSON_CASES: dict[str, tuple[Any, str]] = {
     "not JSON": (lambda d: None,
                  r"not JSON: Expecting property name enclosed in double quotes: line 1 column 2"),
@@ -412,11 +439,11 @@ JSON_CASES: dict[str, tuple[Any, str]] = {
                               r"ops\[3\] names 'Q', which is not an op of the problem"),
     "op without a slot": (lambda d: d.update(ops=[o for o in d["ops"] if o["name"] != "S"]),
                           r"op\(s\) 'S' of the problem have no entry under \"ops\""),
-    "edge to a missing op": (lambda d: d["problem"]["edges"][0].update(src="ZZ"),
+    "edge to a missing op": (lambda d: _edge(d, "S", "P").update(src="ZZ"),
                              r"problem: edge ZZ->P: 'ZZ' is not an op"),
-    "negative reservation": (lambda d: d["problem"]["ops"][0].update(rrt=[["tc", 0, -1, 1]]),
+    "negative reservation": (lambda d: _op(d, "S").update(rrt=[["tc", 0, -1, 1]]),
                              r"problem: op 'S': reservation of unit 'tc' has cycles=-1"),
-    "unknown unit": (lambda d: d["problem"]["ops"][0].update(rrt=[["warp9", 0, 1, 1]]),
+    "unknown unit": (lambda d: _op(d, "S").update(rrt=[["warp9", 0, 1, 1]]),
                      r"problem: op 'S' uses unknown unit 'warp9'; the machine has alu, lsu"),
     "fractional distance": (lambda d: d["problem"]["edges"][0].update(distance=0.5),
                             r"distance=0\.5 must be a non-negative integer"),

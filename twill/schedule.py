@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twill.errors import TwillError
-from twill.model.liveness import memory_intervals, register_intervals
+from twill.model.liveness import memory_intervals, register_intervals, smem_buffers
 from twill.model.problem import Problem
 
 __all__ = ["DECIDED", "MAX_STAGES_READ", "SANITY_LIMIT", "SCHEMA_VERSION", "STRATEGIES", "Attempt",
-           "Certificate", "OpSlot", "PhaseStats", "Schedule", "WarpGroup", "group_role"]
+           "Certificate", "OpSlot", "PhaseStats", "Schedule", "ScopeRun", "WarpGroup", "group_role"]
 
 SCHEMA_VERSION = 1
 SANITY_LIMIT = 10**6
@@ -94,6 +94,22 @@ class Attempt:
 
 
 @dataclass(frozen=True)
+class ScopeRun:
+    """IIs ``lo .. hi`` (normalized units) each refuted for every schedule of at most ``stages`` stages
+    (``None``: of any length, e.g. no modulo schedule exists); ``complete`` when that covers every stage
+    count the model allows at each of these IIs."""
+
+    lo: int
+    hi: int
+    stages: int | None
+    complete: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form."""
+        return {"lo": self.lo, "hi": self.hi, "stages": self.stages, "complete": self.complete}
+
+
+@dataclass(frozen=True)
 class Certificate:
     """The optimality proof of a schedule.
 
@@ -112,6 +128,20 @@ class Certificate:
         Stage windows tried beyond the modulo schedule's (0: the paper's Algorithm 1).
     notes : tuple of str
         Plain-language remarks (normalization collapses, time limits).
+    scope : tuple of ScopeRun
+        What was refuted below the answer's II, as runs of IIs each refuted for every stage count up
+        to a number (``complete`` when that number reaches the stage bound of every II of the run,
+        :func:`twill.reductions.stage_bound`, or the user's ``max_stages``: then no stage count the
+        model allows is left). ``proven_optimal`` needs every II from the lower bound up covered
+        completely.
+    undecided : tuple of int
+        IIs below (or at) the answer's that some window or phase left undecided.
+    heuristic : bool
+        The schedule is the fallback heuristic's (the time limit ended the search before any joint
+        schedule was found): valid (verified), not optimal, ``proven_optimal`` False.
+    ii_bound : int
+        With ``heuristic``: the proven lower bound on the optimal II (every smaller II was refuted);
+        0 otherwise.
     """
 
     lower_bound: int
@@ -121,6 +151,10 @@ class Certificate:
     attempts: tuple[Attempt, ...]
     stage_slack: int = 0
     notes: tuple[str, ...] = ()
+    scope: tuple[ScopeRun, ...] = ()
+    undecided: tuple[int, ...] = ()
+    heuristic: bool = False
+    ii_bound: int = 0
 
     def ruled_out(self) -> dict[int, str]:
         """For each II below the answer, why it failed (the last attempt's reason)."""
@@ -232,6 +266,31 @@ class Schedule:
                 out[iv.what] = max(out.get(iv.what, 1), max(1, math.ceil(iv.length / self.ii)))
         return dict(sorted(out.items()))
 
+    def smem_usage(self) -> dict[str, Any]:
+        """The shared memory the schedule allocates, against the machine's capacity.
+
+        Returns
+        -------
+        dict
+            ``buffers``: one row per SMEM buffer (:func:`twill.liveness.smem_buffers`: an SMEM value, a
+            streaming load's ring with its prefetch, the staging buffer of a register value handed to
+            another group) with ``what``, ``bytes`` (one copy), ``depth`` (copies alive at once,
+            ``max(1, ceil(lifetime / II))``) and ``total`` = bytes x depth; ``loop_invariant`` (bytes
+            held for the whole loop, ``problem.fixed_smem``); ``total`` = loop_invariant + the buffers'
+            totals (bytes per CTA); ``capacity`` (``problem.resources.smem``, bytes per CTA). The
+            solvers bound the folded peak occupancy, which is at most this total; the total is what a
+            code generator that gives each buffer a ring of ``depth`` slots allocates.
+        """
+        buffers = smem_buffers(self.problem, self.ii, self.start, self.group)
+        fixed = self.problem.fixed_smem
+        return {
+            "buffers": [{"what": b.what, "bytes": b.bytes, "depth": b.depth, "total": b.total}
+                        for b in buffers],
+            "loop_invariant": fixed,
+            "total": fixed + sum(b.total for b in buffers),
+            "capacity": self.problem.resources.smem,
+        }
+
     def listing(self) -> dict[str, list[tuple[int, str, int, int]]]:
         """The straight-line program: ``(time, op, iteration, group)`` rows of prologue, steady state and
         epilogue. The steady state is the window ``[(n-1) II, n II)`` that repeats once per iteration."""
@@ -278,13 +337,18 @@ class Schedule:
                 for g in self.warp_groups
             ],
             "buffer_depths": self.buffer_depths(),
+            "smem": self.smem_usage(),
             "certificate": {
                 "lower_bound": self.certificate.lower_bound,
                 "res_mii": self.certificate.res_mii,
                 "rec_mii": self.certificate.rec_mii,
                 "proven_optimal": self.certificate.proven_optimal,
                 "stage_slack": self.certificate.stage_slack,
+                "heuristic": self.certificate.heuristic,
+                "ii_bound": self.certificate.ii_bound,
                 "notes": list(self.certificate.notes),
+                "scope": [r.to_dict() for r in self.certificate.scope],
+                "undecided": list(self.certificate.undecided),
                 "attempts": [dict(a.__dict__) for a in self.certificate.attempts],
             },
             "stats": [dict(s.__dict__) for s in self.stats],
@@ -370,7 +434,13 @@ class Schedule:
                                _flag(c["proven_optimal"], "certificate.proven_optimal"), attempts,
                                _whole(c.get("stage_slack", 0), "certificate.stage_slack", low=0),
                                tuple(_text(n, "certificate.notes") for n in _rows(c.get("notes", []),
-                                                                                   "certificate.notes")))
+                                                                                   "certificate.notes")),
+                               tuple(_scope_run(r, f"certificate.scope[{i}]")
+                                     for i, r in enumerate(_rows(c.get("scope", []), "certificate.scope"))),
+                               tuple(_whole(x, "certificate.undecided", low=1)
+                                     for x in _rows(c.get("undecided", []), "certificate.undecided")),
+                               _flag(c.get("heuristic", False), "certificate.heuristic"),
+                               _whole(c.get("ii_bound", 0), "certificate.ii_bound", low=0))
             stats = tuple(_stat(row, f"stats[{i}]")
                           for i, row in enumerate(_rows(data.get("stats", []), "stats")))
             strategy = _text(data.get("strategy", "joint"), "strategy")
@@ -442,6 +512,14 @@ def _rows(value: Any, where: str) -> list[Any]:
     return value
 
 
+def _scope_run(r: Any, where: str) -> ScopeRun:
+    row = _table(r, where)
+    stages = row.get("stages")
+    return ScopeRun(_whole(row["lo"], f"{where}.lo", low=1), _whole(row["hi"], f"{where}.hi", low=1),
+                    None if stages is None else _whole(stages, f"{where}.stages", low=0),
+                    _flag(row["complete"], f"{where}.complete"))
+
+
 def _attempt(a: Any, where: str) -> Attempt:
     a = _table(a, where)
     extra = set(a) - {"ii", "stages", "phase", "status", "wall_s", "reason"}
@@ -465,11 +543,13 @@ def _stat(row: Any, where: str) -> PhaseStats:
 
 
 def _check_summary(sched: Schedule, data: Mapping[str, Any]) -> None:
-    """The fields a file repeats for readers (machine, stages, total length, II in cycles, buffer depths)
+    """The fields a file repeats for readers (machine, stages, total length, II in cycles, buffer depths,
+    SMEM use)
     must be what the schedule gives; a file that disagrees was edited or is corrupt, and silently
     recomputing them would hide that. ``ValueError`` naming the field and both values."""
     derived: dict[str, Any] = {"machine": sched.machine, "stages": sched.stages,
-                               "total_length": sched.total_length, "buffer_depths": sched.buffer_depths()}
+                               "total_length": sched.total_length, "buffer_depths": sched.buffer_depths(),
+                               "smem": sched.smem_usage()}
     for key, want in derived.items():
         if key in data and data[key] != want:
             raise ValueError(f"{key} is {data[key]!r}, but the schedule (II {sched.ii}, L {sched.length}, "
@@ -525,5 +605,5 @@ def make_groups(problem: Problem, start: Mapping[str, int], group: Mapping[str, 
 
 def slots_from(start: Mapping[str, int], group: Mapping[str, int], ii: int,
                order: Sequence[str]) -> dict[str, OpSlot]:
-    """OpSlots in graph order."""
+    """OpSlots in the order of ``order`` (the problem's: ops by name)."""
     return {n: OpSlot(n, start[n], start[n] // ii, group[n]) for n in order}

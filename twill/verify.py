@@ -1,7 +1,8 @@
 """Independent re-check of a schedule against every constraint family, in plain Python.
 
-Nothing here calls a solver or reuses the SMT encoding: occupancy is folded cycle by cycle over the
-residues modulo II, lifetimes come from :mod:`twill.liveness`. :func:`violations` lists everything wrong;
+Nothing here calls a solver or reuses the SMT encoding or :mod:`twill.liveness`: lifetimes are
+derived here from the rules of docs/model.md §4 (the same rules, written a second time), and occupancy
+is counted copy by copy at every residue modulo II. :func:`violations` lists everything wrong;
 :func:`verify` raises :class:`~twill.errors.ScheduleError` naming the first violation, with the numbers.
 
 Families: ``uniqueness``, ``consistency``, ``completion``, ``stages``, ``dependence``, ``cross_warp``,
@@ -15,11 +16,12 @@ TMEM), ``registers``, ``register_file``, ``variable_latency``,
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from twill.errors import ScheduleError
-from twill.model.liveness import fold, memory_intervals, register_intervals
-from twill.model.problem import HANDOFF_UNIT
+from twill.model.problem import HANDOFF_UNIT, Edge, Problem
 from twill.schedule import Schedule, group_role
 
 __all__ = ["FAMILIES", "verify", "violations"]
@@ -142,26 +144,86 @@ def _capacity(s: Schedule) -> Iterator[ScheduleError]:
                 break
 
 
+@dataclass(frozen=True)
+class _Held:
+    """``weight`` of ``where`` (``regs/<group>``, ``smem`` or ``tmem``) held over ``[begin, end)`` by
+    ``what``, in iteration 0's frame."""
+
+    what: str
+    where: str
+    begin: int
+    end: int
+    weight: int
+
+    def copies_at(self, t: int, ii: int) -> int:
+        """Iterations ``k`` whose copy ``[begin + k II, end + k II)`` contains ``t``."""
+        if self.end <= self.begin:
+            return 0
+        # k from ceil((begin - t) / II) to floor((end - 1 - t) / II)
+        return max(0, (self.end - 1 - t) // ii + (t - self.begin) // ii + 1)
+
+
+def _hold(p: Problem, e: Edge) -> int:
+    """How long past its reader's start a register value stays live: the reader's cycles when it reads
+    registers asynchronously (an RS wgmma) and does not update the value in place."""
+    dst = p.op(e.dst)
+    return dst.cycles if dst.is_async and not e.inplace else 0
+
+
+def _held(s: Schedule) -> list[_Held]:
+    """Everything a schedule keeps (docs/model.md §4's liveness rules, stated here on their own)."""
+    p, ii, start, group = s.problem, s.ii, s.start, s.group
+    res, out = p.resources, []
+    for op in p.ops:
+        reg_uses = [e for e in p.edges if e.src == op.name and e.carrier == "register"]
+        if op.regs > res.small_regs:
+            end = start[op.name] + op.cycles
+            for e in reg_uses:
+                if e.dst == op.name or group[e.dst] == group[op.name]:
+                    end = max(end, start[e.dst] + e.distance * ii + _hold(p, e))
+                elif _hold(p, e):
+                    out.append(_Held(f"{op.name}->{e.dst} (received)", f"regs/{group[e.dst]}",
+                                     start[e.dst], start[e.dst] + _hold(p, e), op.regs))
+            out.append(_Held(op.name, f"regs/{group[op.name]}", start[op.name], end, op.regs))
+        for kind, need in (("smem", op.smem), ("tmem", op.tmem)):
+            if not need:
+                continue
+            if kind == "tmem" and res.tmem_alloc_step:
+                need = -(-need // res.tmem_alloc_step) * res.tmem_alloc_step
+            end = start[op.name] + op.cycles
+            for e in p.edges:
+                if e.src == op.name and e.carrier == kind:
+                    end = max(end, start[e.dst] + e.distance * ii + p.op(e.dst).cycles)
+            ahead = p.options.prefetch * ii if kind == "smem" and op.name in p.streaming else 0
+            out.append(_Held(op.name, kind, start[op.name] - ahead, end, need))
+        crossing = [e for e in reg_uses if e.dst != op.name and group[e.dst] != group[op.name]]
+        if crossing and op.result_bytes:  # one staging buffer until the last reader on another group starts
+            begin = start[op.name] + op.cycles
+            end = max([begin + 1] + [start[e.dst] + e.distance * ii + 1 for e in crossing])
+            out.append(_Held(f"{op.name} (staging)", "smem", begin, end, op.result_bytes))
+    return out
+
+
+def _occupancy(held: list[_Held], where: str, ii: int, base: int) -> list[int]:
+    """Units of ``where`` in use at each residue of the steady state."""
+    mine = [h for h in held if h.where == where]
+    return [base + sum(h.weight * h.copies_at(t, ii) for h in mine) for t in range(ii)]
+
+
 def _memory(s: Schedule) -> Iterator[ScheduleError]:
     p, res = s.problem, s.problem.resources
+    held = _held(s)
     for kind, capacity, fixed, unit in (("smem", res.smem, p.fixed_smem, "bytes"),
                                         ("tmem", res.tmem, p.fixed_tmem, "columns")):
-        if kind in p.options.relax:
+        if kind in p.options.relax or not (fixed or any(h.where == kind for h in held)):
             continue
-        intervals = memory_intervals(p, s.ii, s.start, s.group, kind)
-        if not intervals and not fixed:
-            continue
-        occ = fold(intervals, s.ii, fixed)
+        occ = _occupancy(held, kind, s.ii, fixed)
         peak = max(occ)
         if peak > capacity:
             t = occ.index(peak)
-            live = [iv.what for iv in intervals if _covers(iv.start, iv.end, t, s.ii)]
+            live = [h.what for h in held if h.where == kind and h.copies_at(t, s.ii)]
             yield ScheduleError(f"{kind} needs {peak} {unit} > capacity {capacity} at residue {t} "
                                 f"({fixed} loop-invariant; live: {', '.join(live)})", family="memory")
-
-
-def _covers(start: int, end: int, t: int, ii: int) -> bool:
-    return end - start >= ii or any((x - t) % ii == 0 for x in range(start, end))
 
 
 def _groups(s: Schedule) -> Iterator[ScheduleError]:
@@ -201,6 +263,14 @@ def _groups(s: Schedule) -> Iterator[ScheduleError]:
                                 family="register_file")
         total_regs += res.group_threads(g.warps) * g.registers
         total_warps += res.group_threads(g.warps) // 32
+    plan = p.options.register_plan
+    if plan is not None:  # a multiset: each used group takes one of its budgets
+        extra = Counter(g.registers for g in s.warp_groups) - Counter(plan)
+        if extra:
+            budgets = sorted(g.registers for g in s.warp_groups)
+            yield ScheduleError(f"budgets {budgets} are not taken from the register plan {sorted(plan)} "
+                                f"(one budget per group): {sorted(extra.elements())} left over",
+                                family="register_file")
     if total_regs > res.register_file and "register_file" not in p.options.relax:
         terms = " + ".join(f"{res.group_threads(g.warps)}x{g.registers}" for g in s.warp_groups)
         yield ScheduleError(f"budgets need {terms} = {total_regs} registers > register file "
@@ -213,10 +283,10 @@ def _registers(s: Schedule) -> Iterator[ScheduleError]:
     p, res = s.problem, s.problem.resources
     if "registers" in p.options.relax:
         return
-    intervals = register_intervals(p, s.ii, s.start, s.group)
+    held = _held(s)
     for g in s.warp_groups:
-        mine = [iv for iv in intervals if iv.group == g.index]
-        occ = fold(mine, s.ii, res.group_overhead)
+        where = f"regs/{g.index}"
+        occ = _occupancy(held, where, s.ii, res.group_overhead)
         limit = min(g.registers, res.max_regs)
         peak = max(occ)
         need = min(res.setmaxnreg_max, res.round_budget(peak))
@@ -226,7 +296,7 @@ def _registers(s: Schedule) -> Iterator[ScheduleError]:
                                 f"{need}, and its setmaxnreg budget is {g.registers}", family="registers")
         if peak > limit:
             t = occ.index(peak)
-            live = [f"{iv.what} ({iv.weight})" for iv in mine if _covers(iv.start, iv.end, t, s.ii)]
+            live = [f"{h.what} ({h.weight})" for h in held if h.where == where and h.copies_at(t, s.ii)]
             yield ScheduleError(f"warp group {g.index} holds {peak} registers per thread at residue {t} "
                                 f"> limit {limit} ({res.group_overhead} overhead; live: {', '.join(live)})",
                                 family="registers")

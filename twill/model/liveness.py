@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 from twill.model.problem import Edge, Problem
 
-__all__ = ["Interval", "fold", "memory_intervals", "register_intervals", "use_hold"]
+__all__ = ["Interval", "SmemBuffer", "fold", "memory_intervals", "register_intervals", "smem_buffers",
+           "smem_footprint", "use_hold"]
 
 
 @dataclass(frozen=True)
@@ -119,3 +120,39 @@ def fold(intervals: list[Interval], ii: int, base: int = 0) -> list[int]:
         for t in range(iv.start, iv.start + rest):
             occupancy[t % ii] += iv.weight
     return occupancy
+
+
+@dataclass(frozen=True)
+class SmemBuffer:
+    """One shared-memory buffer of a schedule: ``depth`` copies of ``bytes`` each (a ring of slots).
+
+    ``what`` names the value (an op, or ``"op (staging)"`` for the staging buffer of a register value
+    handed to another group); ``depth`` is ``max(1, ceil(lifetime / II))``, the copies alive at once.
+    """
+
+    what: str
+    bytes: int
+    depth: int
+
+    @property
+    def total(self) -> int:
+        """``bytes * depth``: the SMEM the buffer's ring takes."""
+        return self.bytes * self.depth
+
+
+def smem_buffers(problem: Problem, ii: int, start: Mapping[str, int],
+                 group: Mapping[str, int]) -> list[SmemBuffer]:
+    """The SMEM buffers of a schedule (:func:`memory_intervals` with ``kind="smem"``), each with its ring
+    depth, in the order of :func:`memory_intervals` (ops in problem order, then staging buffers)."""
+    return [SmemBuffer(iv.what, iv.weight, max(1, -(-iv.length // ii)))
+            for iv in memory_intervals(problem, ii, start, group, "smem")]
+
+
+def smem_footprint(problem: Problem, ii: int, start: Mapping[str, int], group: Mapping[str, int]) -> int:
+    """Bytes of SMEM the buffers of a schedule allocate: ``sum(bytes * depth)`` over :func:`smem_buffers`,
+    without the loop-invariant ``problem.fixed_smem``; 0 with ``"smem"`` relaxed (the goal the joint
+    solvers minimize last, :data:`twill.joint.GOALS`). A ring of ``depth`` slots is what a code generator
+    allocates, so this is at least the folded peak occupancy that the capacity constraint bounds."""
+    if "smem" in problem.options.relax:
+        return 0
+    return sum(b.total for b in smem_buffers(problem, ii, start, group))

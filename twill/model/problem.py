@@ -18,7 +18,7 @@ from twill.ir.graph import CARRIERS, Dependence, Graph, Op, check_op
 from twill.ir.machine import Machine
 
 __all__ = ["HANDOFF_UNIT", "RELAXABLE", "Edge", "Options", "Problem", "Resources", "build_problem",
-           "check_resources"]
+           "check_resources", "edge_key"]
 
 DURATION_LIMIT = 10**6
 """Largest duration, latency, distance or reservation count :meth:`Problem.check` accepts in a problem read
@@ -277,9 +277,9 @@ class Problem:
     name : str
         The loop's name.
     ops : tuple of Op
-        Ops in graph order (times in this problem's units).
+        Ops (times in this problem's units), sorted by name when made by :func:`build_problem`.
     edges : tuple of Edge
-        Resolved dependences.
+        Resolved dependences, in :func:`edge_key` order when made by :func:`build_problem`.
     streaming : frozenset of str
         Variable-latency ops with no incoming data edge (paper §5.3).
     resources : Resources
@@ -570,8 +570,21 @@ def _check_apart(options: Options, names: set[str], name: str) -> None:
                                f"{name!r}", option="apart")
 
 
+def edge_key(e: Edge) -> tuple[str, str, int, int, str, bool, bool, int, int]:
+    """The canonical order of resolved edges: by ``(src, dst, distance, latency, carrier, blocking,
+    inplace, cross, transfer)``. Two edges equal in all of these are interchangeable (an :class:`Edge`
+    has no other field but its index), so the order is total on what matters."""
+    return (e.src, e.dst, e.distance, e.latency, e.carrier, e.blocking, e.inplace, e.cross, e.transfer)
+
+
 def build_problem(graph: Graph, machine: Machine, options: Options | None = None) -> Problem:
     """Resolve ``graph`` on ``machine`` into a :class:`Problem` in machine cycles.
+
+    The problem lists its ops by name and its edges by :func:`edge_key`, whatever order the graph was
+    built in: every later phase (normalization, the modulo problem, both joint encodings, the JSON)
+    reads the problem in that canonical order, so the same graph built in any order of ops and edges
+    gives the same answer, byte for byte. Op names are then the last tie-break among schedules equal
+    in every goal (:data:`twill.joint.GOALS`): the solvers see the ops in name order.
 
     Raises
     ------
@@ -581,14 +594,16 @@ def build_problem(graph: Graph, machine: Machine, options: Options | None = None
     options = options or Options()
     graph.check(machine.unit_names)
     _check_apart(options, {op.name for op in graph.ops}, graph.name)
-    edges = tuple(
-        Edge(index=i, src=d.src, dst=d.dst, latency=graph.edge_latency(d), distance=d.distance,
-             blocking=d.blocking, carrier=d.carrier, cross=_cross_cost(graph, d, machine),
-             inplace=d.inplace, transfer=_transfer(graph, d, machine))
-        for i, d in enumerate(graph.edges)
-    )
-    streaming = frozenset(op.name for op in graph.ops if graph.is_streaming(op.name))
-    return Problem(name=graph.name, ops=tuple(graph.ops), edges=edges, streaming=streaming,
+    resolved = sorted(
+        (Edge(index=0, src=d.src, dst=d.dst, latency=graph.edge_latency(d), distance=d.distance,
+              blocking=d.blocking, carrier=d.carrier, cross=_cross_cost(graph, d, machine),
+              inplace=d.inplace, transfer=_transfer(graph, d, machine))
+         for d in graph.edges),
+        key=edge_key)
+    edges = tuple(replace(e, index=i) for i, e in enumerate(resolved))
+    ops = tuple(sorted(graph.ops, key=lambda op: op.name))
+    streaming = frozenset(op.name for op in ops if graph.is_streaming(op.name))
+    return Problem(name=graph.name, ops=ops, edges=edges, streaming=streaming,
                    resources=Resources.from_machine(machine, options), options=options,
                    fixed_smem=graph.fixed_smem, fixed_tmem=graph.fixed_tmem)
 
@@ -671,8 +686,11 @@ def _check_memory(problem: Problem, kind: str, capacity: int, fixed: int, unit: 
     def need(op: Op) -> int:
         return op.smem if kind == "smem" else op.tmem
 
+    # Only an edge that carries the value in this memory keeps it live across iterations (an ordering
+    # self-edge, carrier "none", or a register self-edge holds nothing here).
     always = [op for op in problem.ops if need(op) and any(
-        e.src == op.name and e.dst == op.name and e.distance >= 1 for e in problem.edges)]
+        e.src == op.name and e.dst == op.name and e.distance >= 1 and e.carrier == kind
+        for e in problem.edges)]
     total = fixed + sum(need(op) for op in always)
     if total > capacity:
         terms = " + ".join([f"{fixed} loop-invariant"] + [f"{need(op)} ({op.name})" for op in always])

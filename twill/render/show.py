@@ -108,6 +108,23 @@ def _steady(s: Schedule) -> Table:
     return t
 
 
+def _smem(s: Schedule) -> Table:
+    """Each SMEM buffer's bytes x ring depth, and the total against the machine's capacity."""
+    use = s.smem_usage()
+    t = Table(title="shared memory (bytes per CTA)")
+    for col in ("buffer", "bytes", "depth", "bytes x depth"):
+        t.add_column(col, justify="left" if col == "buffer" else "right")
+    for b in use["buffers"]:
+        t.add_row(b["what"], str(b["bytes"]), str(b["depth"]), str(b["total"]))
+    if use["loop_invariant"]:
+        t.add_row("loop-invariant", str(use["loop_invariant"]), "1", str(use["loop_invariant"]))
+    share = 100.0 * use["total"] / use["capacity"] if use["capacity"] else float("inf")
+    style = "bold" if use["total"] <= use["capacity"] else "bold red"
+    total = f"{use['total']} of {use['capacity']} ({share:.0f} %)"
+    t.add_row(Text("total", style="bold"), "", "", Text(total, style=style))
+    return t
+
+
 def _certificate(s: Schedule) -> Iterator[object]:
     cert = s.certificate
     t = Table(title="search (certificate)")
@@ -152,6 +169,7 @@ def render(schedule: Schedule) -> Group:
         for name, depth in depths.items():
             t.add_row(name, str(depth))
         parts.append(t)
+    parts.append(_smem(schedule))
     parts.extend(_certificate(schedule))
     if schedule.stats:
         parts.append(_stats(schedule))

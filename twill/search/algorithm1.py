@@ -26,6 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import networkx as nx
+
 from twill.errors import (
     GraphError,
     InfeasibleError,
@@ -39,7 +41,8 @@ from twill.ir.graph import Graph
 from twill.ir.machine import Machine, load_machine
 from twill.model.bounds import Bounds, bounds
 from twill.model.liveness import fold, memory_intervals, register_intervals
-from twill.model.problem import Edge, Options, Problem, build_problem, check_resources
+from twill.model.problem import HANDOFF_UNIT, Edge, Options, Problem, build_problem, check_resources
+from twill.model.reductions import stage_bound
 from twill.schedule import (
     DECIDED,
     STRATEGIES,
@@ -47,12 +50,14 @@ from twill.schedule import (
     Certificate,
     PhaseStats,
     Schedule,
+    ScopeRun,
     make_groups,
     slots_from,
 )
+from twill.search.reasons import budget_sum, register_floor
 from twill.solvers.cpsat import load_cp_model
 from twill.solvers.joint.cpsat import solve_joint_cpsat
-from twill.solvers.joint.encoding import pool_size
+from twill.solvers.joint.encoding import accumulators, pool_size
 from twill.solvers.joint.smt import JointResult, RangeResult, solve_joint, solve_range
 from twill.solvers.modulo.ims import iterative_modulo_schedule
 from twill.solvers.modulo.methods import ModuloResult, modulo_schedule
@@ -115,6 +120,10 @@ class _Run:
     range_build: float = 0.0  # seconds to state the last range formula
     bounded: list[tuple[int, int, int]] = field(default_factory=list)  # (II, low, length): LEN(M) not proven
     methods: str = ""  # the joint solver and modulo method, for the certificate
+    first_window: dict[int, int] = field(default_factory=dict)  # II -> first window the modulo bound allows
+    range_covered: dict[int, int] = field(default_factory=dict)  # II -> stages a range query refuted up to
+    modulo_refuted: set[int] = field(default_factory=set)  # IIs without any modulo schedule
+    found: tuple | None = None  # the schedule found before the closing phase, for Ctrl-C there
 
     def note(self, attempt: Attempt, quiet: bool = False) -> None:
         """Record ``attempt``; report it (an ``attempt`` progress event) unless ``quiet``."""
@@ -207,7 +216,10 @@ def schedule(
         ``"joint"`` (the paper's Algorithm 1) or ``"swp"`` (Twill-SWP: modulo schedule plus a fixed split).
     time_limit : float, optional
         Seconds for the whole search. When it runs out the best schedule found comes back marked not
-        proven optimal; with none found, :class:`InfeasibleError` says which IIs were decided.
+        proven optimal; with none found (strategy ``"joint"``), a verified heuristic schedule
+        (``certificate.heuristic``, with the proven lower bound ``certificate.ii_bound``; the fallback
+        takes up to :data:`FALLBACK_S` more seconds), else :class:`InfeasibleError` says which IIs were
+        decided.
     max_groups, register_limit, register_plan, cross_group, max_stages, stage_slack, max_ii :
         See :class:`twill.problem.Options`.
     prefetch : int, optional
@@ -252,8 +264,9 @@ def schedule(
     GraphError, MachineError, ResourceError
         Bad input, found before any solver runs.
     InfeasibleError
-        No II up to ``max_ii`` admits a schedule (the certificate says why for each), or the time limit
-        ran out before any schedule was found.
+        No II up to ``max_ii`` admits a schedule (the certificate says why for each, and the message gives
+        the register floor, :func:`twill.reasons.register_floor`), or the time limit ran out before any
+        schedule was found and no heuristic schedule verified.
     InterruptedSolveError
         Ctrl-C; carries the best schedule found so far, if any.
     SolverUnavailableError
@@ -302,9 +315,10 @@ def schedule(
         need = prefetch_needed(sched)
         if need <= depth:
             before = f" (solved again: {', '.join(shallow)})" if shallow else ""
+            claim = ("heuristic (see above)" if sched.certificate.heuristic
+                     else "optimal for this depth")
             return _noted(sched, f"prefetch: {depth} extra buffer(s) per streaming load, the least that "
-                                 f"hides their latency at this II{before}; the answer is optimal for "
-                                 f"this depth")
+                                 f"hides their latency at this II{before}; the answer is {claim}")
         left = None if time_limit is None else time_limit - (time.monotonic() - started)
         if left is not None and left <= 0:
             return _noted(sched, f"prefetch: depth {depth} does not hide the streaming loads' latency "
@@ -379,19 +393,40 @@ def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp
     limit_ii = options.max_ii or _sequential_ii(problem)
     try:
         found = _search(run, limit_ii, solver, ilp, modulo, strategy)
+        if strategy == "joint":
+            found = _closed(run, found, limit_ii, solver, ilp, modulo)
     except KeyboardInterrupt as exc:
-        raise InterruptedSolveError("interrupted before any schedule was found") from exc
+        if run.found is None:
+            raise InterruptedSolveError("interrupted before any schedule was found") from exc
+        found, run.interrupted = run.found, True
+    if found is None and run.timed_out and strategy == "joint":
+        fallback = _fallback(run, _reached(run), limit_ii)
+        if fallback is not None:
+            return _heuristic_schedule(run, fallback, norm, raw_bounds)
     if found is None:
         reached = _reached(run)
+        top = min(limit_ii, reached - 1)
+        open_ = [x for x in range(bound.mii, top + 1) if not _complete(run, x)]
         extra = () if not run.timed_out else (
             f"time limit: every II below {reached} was refuted; II {reached} was not decided",)
-        cert = _certificate(run, proven=False, extra=extra)
+        if open_ and strategy == "joint":
+            extra = (*extra, f"stage windows: IIs {_spans(open_)} were refuted only up to "
+                             f"{min(_coverage(run, x) for x in open_)} stages, not every stage count")
         why = (f"time limit reached before any schedule was found; the optimal II is at least {reached}"
                if run.timed_out else (f"max_ii = {limit_ii} is below the MII {bound.mii} (ResMII "
                                       f"{bound.res_mii}, RecMII {bound.rec_mii})" if limit_ii < bound.mii
                                       else f"no schedule for II in [{bound.mii}, {limit_ii}]"))
+        floor, sums = register_floor(problem)
+        if sums and not run.timed_out and limit_ii >= bound.mii:
+            left = problem.resources.register_file - floor
+            binds = ("the register file binds at every II" if left < 0 else
+                     f"{left} registers left for every other value live at once")
+            why += f" (registers: every schedule holds at least {sums}: {binds})"
+            extra = (*extra, f"register arithmetic: {sums}")
+        cert = _certificate(run, proven=False, extra=extra, top=top)
         raise InfeasibleError(f"{graph.name}: {why}; " + _summary(cert), certificate=cert)
     sched = _finish(run, found, norm, raw_bounds, strategy)
+    sched = _noted(sched, budget_sum(sched))
     problems = violations(sched)
     if problems:
         raise SolverError(f"internal error: the {strategy} schedule fails verification: {problems[0]}")
@@ -510,7 +545,8 @@ def _reached(run: _Run) -> int:
     undecided = {a.ii for a in run.attempts if a.status not in ("infeasible", "unsat", "skipped", "invalid")}
     refuted = {a.ii for a in run.attempts} - undecided
     ii = run.bound.mii
-    while ii in refuted:
+    # refuted for every stage count (a joint search; the stage windows alone bound nothing)
+    while ii in refuted and (run.methods.startswith("modulo") or _complete(run, ii)):
         ii += 1
     return ii
 
@@ -546,6 +582,130 @@ def _search(run: _Run, limit_ii: int, solver: str, ilp: str, method: str, strate
             if res.status != CheckResult.SAT:  # out of its time slice: narrower from now on
                 width //= 2
             break  # decide the least open II (the range's least feasible one after SAT) on its own
+    return None
+
+
+CLOSING_SPAN = 2
+"""A closing query covers IIs ``[lo, CLOSING_SPAN * lo)`` at most (a tuning choice: its modulo shifts per
+pair of ops grow with ``stages * hi / lo``; the FA backward's [105, 1096] in one query held 1.4 GB)."""
+COVER_ALL = 10**9
+"""Stage coverage of an II that has no modulo schedule at all (every stage count refuted)."""
+
+
+def _need(run: _Run, ii: int) -> int:
+    """Stage count up to which ``ii`` must be refuted to be refuted for every stage count the model
+    allows: :func:`twill.reductions.stage_bound`, or the user's ``max_stages`` when smaller."""
+    need = stage_bound(run.problem, ii)
+    cap = run.problem.options.max_stages
+    return need if cap is None else min(need, cap)
+
+
+def _coverage(run: _Run, ii: int) -> int:
+    """The largest ``n`` such that every schedule of at most ``n`` stages at ``ii`` was refuted: windows
+    below the modulo phase's first one (``LEN(M)`` bounds every joint schedule), then each window refuted
+    in turn, or what a range query refuted; :data:`COVER_ALL` without a modulo schedule."""
+    if ii in run.modulo_refuted:
+        return COVER_ALL
+    n = max(run.range_covered.get(ii, 0), run.first_window.get(ii, 1) - 1)
+    windows = {a.stages for a in run.attempts
+               if a.ii == ii and a.phase == "joint" and a.status == "unsat" and a.stages is not None}
+    while n + 1 in windows:
+        n += 1
+    return n
+
+
+def _complete(run: _Run, ii: int) -> bool:
+    """True if ``ii`` was refuted for every stage count the model allows."""
+    return _coverage(run, ii) >= _need(run, ii)
+
+
+def _spans(iis: Sequence[int]) -> str:
+    """``[a, b], c, ...`` for sorted IIs."""
+    parts, runs = [], _runs(list(iis))
+    for lo, hi in runs:
+        parts.append(str(lo) if lo == hi else f"[{lo}, {hi}]")
+    return ", ".join(parts)
+
+
+def _runs(iis: list[int]) -> list[tuple[int, int]]:
+    """Maximal runs of consecutive values of sorted ``iis``."""
+    out: list[tuple[int, int]] = []
+    for x in iis:
+        if out and out[-1][1] == x - 1:
+            out[-1] = (out[-1][0], x)
+        else:
+            out.append((x, x))
+    return out
+
+
+def _closed(run: _Run, found: tuple | None, limit_ii: int, solver: str, ilp: str,
+            method: str) -> tuple | None:
+    """The closing phase: refute every II below the answer (or up to ``limit_ii`` without one) for every
+    stage count the model allows (:func:`_need`), where the search refuted only its stage windows
+    (``n_min .. n_min + stage_slack``). A II found to have a schedule with more stages is decided again
+    with its windows up to that bound, and becomes the answer. Stops at the deadline (the answer is then
+    not proven: :func:`_finish` sees the IIs left incomplete)."""
+    while True:
+        run.found = found
+        top = limit_ii if found is None else found[1] - 1
+        better = _close(run, top, solver)
+        if better is None:
+            return found
+        again = _at_ii(run, better, solver, ilp, method, "joint", upto=_need(run, better))
+        if again is None:  # the deadline stopped the II's own search
+            return found
+        found = again
+
+
+def _close(run: _Run, top: int, solver: str) -> int | None:
+    """Refute the IIs in ``[MII, top]`` not yet refuted for every stage count, one query per run of them
+    (:func:`twill.joint.solve_range`, or the CP-SAT joint model per II) with every ``L <= need * II``.
+
+    Returns
+    -------
+    int or None
+        The least II found to have a schedule (every II below it in its run refuted), or None when all
+        were refuted or the deadline stopped a query.
+    """
+    pending = [x for x in range(run.bound.mii, top + 1) if not _complete(run, x)]
+    for lo, last in _runs(pending):
+        while lo <= last:
+            if run.expired():
+                return None
+            # a range's formula has about stages * hi / lo shifts per pair of ops: at most a doubling
+            hi = min(last, CLOSING_SPAN * lo - 1)
+            stages = _need(run, lo)
+            run.emit("phase", phase="closing", lo=lo, hi=hi, stages=stages)
+            deadline = run.deadline
+            if run.window_limit is not None:  # one question never takes longer than a window may
+                end = time.monotonic() + run.window_limit
+                deadline = end if deadline is None else min(deadline, end)
+            if solver == "cpsat":
+                res = solve_joint_cpsat(run.problem, lo, stages, first=_coverage(run, lo) + 1,
+                                        min_length=run.bound.critical_path, deadline=deadline)
+                run.spend("closing", res.wall_s, res.checks)
+                status, least, refuted = res.status, lo, lo - (res.status != CheckResult.UNSAT)
+            else:
+                rr = solve_range(run.problem, lo, hi, stages, min_length=run.bound.critical_path,
+                                 backend=solver, deadline=deadline)
+                run.spend("closing", rr.wall_s, rr.checks)
+                status, least, refuted = rr.status, rr.ii, rr.refuted
+            for x in range(lo, refuted + 1):
+                run.range_covered[x] = max(run.range_covered.get(x, 0), stages)
+                run.note(Attempt(x, stages, "joint", "unsat", 0.0,
+                                 f"closing query: no joint schedule with L <= {stages} II (every stage count "
+                                 f"the model allows: the stage bound of docs/model.md §6)"), quiet=True)
+            if status == CheckResult.SAT:
+                return least
+            if status == CheckResult.INTERRUPTED:
+                raise KeyboardInterrupt
+            if status != CheckResult.UNSAT:
+                run.timed_out = run.timed_out or run.expired()
+                run.note(Attempt(refuted + 1, stages, "joint", status.value, 0.0,
+                                 f"closing query undecided: schedules of more than "
+                                 f"{_coverage(run, refuted + 1)} stages not refuted"))
+                return None
+            lo = hi + 1 if solver != "cpsat" else lo + 1
     return None
 
 
@@ -594,16 +754,19 @@ def _range(run: _Run, lo: int, hi: int, solver: str) -> RangeResult | None:
     if res.refuted >= lo:
         share = res.wall_s / (res.refuted - lo + 1)
         for ii in range(lo, res.refuted + 1):
+            run.range_covered[ii] = max(run.range_covered.get(ii, 0), stages)
             run.note(Attempt(ii, stages, "joint", "unsat", share,
                              f"no joint schedule with L <= {stages} II for any II in [{lo}, {res.refuted}] "
-                             f"(range query over [{lo}, {hi}], {res.wall_s:.2f} s)"), quiet=True)
+                             f"(range query over [{lo}, {hi}])"), quiet=True)
     run.emit("range", lo=lo, hi=hi, stages=stages, status=res.status.value, least=res.ii or None,
              refuted=res.refuted)
     return res
 
 
-def _at_ii(run: _Run, ii: int, solver: str, ilp: str, method: str, strategy: str) -> tuple | None:
-    """Decide one II: the modulo phase, then the joint windows (or the SWP split)."""
+def _at_ii(run: _Run, ii: int, solver: str, ilp: str, method: str, strategy: str,
+           upto: int = 0) -> tuple | None:
+    """Decide one II: the modulo phase, then the joint windows (or the SWP split); the windows go at least
+    to ``upto`` stages (the closing phase asks for every stage count)."""
     opts = run.problem.options
     run.emit("ii", ii=ii)
     mod = _modulo(run, ii, method, ilp, solver)
@@ -612,7 +775,9 @@ def _at_ii(run: _Run, ii: int, solver: str, ilp: str, method: str, strategy: str
     if strategy == "swp":
         return _swp(run, ii, mod)
     # LEN(M) lies in [mod.low, mod.length] (one value once proven): every window it allows, + stage_slack
-    first, wanted = max(1, math.ceil(mod.low / ii)), math.ceil(mod.length / ii) + opts.stage_slack
+    first = max(1, math.ceil(mod.low / ii))
+    wanted = max(math.ceil(mod.length / ii) + opts.stage_slack, upto)
+    run.first_window[ii] = first
     last = wanted if opts.max_stages is None else min(wanted, opts.max_stages)
     capped = last < wanted  # max_stages leaves windows out: noted once the rest are refuted
     skipped = Attempt(ii, max(first, last + 1), "joint", "skipped", 0.0,
@@ -651,6 +816,7 @@ def _modulo(run: _Run, ii: int, method: str, ilp: str, solver: str) -> ModuloRes
                           bounds_after=MODULO_SLICE_S)
     run.spend("modulo", mod.wall_s)
     if mod.status == SolveStatus.INFEASIBLE:
+        run.modulo_refuted.add(ii)
         run.note(Attempt(ii, None, "modulo", "infeasible", mod.wall_s,
                          f"no modulo schedule meets the unit capacities and dependences ({method})"))
         return None
@@ -742,10 +908,23 @@ def _needed_budgets(p: Problem, ii: int, start: dict[str, int], group: dict[str,
     return out
 
 
-def _certificate(run: _Run, *, proven: bool, extra: tuple[str, ...]) -> Certificate:
+def _certificate(run: _Run, *, proven: bool, extra: tuple[str, ...], top: int) -> Certificate:
+    """The certificate, with its scope over the IIs ``[MII, top]``."""
     b = run.bound
+    scope: list[ScopeRun] = []
+    for x in range(b.mii, top + 1):
+        cov = _coverage(run, x)
+        if cov <= 0:
+            continue
+        stages, complete = (None if cov >= COVER_ALL else cov), cov >= _need(run, x)
+        last = scope[-1] if scope else None
+        if last is not None and last.hi == x - 1 and last.stages == stages and last.complete == complete:
+            scope[-1] = ScopeRun(last.lo, x, stages, complete)
+        else:
+            scope.append(ScopeRun(x, x, stages, complete))
+    undecided = sorted({a.ii for a in run.attempts if a.ii <= top + 1 and a.status not in DECIDED})
     return Certificate(b.mii, b.res_mii, b.rec_mii, proven, tuple(run.attempts),
-                       run.problem.options.stage_slack, extra)
+                       run.problem.options.stage_slack, extra, tuple(scope), tuple(undecided))
 
 
 def _finish(run: _Run, found: tuple, norm: Normalization | None, raw_bounds: Any, strategy: str,
@@ -762,8 +941,9 @@ def _finish(run: _Run, found: tuple, norm: Normalization | None, raw_bounds: Any
     needed = {remap[g]: v for g, v in res.budgets.items()}
     warps = {remap[g]: v for g, v in res.group_warps.items()}
     groups = make_groups(p, start, group, warps, needed)
-    undecided = any(a.status not in DECIDED for a in run.attempts if a.ii < ii)
-    proven = not undecided and all(res.proven.values()) if strategy == "joint" else False
+    undecided = any(a.status not in DECIDED for a in run.attempts if a.ii <= ii)
+    complete = all(_complete(run, x) for x in range(run.bound.mii, ii))
+    proven = not undecided and complete and all(res.proven.values()) if strategy == "joint" else False
     notes = []
     if norm is not None:
         notes += [f"normalization: {c}" for c in norm.collapses()]
@@ -774,12 +954,20 @@ def _finish(run: _Run, found: tuple, norm: Normalization | None, raw_bounds: Any
     if strategy == "swp":
         notes.append("Twill-SWP: modulo schedule with a fixed split, not a joint optimum")
     else:
-        left_open = sorted({a.ii for a in run.attempts if a.ii < ii and a.status not in DECIDED})
+        left_open = sorted({a.ii for a in run.attempts if a.ii <= ii and a.status not in DECIDED})
+        partial = [x for x in range(run.bound.mii, ii) if not _complete(run, x)]
         which = (f"every II below {ii} except {', '.join(map(str, left_open))} (undecided)" if left_open
                  else f"every II below {ii}")
-        notes.append(f"scope: {which} was refuted for schedules of up to n_min(II) + "
-                     f"{p.options.stage_slack} stages, where n_min(II) = ceil(LEN(M) / II) and LEN(M), the "
-                     f"least modulo-schedule length, bounds every joint schedule from below")
+        if partial:
+            notes.append(f"scope: {which} was refuted for the stage windows searched; IIs {_spans(partial)} "
+                         f"only up to {min(_coverage(run, x) for x in partial)} stages, not every stage "
+                         f"count the model allows (the closing query did not finish), so a schedule with "
+                         f"more stages at a smaller II is not ruled out")
+        else:
+            notes.append(f"scope: {which} was refuted for every stage count the model allows (up to the "
+                         f"stage bound of docs/model.md §6"
+                         + (f", or max_stages = {p.options.max_stages}" if p.options.max_stages else "")
+                         + ")")
     notes.append(f"solvers: {run.methods}")
     for at, low, length in run.bounded if strategy == "joint" else ():
         notes.append(f"modulo phase: LEN(M) at II {at} bounded to [{low}, {length}], not proven within its "
@@ -792,8 +980,212 @@ def _finish(run: _Run, found: tuple, norm: Normalization | None, raw_bounds: Any
     slots = slots_from(start, group, ii, p.names)
     return Schedule(
         problem=p, ii=ii, length=res.length, slots=slots, warp_groups=groups,
-        certificate=_certificate(run, proven=proven, extra=tuple(notes)), stats=stats, strategy=strategy,
+        certificate=_certificate(run, proven=proven, extra=tuple(notes), top=ii - 1), stats=stats,
+        strategy=strategy,
         normalization=norm.to_dict() if norm is not None else {},
         bounds_cycles={"res_mii": raw_bounds.res_mii, "rec_mii": raw_bounds.rec_mii,
                        "critical_path": raw_bounds.critical_path} if raw_bounds else {},
     )
+
+
+FALLBACK_S = 30.0
+"""Seconds the fallback heuristic (:func:`_fallback`) may take once the time limit has ended the search
+without a schedule: a tuning choice (each II costs one iterative modulo schedule and one verification per
+split, well under a second on the FA loops)."""
+
+
+def _splits(p: Problem) -> list[dict[str, int]]:
+    """Warp-group assignments for the fallback: the variable-latency ops on group 0 (paper §5.3) and the
+    compute ops packed onto ``k`` groups for each ``k`` the pool allows, fewest first. The accumulators
+    (live at every moment, :func:`twill.encoding.accumulators`) go largest first to the group holding the
+    fewest registers; every other compute op joins the group of the nearest accumulator along register
+    edges (either direction; a sub-tile's values stay on its accumulators' group and need no hand-off),
+    the lower group on a tie, the least-loaded group when no accumulator is reachable. Ops are taken by
+    name, so the splits depend only on the problem."""
+    first = 1 if p.has_vl else 0
+    compute = [op.name for op in p.ops if not op.variable_latency]
+    accs = [a for a in sorted(accumulators(p), key=lambda n: (-p.op(n).regs, n)) if a in compute]
+    links = nx.Graph()
+    links.add_nodes_from(compute)
+    links.add_edges_from((e.src, e.dst) for e in p.edges
+                         if e.carrier == "register" and e.src in links and e.dst in links and e.src != e.dst)
+    out = []
+    for k in range(1, max(1, pool_size(p) - first) + 1):
+        group = {op.name: 0 for op in p.ops if op.variable_latency}
+        load = dict.fromkeys(range(first, first + k), 0)
+        for a in accs:
+            g = min(load, key=lambda w: (load[w], w))
+            group[a], load[g] = g, load[g] + p.op(a).regs
+        hops = {a: nx.single_source_shortest_path_length(links, a) for a in accs}
+        for n in compute:
+            if n in group:
+                continue
+            near = [(hops[a][n], group[a]) for a in accs if n in hops[a]]
+            group[n] = min(near)[1] if near else min(load, key=lambda w: (load[w], w))
+        out.append(group)
+    return out
+
+
+def _fallback(run: _Run, lo: int, hi: int) -> tuple | None:
+    """A valid schedule without a proof, for a search the time limit stopped with none found: at IIs from
+    ``lo`` (the least II not refuted) upward in growing steps (1, 2, 4, ... up to ``hi``), the iterative
+    modulo schedule of the problem with each :func:`_splits` assignment's crossing delays on the edges it
+    makes cross, kept at the first II and split that pass :func:`twill.verify.violations`; then the IIs
+    between the last one that failed and it are bisected for a smaller one that passes. Takes at most
+    :data:`FALLBACK_S` seconds; None if nothing passed (or a register plan is given: its budgets belong to
+    the pool's groups, which these splits do not follow)."""
+    p = run.problem
+    if p.options.register_plan is not None:
+        return None
+    until = time.monotonic() + FALLBACK_S
+    splits = _splits(p)
+
+    def attempt(ii: int) -> tuple | None:
+        for group in splits:
+            if time.monotonic() >= until:
+                return None
+            edges = [dataclasses.replace(e, latency=p.crossing_delay(e))
+                     if e.src != e.dst and group[e.src] != group[e.dst] else e for e in p.edges]
+            start = iterative_modulo_schedule(p.replace_times(p.ops, edges, p.cycles_per_unit), ii)
+            if start is None:
+                continue
+            found = _split_result(run, ii, start, group)
+            if found is not None:
+                return found
+        return None
+
+    ii, step, failed, best = lo, 1, lo - 1, None
+    last_resort = sorted(
+        (r for r in ([_list_schedule(p, group, hi) for group in splits]
+                     + [_no_overlap(p, group, hi) for group in splits]) if r is not None),
+        key=lambda r: (r[0], r[3]))
+    while ii <= hi and time.monotonic() < until:
+        best = attempt(ii)
+        if best is not None:
+            break
+        failed, ii, step = ii, min(hi, ii + step), step * 2
+        if ii == failed:
+            break
+    for ii, start, group, how in last_resort if best is None else ():
+        best = _split_result(run, ii, start, group, how)
+        if best is not None:
+            break
+    if best is None:
+        return None
+    low, high = failed + 1, best[1] - 1
+    while low <= high and time.monotonic() < until:
+        mid = (low + high) // 2
+        better = attempt(mid)
+        if better is not None:
+            best, high = better, mid - 1
+        else:
+            low = mid + 1
+    return best
+
+
+def _no_overlap(p: Problem, group: dict[str, int], hi: int) -> tuple | None:
+    """The last resort of :func:`_fallback`: the ops one after another in a depth-first topological
+    order of the distance-0 edges, each after its predecessor ends and after every producer's delay (the
+    crossing delay and the SMEM traffic of a hand-off when ``group`` makes it cross); the II is its
+    length plus the largest such delay, so no two ops (nor two iterations) overlap. ``(II, start,
+    group)``, or None if that II is above ``hi`` or the distance-0 edges have a cycle."""
+    forward = nx.DiGraph()
+    forward.add_nodes_from(p.names)
+    forward.add_edges_from((e.src, e.dst) for e in p.edges if e.distance == 0 and e.src != e.dst)
+    order = _depth_first(p)
+    if order is None:
+        return None
+
+    def delay(e: Edge) -> int:
+        return (p.crossing_delay(e) + 2 * e.transfer if group[e.src] != group[e.dst] else e.latency)
+
+    start: dict[str, int] = {}
+    t = 0
+    for n in order:
+        ready = [start[e.src] + delay(e) for e in p.in_edges(n) if e.distance == 0 and e.src in start]
+        start[n] = max([t, *ready])
+        t = start[n] + p.op(n).cycles + max([2 * e.transfer for e in p.edges], default=0)
+    ii = t + max([delay(e) for e in p.edges], default=0) + 1
+    return None if ii > hi else (ii, start, group, "a schedule without overlap (ops one after another)")
+
+
+def _depth_first(p: Problem) -> list[str] | None:
+    """The ops in a depth-first topological order of the distance-0 edges (reverse postorder, successors
+    by name): a value's readers follow it soon. None if those edges have a cycle."""
+    forward = nx.DiGraph()
+    forward.add_nodes_from(p.names)
+    forward.add_edges_from((e.src, e.dst) for e in p.edges if e.distance == 0 and e.src != e.dst)
+    if not nx.is_directed_acyclic_graph(forward):
+        return None
+    return list(reversed(list(nx.dfs_postorder_nodes(forward, sort_neighbors=sorted))))
+
+
+def _list_schedule(p: Problem, group: dict[str, int], hi: int) -> tuple | None:
+    """A fallback without overlap between iterations: the ops in :func:`_depth_first` order, each at the
+    first time after its producers' delays (the crossing delay when ``group`` makes an edge cross) and
+    after the previous op of its warp group has finished issuing, where its reservations (and the SMEM
+    traffic of its hand-offs, :meth:`Problem.transfers`) fit the units' capacities; the warp groups run
+    side by side. The II is the length plus the largest delay, so iterations never overlap.
+    ``(II, start, group, how)``, or None if that II is above ``hi`` or the edges have a cycle."""
+    order = _depth_first(p)
+    if order is None:
+        return None
+    caps = p.resources.units
+    used: dict[tuple[str, int], int] = {}
+    crossing = [e for e in p.edges
+                if e.src != e.dst and group[e.src] != group[e.dst] and not p.forced_cross(e)]
+
+    def delay(e: Edge) -> int:
+        return p.crossing_delay(e) if group[e.src] != group[e.dst] else e.latency
+
+    start: dict[str, int] = {}
+    free: dict[int, int] = {}
+    for n in order:
+        mine = [e for e in crossing if n in (e.src, e.dst)]
+        rows = [*p.reservations(n), *((HANDOFF_UNIT, off, cyc, 1) for op, off, cyc in p.transfers(mine)
+                                      if op == n and HANDOFF_UNIT in caps)]
+        t = max([free.get(group[n], 0), *(start[e.src] + delay(e) for e in p.in_edges(n)
+                                          if e.distance == 0 and e.src in start)])
+        t = max(t, -min([off for _, off, _, _ in rows], default=0))
+        while any(used.get((u, t + off + c), 0) + k > caps[u] for u, off, cyc, k in rows for c in range(cyc)):
+            t += 1
+        for u, off, cyc, k in rows:
+            for c in range(cyc):
+                used[(u, t + off + c)] = used.get((u, t + off + c), 0) + k
+        start[n] = t
+        free[group[n]] = t + p.op(n).issue_cycles
+    length = max(start[op.name] + op.cycles for op in p.ops)
+    ii = length + max([delay(e) for e in p.edges] + [0]) + 1
+    return None if ii > hi else (ii, start, group, "a list schedule without overlap between iterations")
+
+
+def _split_result(run: _Run, ii: int, start: dict[str, int], group: dict[str, int],
+                  how: str = "the iterative modulo schedule") -> tuple | None:
+    """``(how, ii, result, None)`` for the schedule ``start`` / ``group`` if it verifies."""
+    p = run.problem
+    warps = {g: max([p.op(n).warps for n in group if group[n] == g] + [1]) for g in set(group.values())}
+    warps = {g: p.resources.group_threads(w) // 32 for g, w in warps.items()}
+    length = max(start[op.name] + op.cycles for op in p.ops)
+    fake = JointResult(ii, math.ceil(length / ii), CheckResult.SAT, start, group,
+                       _needed_budgets(p, ii, start, group), warps, length, {"length": False})
+    found = (how, ii, fake, None)
+    if violations(_finish(run, found, None, {}, "swp", record=False)):
+        return None
+    return found
+
+
+def _heuristic_schedule(run: _Run, found: tuple, norm: Normalization | None, raw_bounds: Any) -> Schedule:
+    """The fallback's schedule, marked not proven: its certificate says it is heuristic and gives the
+    proven lower bound on the optimal II (the least II the search did not refute)."""
+    reached = _reached(run)
+    sched = _finish(run, found, norm, raw_bounds, "swp")
+    ii = sched.ii
+    note = (f"heuristic: the time limit ended the search before any joint schedule was found; this is "
+            f"{found[0]} at II {ii} with a fixed warp-group split ({len(sched.warp_groups)} "
+            f"groups), verified but not optimal: every II below {reached} was refuted, so the optimal II "
+            f"lies in [{reached}, {ii}]")
+    notes = (*(n for n in sched.certificate.notes if not n.startswith("Twill-SWP:")), note)
+    cert = dataclasses.replace(sched.certificate, proven_optimal=False, notes=notes, heuristic=True,
+                               ii_bound=reached)
+    warnings.warn(note, TwillWarning, stacklevel=3)
+    return _noted(dataclasses.replace(sched, certificate=cert, strategy="joint"), budget_sum(sched))

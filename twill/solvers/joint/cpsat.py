@@ -19,7 +19,8 @@ CP-SAT's scheduling constraints instead of explicit copies:
   another group, a staging buffer, a register value on group ``w``) is an optional interval;
 * the sub-tile swap and the group numbering of :class:`~twill.encoding.Encoder` break symmetry the same way.
 
-The goals (:data:`twill.joint.GOALS`: length, groups, hand-off latency, registers) are minimized one after
+The goals (:data:`twill.joint.GOALS`: length, groups, hand-off latency, registers, SMEM footprint: one ring
+depth ``depth * II >= lifetime`` per SMEM item, as the SMT encoding's) are minimized one after
 another, each fixed at its optimum before the next, every solve hinted with the previous schedule; CP-SAT
 proves each optimum with its own bound. Minimizing ``L`` over ``L <= stages * II`` decides the windows
 ``first .. stages`` at once: the least ``L`` lies in the first window that has a schedule.
@@ -34,11 +35,12 @@ from collections.abc import Callable
 from typing import Any
 
 from twill.errors import SolverError
-from twill.model.liveness import use_hold
+from twill.model.liveness import smem_footprint, use_hold
 from twill.model.problem import HANDOFF_UNIT, Problem
+from twill.model.reductions import budget_arrangements, first_appearance, involution
 from twill.solvers.cpsat import CpsatRunner, load_cp_model
-from twill.solvers.joint.encoding import accumulators, involution, pool_size
-from twill.solvers.joint.smt import GOALS, JointResult
+from twill.solvers.joint.encoding import accumulators, pool_size
+from twill.solvers.joint.smt import GOAL_KEYS, GOALS, JointResult
 from twill.solvers.modular import start_windows
 from twill.solvers.status import CheckResult
 
@@ -78,6 +80,7 @@ class _Model:
         self.quads: list[Any] = []
         self.reg_total: Any = 0
         self.handoff_total: Any = 0
+        self.footprint: list[Any] = []  # bytes x ring depth of each SMEM item (the smem goal)
         self.n_groups = sum(self.used)
         # (intervals, demands) per modular resource; capacity per resource
         self.load: dict[str, list[tuple[Any, Any]]] = {}
@@ -177,6 +180,8 @@ class _Model:
             energy: Any = weight * int(length or 0)
         else:
             energy = weight * (end - self.s[op] - (offset + offset_k * ii))
+        if resource == "smem":
+            self._ring(weight, length, end, end_hi, op, offset + offset_k * ii, opt)
         if opt is not None:
             most = int(length or 0) if end is None else max(0, end_hi - self.lo[op] - offset - offset_k * ii)
             top = weight * most
@@ -210,6 +215,26 @@ class _Model:
         out.append((interval(r + ii, rest, stop + ii), weight))
         if most >= ii:
             out.append((interval(0, 3 * ii, 3 * ii), weight * q))
+
+    def _ring(self, weight: int, length: int | None, end: Any, end_hi: int, op: str, offset: int,
+              opt: Lit | None) -> None:
+        """Add an SMEM item's ring (``weight`` bytes x ``depth`` slots, ``depth * II >= lifetime``, the
+        lifetime from ``start[op] + offset``) to :attr:`footprint` (the ``smem`` goal), when ``opt``."""
+        m, ii = self.m, self.ii
+        if end is None:
+            self.footprint.append(weight * max(1, -(-int(length or 0) // ii)) if opt is None else
+                                  weight * max(1, -(-int(length or 0) // ii)) * opt)
+            return
+        most = max(1, -(-max(0, end_hi - self.lo[op] - offset) // ii))
+        depth = m.NewIntVar(1, most, "")
+        self.add(ii * depth >= end - self.s[op] - offset, [] if opt is None else [opt])
+        if opt is None:
+            self.footprint.append(weight * depth)
+            return
+        held = m.NewIntVar(0, weight * most, "")
+        m.Add(held == weight * depth).OnlyEnforceIf(opt)
+        m.Add(held == 0).OnlyEnforceIf(self.neg(opt))
+        self.footprint.append(held)
 
     def end(self, name: str, uses: list[tuple[str, int, int, Lit]]) -> tuple[Any, int]:
         """An end ``>= start[name] + cycles`` and ``>= start[dst] + hold + δ II`` for each use present;
@@ -255,18 +280,21 @@ class _Model:
             m.AddExactlyOne(choice.values())
             m.Add(self.g[n] == sum(w * b for w, b in choice.items()))
         compute = [op for op in self.p.ops if not op.variable_latency]
-        first = 1 if self.vl else 0
         if self.vl and self.pool < 2 and compute:
             self.feasible = False
-        if compute and first < self.pool:
-            m.Add(self.opw[compute[0].name][first] == 1)
-            for k, op in enumerate(compute[1:], start=1):
-                for w in range(first + 1, self.pool):
-                    if w > first + k:
-                        m.Add(self.opw[op.name][w] == 0)
-                    else:
-                        m.AddBoolOr([self.opw[o.name][w - 1] for o in compute[:k]]).OnlyEnforceIf(
-                            self.opw[op.name][w])
+        arrangements = budget_arrangements(self.p, self.pool)
+        picks = [m.NewBoolVar(f"arrangement[{i}]") for i in range(len(arrangements))]
+        m.AddExactlyOne(picks)
+        names = [op.name for op in compute]
+        for pick, arr in zip(picks, arrangements, strict=True):
+            for op, w, earlier in first_appearance(names, arr.blocks):
+                if w not in self.opw[op]:
+                    continue
+                prev = [self.opw[o][w - 1] for o in earlier if w - 1 in self.opw[o]]
+                if prev:
+                    m.AddBoolOr(prev).OnlyEnforceIf([self.opw[op][w], pick])
+                else:
+                    m.AddImplication(pick, self.opw[op][w].Not())
         shapes = sorted({max(1, -(-op.warps // per)) for op in self.p.ops})
         per_thread = 32 * per
         costs, warps = [], []
@@ -285,7 +313,10 @@ class _Model:
                 need = -(-op.warps // per)
                 m.Add(q == need if op.warps > 1 else q >= need).OnlyEnforceIf(b)
             if opts.register_plan is not None:
-                r = m.NewConstant(opts.register_plan[w])
+                values = sorted({a.budgets[w] for a in arrangements})
+                r = m.NewIntVarFromDomain(cp.Domain.FromValues(values), f"regs[{w}]")
+                for pick, arr in zip(picks, arrangements, strict=True):
+                    m.Add(r == arr.budgets[w]).OnlyEnforceIf(pick)
             else:
                 step = res.setmaxnreg_step
                 k = m.NewIntVar(0, res.setmaxnreg_max // step, f"regs8[{w}]")
@@ -296,8 +327,7 @@ class _Model:
                 m.Add(r == 0).OnlyEnforceIf(used.Not())
             m.Add(r >= res.group_overhead).OnlyEnforceIf(used)
             self.budget.append(r)
-            top = per_thread * shapes[-1] * max(res.setmaxnreg_max, opts.register_plan[w]
-                                                if opts.register_plan else 0)
+            top = per_thread * shapes[-1] * max(res.setmaxnreg_max, *(opts.register_plan or (0,)))
             cost = m.NewIntVar(0, top, f"cost[{w}]")
             for shape in shapes:
                 is_shape = m.NewBoolVar("")
@@ -526,7 +556,8 @@ def solve_joint_cpsat(
         return result(CheckResult.UNSAT, length_low=stages * ii + 1)
     cp, m = model.cp, model.m
     goals: dict[str, Any] = {"length": model.length, "groups": model.n_groups,
-                             "handoffs": model.handoff_total, "registers": model.reg_total}
+                             "handoffs": model.handoff_total, "registers": model.reg_total,
+                             "smem": sum(model.footprint)}
     m.Minimize(model.length)
     status, solver = runner.solve(m, deadline)
     if status == cp.INFEASIBLE:
@@ -544,7 +575,7 @@ def solve_joint_cpsat(
     interrupted = False
     if optimize and proven["length"]:
         for prev, goal in itertools.pairwise(GOALS):
-            m.Add(goals[prev] == best[_KEYS[prev]])
+            m.Add(goals[prev] == best[GOAL_KEYS[prev]])
             _hint(model, solver)
             m.Minimize(goals[goal])
             try:
@@ -561,9 +592,6 @@ def solve_joint_cpsat(
     return result(CheckResult.SAT, stages=window, start=best["start"], group=best["group"],
                   budgets=best["budgets"], group_warps=best["warps"], length=best["length"], proven=proven,
                   interrupted=interrupted, length_low=length_low)
-
-
-_KEYS = {"length": "length", "groups": "n_groups", "handoffs": "handoffs", "registers": "reg_total"}
 
 
 def _hint(model: _Model, solver: Any) -> None:
@@ -591,4 +619,5 @@ def _extract(model: _Model, solver: Any) -> dict[str, Any]:
         "n_groups": len(used),
         "reg_total": value(model.reg_total),
         "handoffs": sum(e.cross for e in model.p.edges if group[e.src] != group[e.dst]),
+        "smem": smem_footprint(model.p, model.ii, start, group),
     }

@@ -18,47 +18,22 @@ always at some interval's start, so checking at item starts is exact.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import networkx as nx
-from networkx.algorithms import isomorphism
 from pysmt.typing import INT
 
 from twill.model.liveness import fold, memory_intervals, register_intervals, use_hold
 from twill.model.problem import HANDOFF_UNIT, Edge, Problem
+from twill.model.reductions import budget_arrangements, first_appearance, involution
 from twill.solvers.modular import Booking, Item, Lazy, ModularModel
 from twill.solvers.smt import SmtSession
 
-__all__ = ["PER_ROUND", "Encoder", "accumulators", "pool_size"]
+__all__ = ["PER_ROUND", "Encoder", "accumulators", "involution", "pool_size"]
 
 PER_ROUND = 64
 """Lazy liveness checks added per overfull resource per round (the items with the largest excess)."""
-
-
-def involution(problem: Problem) -> dict[str, str] | None:
-    """A non-trivial automorphism of the loop graph that is its own inverse (swapping two identical
-    sub-tiles), or None. Ops must match in every cost and flag, edges in every field."""
-    g = nx.MultiDiGraph()
-    for op in problem.ops:
-        g.add_node(op.name, sig=(op.kind, op.rrt, op.latency, op.issue_cycles, op.regs, op.smem,
-                                 op.tmem, op.result_bytes, op.variable_latency, op.warps,
-                                 op.name in problem.streaming))
-    for e in problem.edges:
-        g.add_edge(e.src, e.dst, sig=(e.latency, e.distance, e.blocking, e.carrier, e.cross, e.inplace))
-
-    def edges_match(a: dict, b: dict) -> bool:
-        return sorted(d["sig"] for d in a.values()) == sorted(d["sig"] for d in b.values())
-
-    matcher = isomorphism.MultiDiGraphMatcher(g, g, node_match=lambda a, b: a["sig"] == b["sig"],
-                                              edge_match=edges_match)
-    for count, sigma in enumerate(matcher.isomorphisms_iter()):
-        if count > 64:
-            return None
-        moved = [n for n in sigma if sigma[n] != n]
-        if moved and all(sigma[sigma[n]] == n for n in sigma):
-            return sigma
-    return None
 
 
 def accumulators(problem: Problem) -> list[str]:
@@ -135,6 +110,7 @@ class Encoder(ModularModel):
         self.scoped: list[Any] = []
         self.reg_total: Any = None
         self.handoff_total: Any = None
+        self._footprint: tuple[Any, int, int] | None = None
 
     # ------------------------------------------------------------------------ term helpers
     def same(self, u: str, v: str) -> Any:
@@ -265,19 +241,29 @@ class Encoder(ModularModel):
         self._budgets(shapes)
 
     def _symmetry(self, compute: list, first: int) -> None:
-        """Groups are numbered by first appearance in op order: op ``k`` may open group ``w`` only if an
-        earlier op uses group ``w - 1`` (interchangeable groups are broken, optimality is kept)."""
+        """Budgets and group numbering (:func:`twill.reductions.budget_arrangements`): with a register
+        plan, one of its arrangements is chosen (a one-hot Boolean each); inside each block of
+        interchangeable groups, groups are numbered by first appearance in op order."""
         m = self.m
-        if not compute or first >= self.pool:  # no group left for compute ops: infeasible, said in groups()
-            return
-        self.add(self.opw[compute[0].name][first])
-        for k, op in enumerate(compute[1:], start=1):
-            for w in range(first + 1, self.pool):
-                if w > first + k:
-                    self.add(m.Not(self.opw[op.name][w]))
+        self.arrangements = budget_arrangements(self.p, self.pool)
+        names = [op.name for op in compute]
+        picks = [m.Symbol(f"arrangement[{i}]") for i in range(len(self.arrangements))]
+        if len(picks) > 1:
+            self.add(m.Or(picks))
+            for i, a in enumerate(picks):
+                for b in picks[i + 1:]:
+                    self.add(m.Not(m.And(a, b)))
+        for pick, arr in zip(picks, self.arrangements, strict=True):
+            rules = []
+            if arr.budgets is not None:
+                rules += [m.Equals(self.budget[w], self.int_(r)) for w, r in enumerate(arr.budgets)]
+            for op, w, earlier in first_appearance(names, arr.blocks):
+                if w not in self.opw[op]:
                     continue
-                earlier = [self.opw[o.name][w - 1] for o in compute[:k]]
-                self.add(m.Implies(self.opw[op.name][w], m.Or(earlier)))
+                rules.append(m.Implies(self.opw[op][w], m.Or([self.opw[o][w - 1] for o in earlier
+                                                              if w - 1 in self.opw[o]])))
+            if rules:
+                self.add(m.Implies(pick, m.And(rules)) if len(picks) > 1 else m.And(rules))
 
     def _budgets(self, shapes: list[int]) -> None:
         """Per-group setmaxnreg budgets; their sum over threads fits the register file; warps fit the CTA."""
@@ -286,9 +272,7 @@ class Encoder(ModularModel):
         terms, warps = [], []
         for w in range(self.pool):
             r, q, used = self.budget[w], self.quads[w], self.used[w]
-            if opts.register_plan is not None:
-                self.add(m.Equals(r, self.int_(opts.register_plan[w])))
-            else:
+            if opts.register_plan is None:
                 k = m.Symbol(f"regs8[{w}]", INT)
                 self.add(m.Equals(r, self.times(res.setmaxnreg_step, k)))
                 self.add(m.Implies(used, m.And(m.GE(r, self.int_(res.setmaxnreg_min)),
@@ -528,6 +512,32 @@ class Encoder(ModularModel):
             self.lazy["smem"] = Lazy(smem, p.resources.smem, p.fixed_smem, False)
         if tmem:
             self.lazy["tmem"] = Lazy(tmem, p.resources.tmem, p.fixed_tmem, False)
+
+    def smem_footprint(self) -> tuple[Any, int, int]:
+        """The SMEM the buffers allocate (:func:`twill.liveness.smem_footprint`) as a term, its
+        granularity (the gcd of the buffers' bytes) and a lower bound (every buffer that always exists,
+        one slot each); ``(0, 1, 0)`` without SMEM items.
+
+        Each SMEM item gets a ring depth ``depth >= 1`` with ``depth * II >= lifetime`` (stated on the
+        first call; it restricts nothing, the depth being free above); the term is the sum of
+        ``bytes * depth`` over the items present, so its least value over the models with a given start
+        and group assignment is the footprint of that schedule. Needs a fixed II (the goal phase)."""
+        m = self.m
+        lazy = self.lazy.get("smem")
+        if lazy is None or not lazy.items:
+            return self.int_(0), 1, 0
+        if self._footprint is None:
+            terms, step, least = [], 0, 0
+            for idx, it in enumerate(lazy.items):
+                depth = m.Symbol(f"smem_depth[{idx}]", INT)
+                self.add(m.GE(depth, self.int_(1)))
+                self.add(m.GE(self.times(self.ii, depth), self._length(it)))
+                held = self.times(it.weight, depth)
+                terms.append(held if it.cond is None else m.Ite(it.cond, held, self.int_(0)))
+                step = math.gcd(step, it.weight)
+                least += it.weight if it.cond is None else 0
+            self._footprint = (m.Plus(terms) if len(terms) > 1 else terms[0], max(1, step), least)
+        return self._footprint
 
     def build(self) -> None:
         """Assert every eager family and define the lazy ones."""

@@ -3,7 +3,8 @@
 :class:`~twill.encoding.Encoder` states the problem; :func:`solve_joint` asks the SMT solver for a model,
 adding the liveness checks a model violates until one satisfies them all (lazy constraint generation),
 and then tightens the :data:`GOALS` lexicographically: shortest ``L``, fewest warp groups, least
-hand-off latency between groups, fewest registers (threads x ``setmaxnreg`` budget). Each step bisects
+hand-off latency between groups, fewest registers (threads x ``setmaxnreg`` budget), least shared memory
+allocated (bytes x ring depth). Each step bisects
 between a lower bound and the best model and is proven by an UNSAT answer unless the deadline stops it.
 """
 
@@ -14,17 +15,26 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from twill.model.liveness import smem_footprint
 from twill.model.problem import Problem
 from twill.solvers.joint.encoding import Encoder
 from twill.solvers.smt import SmtSession
 from twill.solvers.status import CheckResult
 
-__all__ = ["GOALS", "JointResult", "RangeResult", "solve_joint", "solve_range"]
+__all__ = ["GOALS", "GOAL_KEYS", "JointResult", "RangeResult", "solve_joint", "solve_range"]
 
-GOALS = ("length", "groups", "handoffs", "registers")
+GOALS = ("length", "groups", "handoffs", "registers", "smem")
 """Secondary objectives at a fixed II, minimized in this order: the length ``L`` (shortest prologue and
 epilogue, as Algorithm 1), the number of warp groups, the total hand-off latency between groups (the
-communication the model prices only approximately), and the register file used (threads x budget)."""
+communication the model prices only approximately), the register file used (threads x budget), and the
+shared memory the buffers allocate (:func:`twill.liveness.smem_footprint`: bytes x ring depth summed
+over the buffers; a load read a stage later than it could be costs a ring slot for nothing). Schedules
+equal in all five are told apart by the solver's first model of the canonical formula (ops by name,
+edges by :func:`twill.problem.edge_key`): the same for the same graph, whatever order it was built in."""
+
+GOAL_KEYS = {"length": "length", "groups": "n_groups", "handoffs": "handoffs", "registers": "reg_total",
+             "smem": "smem"}
+"""The key of each goal's value in an extracted model (both encodings)."""
 
 
 @dataclass(frozen=True)
@@ -50,7 +60,7 @@ class JointResult:
     length : int
         ``L``.
     proven : mapping of str to bool
-        For each secondary objective (``length``, ``groups``, ``registers``), whether it was proven minimal.
+        For each goal of :data:`GOALS` tightened, whether it was proven minimal.
     checks : int
         Solver calls made.
     wall_s, build_s : float
@@ -277,8 +287,9 @@ def _extract(enc: Encoder, sess: SmtSession) -> dict[str, Any]:
     group = {v: next(w for w, b in enc.opw[v].items() if sess.value(b)) for v in enc.opw}
     used = sorted(set(group.values()))
     per = enc.p.resources.warps_per_group
+    ii = sess.value(enc.II) if enc.ranged else enc.ii
     return {
-        "ii": sess.value(enc.II) if enc.ranged else enc.ii,
+        "ii": ii,
         "start": start,
         "group": group,
         "length": sess.value(enc.length),
@@ -287,6 +298,7 @@ def _extract(enc: Encoder, sess: SmtSession) -> dict[str, Any]:
         "n_groups": len(used),
         "reg_total": sess.value(enc.reg_total),
         "handoffs": sum(e.cross for e in enc.p.edges if group[e.src] != group[e.dst]),
+        "smem": smem_footprint(enc.p, ii, start, group) if "smem" in enc.lazy else 0,
         "all_budgets": {w: sess.value(enc.budget[w]) for w in range(enc.pool)},
     }
 
@@ -302,6 +314,8 @@ def _goal(enc: Encoder, goal: str) -> tuple[Any, int, int]:
         return count, 1, (2 if enc.vl and compute else 1)
     if goal == "handoffs":
         return enc.handoff_total, 1, 0
+    if goal == "smem":
+        return enc.smem_footprint()
     step = 32 * res.warps_per_group * res.setmaxnreg_step
     return enc.reg_total, step, 32 * res.warps_per_group * res.setmaxnreg_min
 
@@ -317,7 +331,7 @@ def _tighten(enc: Encoder, sess: SmtSession, goal: str, best: dict[str, Any],
     """
     term, step, least = _goal(enc, goal)
     low = least if low is None else max(low, least)
-    key = {"length": "length", "groups": "n_groups", "handoffs": "handoffs", "registers": "reg_total"}[goal]
+    key = GOAL_KEYS[goal]
     best, low, status = _bisect(enc, sess, term, step, low, best, key, deadline)
     if status == CheckResult.SAT:
         sess.add(enc.m.Equals(term, enc.int_(best[key])))

@@ -307,6 +307,8 @@ class _Probes:
         self.size = (0, 0)
         self.schedules: dict[int, dict[str, int]] = {}
         self.best: int | None = None
+        self.unconfirmed = 0  # MILP refutations the SMT check could not confirm in its slice (unused)
+        self.wrong = 0  # MILP refutations the SMT check disproved with a schedule
 
     def keep(self, start: dict[str, int]) -> int:
         """Record a schedule; return its length."""
@@ -377,6 +379,14 @@ class _Probes:
                 self.keep(start)
             return True
         if out.status == SolveStatus.INFEASIBLE:
+            confirmed = _confirm(self.p, self.ii, length, self.deadline)
+            if confirmed is None:  # not part of any proof: the probe counts as undecided
+                self.unconfirmed += 1
+                return None
+            if confirmed is not True:  # the MILP solver's status was wrong: a schedule exists
+                self.wrong += 1
+                self.keep(confirmed)
+                return True
             self.low = max(self.low, length + 1)
             return False
         return None if not tie_break else True
@@ -387,6 +397,36 @@ class _Probes:
             status = SolveStatus.TIMEOUT if status != SolveStatus.INFEASIBLE else status
             return ModuloResult(self.ii, status, {}, 0, self.wall, *self.size, low=self.low)
         return ModuloResult(self.ii, status, start, length, self.wall, *self.size, low=self.low)
+
+
+CONFIRM_SLICE_S = 10.0
+"""Seconds the SMT check that confirms one MILP refutation may take (a tuning choice, as
+:data:`SMT_SLICE`). A refutation it cannot confirm in that time is not used: the probe counts as
+undecided, so no proof rests on the MILP solver's status alone (PuLP and CBC have open reports of
+wrong "Infeasible" statuses)."""
+
+
+def _confirm(problem: Problem, ii: int, length: int, deadline: float | None) -> bool | dict[str, int] | None:
+    """Confirm that no modulo schedule of length ``<= length`` exists at ``ii`` with a second method
+    (the SMT formulation of :class:`~twill.modular.ModularModel`, written apart from the MILP): True if
+    it is UNSAT too, the schedule it found if it is not, None if undecided within :data:`CONFIRM_SLICE_S`
+    (or the deadline)."""
+    end = time.monotonic() + CONFIRM_SLICE_S
+    if deadline is not None:
+        end = min(end, deadline)
+    with SmtSession("yices") as sess:
+        model = ModularModel(problem, ii, length, sess)
+        model.completion(1)
+        model.dependence()
+        model.capacity()
+        if not model.feasible:
+            return True
+        status = sess.check(end)
+        if status == CheckResult.UNSAT:
+            return True
+        if status == CheckResult.SAT:
+            return _smt_best(model, sess)[0]
+        return None
 
 
 def _build(problem: Problem, ii: int, length: int):

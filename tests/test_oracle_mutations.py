@@ -1,0 +1,50 @@
+"""Each reduction of twill/model/reductions.py, with its precondition taken away, makes the search
+disagree with the independent oracle (tests/joint_oracle.py) on a loop where the precondition fails:
+the property tests can see a broken reduction, so their passing means something."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import test_oracle as cases
+
+import twill.search.algorithm1 as search
+import twill.solvers.joint.cpsat as joint_cpsat
+import twill.solvers.joint.encoding as encoding
+from twill.model.reductions import BudgetArrangement, involution
+
+
+def _positional(problem, pool):  # type: ignore[no-untyped-def]
+    """The old rule: the plan's budgets in the order given, every compute group interchangeable."""
+    plan = problem.options.register_plan
+    first = 1 if problem.has_vl else 0
+    return [BudgetArrangement(tuple(plan) if plan else None, (tuple(range(first, pool)),))]
+
+
+def _blind_to_apart(problem):  # type: ignore[no-untyped-def]
+    """The old rule: a tile swap that does not look at ``apart``."""
+    return involution(dataclasses.replace(problem, options=dataclasses.replace(problem.options, apart=())))
+
+
+@pytest.mark.parametrize("repro", [cases.test_repro_plan_order_one_op, cases.test_repro_plan_order_groups])
+def test_group_symmetry_without_equal_budgets_disagrees(monkeypatch: pytest.MonkeyPatch, repro) -> None:
+    repro()  # the real rule agrees with the oracle
+    monkeypatch.setattr(encoding, "budget_arrangements", _positional)
+    monkeypatch.setattr(joint_cpsat, "budget_arrangements", _positional)
+    with pytest.raises((AssertionError, pytest.fail.Exception)):
+        repro()
+
+
+def test_tile_swap_blind_to_apart_disagrees(monkeypatch: pytest.MonkeyPatch) -> None:
+    cases.test_repro_apart_mirror()
+    monkeypatch.setattr(encoding, "involution", _blind_to_apart)
+    with pytest.raises((AssertionError, pytest.fail.Exception)):
+        cases.test_repro_apart_mirror()
+
+
+def test_stage_windows_without_the_stage_bound_disagree(monkeypatch: pytest.MonkeyPatch) -> None:
+    cases.test_repro_stage_window()
+    monkeypatch.setattr(search, "stage_bound", lambda problem, ii: 1)  # "one stage is all there is"
+    with pytest.raises((AssertionError, pytest.fail.Exception)):
+        cases.test_repro_stage_window()
