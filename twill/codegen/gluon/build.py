@@ -24,7 +24,7 @@ from typing import Any
 
 from twill.codegen.gluon.emit import KernelSource, emit_kernel
 from twill.codegen.gluon.errors import CodegenError
-from twill.codegen.gluon.plan import Plan, make_plan
+from twill.codegen.gluon.plan import Plan, default_budget, make_plan
 from twill.liveness import fold, memory_intervals
 from twill.machine import Machine, load_machine
 from twill.schedule import Schedule
@@ -304,12 +304,11 @@ def _report(schedule: Schedule, machine: Machine, plan: Plan, source: KernelSour
     if ring_model:
         diff["buffers beyond the model's (depth x bytes)"] = ring_model
     parts = []
-    worker_regs = [p.regs for p in plan.partitions[1:]]
     for p in plan.partitions:
-        got = p.regs if p.position and p.regs in ptx_regs else None
+        got: int | None = p.regs if p.regs in ptx_regs else None
         if p.position == 0:
-            others = set(ptx_regs) - set(worker_regs)
-            got = max(others) if others else None
+            expect = default_budget(schedule, p.group)
+            got = expect if expect in ptx_regs else None
         parts.append(PartitionReport(p.position, p.group, p.role, p.warps, p.regs, got, tuple(p.order),
                                      tuple(source.tc_order.get(p.position, [])), p.stages))
     not_kept = ["exact start times inside the II: only the issue order of each partition is kept (the "

@@ -153,6 +153,7 @@ class _Part:
         self.tc_log: list[str] = []
         self.uses_turn = False
         self.notes: list[str] = []
+        self.invariant_issue: list[tuple[int, dict[str, Any]]] = []
         self.trip_expr = "0"
         self.counter = 0
         self.mine = set(part.order)
@@ -255,7 +256,7 @@ class _Part:
                 if k < 0:
                     raise CodegenError(f"{self.k.where(reader)} reads {v.name} of iteration i - {dist} before "
                                        f"the schedule produces it (stage {sp} after stage {sc})")
-                need = k if before else k + 1
+                need = 0 if before and k == 0 else k + 1
             chains[v.key] = max(chains.get(v.key, 0), need)
         return chains
 
@@ -309,8 +310,10 @@ class _Part:
         if name == "tt.expand_dims":
             return f"gl.expand_dims({args[0]}, {op.attrs['axis']})"
         if name == "tt.broadcast":
-            return f"gl.broadcast({args[0]}, gl.full({list(result.type.shape)}, 0, "\
-                   f"{dtype_of(result.type.element, self.k.where(op))}, {self.layout(result)}))[0]"
+            # Gluon's binary ops broadcast size-1 dimensions themselves (as Triton's do)
+            if all(u.name in BINARY for u in self.k.users(result)):
+                return args[0]
+            return f"{args[0]}.broadcast_to({list(result.type.shape)})"
         if name == "ttg.convert_layout":
             src, dst = self.layout(op.operands[0]), self.layout(result)
             return args[0] if src == dst else f"gl.convert_layout({args[0]}, {dst})"
@@ -369,7 +372,7 @@ class _Part:
         src = v.owner
         if reader is not None and id(reader) in self.pos and self.k.node_of[id(reader)] == \
                 self.k.node_of[id(src)] and dist == 0:
-            return self.local[(v.key, "node")]
+            return self._fresh_read(v, complete)
         if reader is None:
             k = 0
         else:
@@ -378,13 +381,18 @@ class _Part:
             before = self.pos[id(src)] < self.pos[id(reader)]
             k = sc - sp + dist - (0 if before else 1)
             if before and k == 0:
-                return self.local[(v.key, "node")]
-            if before:
-                k -= 1
+                return self._fresh_read(v, complete)
         name = self.slot_name(v, k)
         if complete:
             self.ensure_complete(name, self.k.node_of[id(src)])
         return name
+
+    def _fresh_read(self, v: Value, complete: bool) -> str:
+        """The value made earlier in this trip."""
+        name = self.local[(v.key, "node")]
+        if complete:
+            self.ensure_complete(name, None)
+        return self.local[(v.key, "node")]
 
     def ensure_complete(self, name: str, node: str | None) -> None:
         """Wait for the wgmma whose result ``name`` holds, if it may still be running."""
@@ -416,7 +424,7 @@ class _Part:
         self.outstanding = rest
         for e in done:
             for node in e["releases"]:
-                self.emit(self.release_stmt(node, f"({self.trip_expr}) - {e['age']}"))
+                self.emit(self._release(node, e["age"]))
 
     # ------------------------------------------------------------------ rings
     def ring_slot(self, node: str, j: str) -> tuple[str, str]:
@@ -436,6 +444,20 @@ class _Part:
             self.emit(f"mbarrier.wait(ready_{node}.index({slot}), {phase})")
             self.waited.add(key)
         return f"ring_{node}.index({slot})"
+
+    def _release(self, node: str, age: int) -> str:
+        """Arrive on the empty barrier of ``node``'s slot of iteration ``trip - age``, predicated on that
+        iteration existing when the trip's region does not decide it (the first steady trip)."""
+        j = f"({self.trip_expr}) - {age}"
+        region, t = self.region
+        low = {"pro": t, "steady": self.p.stages - 1 + t, "epi": self.p.stages - 1 + t,
+               "after": self.p.stages - 1}[region]
+        stmt = self.release_stmt(node, j)
+        if region == "pro" and t - age < 0:
+            raise CodegenError(f"partition {self.p.position}: a release of iteration {t - age} of {node}")
+        if low - age >= 0:
+            return stmt
+        return stmt[:-1] + f", pred=({j}) >= 0)"
 
     def release_stmt(self, node: str, j: str) -> str:
         slot, _ = self.ring_slot(node, j)
@@ -551,7 +573,7 @@ class _Part:
                 return False
             return True if jd < S - 1 else f"({jd} < n_iter)"
         if region == "steady":
-            low = True if S - 1 - s + d >= 0 else f"(({j}) + {d} >= 0)"
+            low = True if S - 1 + t - s + d >= 0 else f"(({j}) + {d} >= 0)"
             high = True if d <= s else f"(({j}) + {d} < n_iter)"
         else:
             if t - s + d >= 0:
@@ -609,10 +631,26 @@ class _Part:
             e["age"] += 1
         self.local = {}
         self.waited = set()
+        first = t == "0" and self.invariant_issue
         for node in self.p.order:
             if node not in ops:
                 continue
+            if first:
+                self.issue_invariant(self.k.schedule.slots[node].start)
             self.run_node(node, f"({t}) - {self.stage(node)}" if self.stage(node) else t)
+        if first:
+            self.issue_invariant(None)
+
+    def issue_invariant(self, before: int | None) -> None:
+        """Issue the loop-invariant TMA loads needed (by iteration 0's schedule) before ``before``."""
+        while self.invariant_issue and (before is None or self.invariant_issue[0][0] < before):
+            _need, info = self.invariant_issue.pop(0)
+            load, idx = info["load"], info["index"]
+            desc = self.k.args[load.operands[0].key]
+            coords = [self.outer_value(u) for u in load.operands[1:]]
+            self.emit(f"mbarrier.expect(inv_bar.index({idx}), {load.results[0].type.nbytes})")
+            self.emit(f"tma.async_copy_global_to_shared({desc}, [{', '.join(coords)}], inv_bar.index({idx}), "
+                      f"inv{idx})")
 
     def body(self) -> list[str]:
         """The partition function's source lines."""
@@ -633,38 +671,47 @@ class _Part:
             self.emit(f"# prologue trip {t}")
             self.trip([n for n in self.p.order if self.stage(n) <= t], str(t))
         peeled = 0
+        if self.invariant_issue and S == 1:
+            # the loop-invariant loads go into iteration 0's trip at their place: write that trip out
+            self.tag = "f0"
+            self.region = ("pro", 0)
+            self.emit("# first trip, written out: the loop-invariant loads are issued in it")
+            self.trip(list(self.p.order), "0")
+            peeled = 1
+        adopted = False
+        entry_kinds = dict(self.kinds)
         while True:
             snap = self._snapshot()
-            entry_kinds = dict(self.kinds)
             entry_out = [(e["node"], e["var"], e["age"]) for e in self.outstanding]
             head = len(self.out)
             self.tag = "s"
             self.ind += 1
-            self.region = ("steady", 0)
+            self.region = ("steady", peeled)
             self.trip(list(self.p.order), "t")
             self.ind -= 1
             end_out = [(e["node"], e["var"], e["age"]) for e in self.outstanding]
-            slots = {n: kd for n, kd in self.kinds.items() if re.search(r"_c\d+$", n)}
-            periodic = end_out == entry_out and all(entry_kinds.get(n, kd) == kd or
-                                                    (entry_kinds.get(n) == "tensor" and kd == "token")
-                                                    for n, kd in slots.items())
-            if periodic:
+            if end_out == entry_out:
                 break
-            self._restore(snap)
-            if peeled == 2:
+            if adopted:
                 raise CodegenError(f"partition {self.p.position}: the wgmmas in flight at the end of a steady "
-                                   f"trip ({end_out}) differ from those at its start ({entry_out}), even with "
-                                   "two trips peeled; the steady state is not periodic")
-            t = S - 1 + peeled
-            self.tag = f"f{peeled}"
-            self.region = ("pro", t)
-            self.emit(f"# first steady trip {t}, peeled (the wgmmas in flight reach their steady pattern)")
-            self.trip(list(self.p.order), str(t))
-            peeled += 1
-        if peeled:
-            self.notes.append(f"partition {self.p.position}: {peeled} steady trip(s) peeled before the loop "
-                              "(its wgmmas in flight reach the steady pattern there); the loop must run at least "
-                              f"{S - 1 + peeled} iteration(s)")
+                                   f"trip ({end_out}) differ from those at its start ({entry_out}); the steady "
+                                   "state is not periodic")
+            # The first steady trip has fewer wgmmas in flight than the others (those of iterations before
+            # the first): emit the loop for the steady pattern; waits on fewer wgmmas return at once, and the
+            # slot releases of iterations that do not exist are predicated off (_release).
+            final = [dict(e) for e in self.outstanding]
+            self._restore(snap)
+            keep = {(e["node"], e["var"], e["age"]) for e in self.outstanding}
+            for e in final:
+                if (e["node"], e["var"], e["age"]) not in keep and e["var"] is not None:
+                    self.kinds[e["var"]] = "token"
+            self.outstanding = final
+            self.out = self.out[:head]
+            adopted = True
+        if adopted:
+            self.notes.append(f"partition {self.p.position}: the loop's first steady trip waits on fewer wgmmas "
+                              "than the others (the steady pattern is emitted; the ring releases of iterations "
+                              "before the first are predicated off)")
         fix = []
         for name, kind in self.kinds.items():
             if kind == "token" and entry_kinds.get(name) == "tensor" and re.search(r"_c\d+$", name):
@@ -675,6 +722,7 @@ class _Part:
         if self.uses_turn and "    tphase = gl.to_tensor(0)" not in self.pre:
             self.pre.append("    tphase = gl.to_tensor(0)")
         self.emit(f"for t in range({S - 1 + peeled}, n_iter):")
+        self.loop_start = S - 1 + peeled
         self.out += loop_lines
         self.tag = "e"
         for e in range(S - 1):
@@ -684,6 +732,7 @@ class _Part:
         if self.uses_turn and "    tphase = gl.to_tensor(0)" not in self.pre:
             self.pre.append("    tphase = gl.to_tensor(0)")
         self.trip_expr = f"n_iter + {S - 1}"
+        self.region = ("after", 0)
         for e in self.outstanding:
             e["age"] += 1
         self.after_loop()
@@ -801,7 +850,17 @@ def emit_kernel(schedule: Schedule, lowering: Lowering, plan: Plan, spec: Any) -
     """
     k = _Kernel(schedule, lowering, plan, spec)
     parts = [_Part(k, p) for p in plan.partitions]
-    bodies = [p.body() for p in parts]
+    # the loop-invariant loads are issued by the partition that issues the loop's TMA loads (else the first
+    # reader), in its first trip, each just before the first op (by iteration 0's start) after its first use
+    issuer = next((r.producer for r in plan.rings.values()), 0)
+    for key, info in k.invariant.items():
+        readers = [n for n in schedule.slots if any(key in {u.key for u in m.operands}
+                                                    for m in lowering.members[n])]
+        need = min((schedule.slots[n].start for n in readers), default=0)
+        parts[issuer].invariant_issue.append((need, info))
+    parts[issuer].invariant_issue.sort(key=lambda x: (x[0], x[1]["index"]))
+    for p in parts:
+        p.body()
     common = list(k.params)
     buffers: list[dict[str, Any]] = []
     alloc: list[str] = []
@@ -847,17 +906,6 @@ def emit_kernel(schedule: Schedule, lowering: Lowering, plan: Plan, spec: Any) -
         k.barrier_count += len(parts)
         common.append("turn")
     alloc.append("    fence_async_shared()")
-    # the invariant loads are issued by the partition that issues the loop's TMA loads (else the first
-    # reader), at the head of its first trip
-    issuer = next((r.producer for r in plan.rings.values()), 0)
-    for info in inv:
-        load = info["load"]
-        part = parts[issuer]
-        desc = k.args[load.operands[0].key]
-        coords = [part.outer_value(u) for u in load.operands[1:]]
-        part.pre.append(f"    mbarrier.expect(inv_bar.index({info['index']}), {load.results[0].type.nbytes})")
-        part.pre.append(f"    tma.async_copy_global_to_shared({desc}, [{', '.join(coords)}], "
-                        f"inv_bar.index({info['index']}), inv{info['index']})")
     bodies = [p.pre + p.out for p in parts]
     text = [_HEADER]
     args = ", ".join(common)

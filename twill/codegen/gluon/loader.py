@@ -34,6 +34,12 @@ class GluonLauncher:
             return self.fn[grid](*self.arguments(args, kwargs), num_warps=self.manifest["num_warps"])
         return run
 
+    def bind(self, grid: Any, *args: Any, **kwargs: Any) -> Any:
+        """A zero-argument launch with the arguments converted once (for timing loops)."""
+        converted = self.arguments(args, kwargs)
+        warps = self.manifest["num_warps"]
+        return lambda: self.fn[grid](*converted, num_warps=warps)
+
     def arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         """The kernel's arguments in order, descriptors rebuilt with their shared layouts."""
         from triton.experimental.gluon import language as gl
