@@ -6,7 +6,40 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 
 @gluon.jit
-def _part0_g1(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k, empty_k, ring_v, ready_v, empty_v, inv0, inv_bar):
+def _part0_g0(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k, empty_k, ring_v, ready_v, empty_v, inv0, inv_bar):
+    # warp group 0 (producer): 4 warps, setmaxnreg 32; trip order: k, v
+    c0_i32_o = 0
+    c128_i32_o = 128
+    n_iter = gl.cdiv(seq_len - c0_i32_o, c128_i32_o)
+    head_o = gl.program_id(1)
+    base_o = (head_o * seq_len)
+    tile_m_o = gl.program_id(0)
+    q_row_o = (tile_m_o * c128_i32_o)
+    q_row_17_o = (base_o + q_row_o)
+    # prologue trip 0
+    k_p1 = (base_o + (c0_i32_o + (0) * c128_i32_o))
+    mbarrier.wait(empty_k.index(((0) % 2)), (((0) // 2) & 1) ^ 1)
+    mbarrier.expect(ready_k.index(((0) % 2)), 32768)
+    tma.async_copy_global_to_shared(k_desc, [k_p1, c0_i32_o], ready_k.index(((0) % 2)), ring_k.index(((0) % 2)))  # twill: k j=0
+    mbarrier.expect(inv_bar.index(0), 32768)
+    tma.async_copy_global_to_shared(q_desc, [q_row_17_o, c0_i32_o], inv_bar.index(0), inv0)
+    for t in range(1, n_iter):
+        k_s2 = (base_o + (c0_i32_o + (t) * c128_i32_o))
+        mbarrier.wait(empty_k.index(((t) % 2)), (((t) // 2) & 1) ^ 1)
+        mbarrier.expect(ready_k.index(((t) % 2)), 32768)
+        tma.async_copy_global_to_shared(k_desc, [k_s2, c0_i32_o], ready_k.index(((t) % 2)), ring_k.index(((t) % 2)))  # twill: k j=t
+        k_s3 = (base_o + (c0_i32_o + ((t) - 1) * c128_i32_o))
+        mbarrier.wait(empty_v.index((((t) - 1) % 2)), ((((t) - 1) // 2) & 1) ^ 1)
+        mbarrier.expect(ready_v.index((((t) - 1) % 2)), 32768)
+        tma.async_copy_global_to_shared(v_desc, [k_s3, c0_i32_o], ready_v.index((((t) - 1) % 2)), ring_v.index((((t) - 1) % 2)))  # twill: v j=(t) - 1
+    # epilogue trip 0
+    k_e4 = (base_o + (c0_i32_o + ((n_iter + 0) - 1) * c128_i32_o))
+    mbarrier.wait(empty_v.index((((n_iter + 0) - 1) % 2)), ((((n_iter + 0) - 1) // 2) & 1) ^ 1)
+    mbarrier.expect(ready_v.index((((n_iter + 0) - 1) % 2)), 32768)
+    tma.async_copy_global_to_shared(v_desc, [k_e4, c0_i32_o], ready_v.index((((n_iter + 0) - 1) % 2)), ring_v.index((((n_iter + 0) - 1) % 2)))  # twill: v j=(n_iter + 0) - 1
+
+@gluon.jit
+def _part1_g1(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k, empty_k, ring_v, ready_v, empty_v, inv0, inv_bar):
     # warp group 1 (consumer): 8 warps, setmaxnreg 240; trip order: qk, row_sum_reduce, out_convert, alpha, out_alu, out, new_max_reduce, new_max, p, row_sum
     c0_i32_o = 0
     c128_i32_o = 128
@@ -31,7 +64,7 @@ def _part0_g1(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
     # prologue trip 0
     mbarrier.wait(ready_k.index(((0) % 2)), (((0) // 2) & 1))
     qk_26_p1 = ring_k.index(((0) % 2)).permute((1, 0))
-    qk_27_p2 = warpgroup_mma(inv0, qk_26_p1, cst_16_o, is_async=True)
+    qk_27_p2 = warpgroup_mma(inv0, qk_26_p1, cst_16_o, is_async=True)  # twill: qk j=0
     qk_27_p2 = warpgroup_mma_wait(num_outstanding=0, deps=[qk_27_p2])
     mbarrier.arrive(empty_k.index((((0) - 0) % 2)))
     new_max_28_p3 = gl.max(qk_27_p2, axis=1)
@@ -49,9 +82,9 @@ def _part0_g1(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
     for t in range(1, n_iter):
         mbarrier.wait(ready_k.index(((t) % 2)), (((t) // 2) & 1))
         qk_26_s11 = ring_k.index(((t) % 2)).permute((1, 0))
-        qk_27_s12 = warpgroup_mma(inv0, qk_26_s11, cst_16_o, is_async=True)
-        out_46_c0 = warpgroup_mma_wait(num_outstanding=1, deps=[out_46_c0])
+        out_46_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out_46_c0])
         mbarrier.arrive(empty_v.index((((t) - 2) % 2)), pred=((t) - 2) >= 0)
+        qk_27_s12 = warpgroup_mma(inv0, qk_26_s11, cst_16_o, is_async=True)  # twill: qk j=t
         row_sum_38_s13 = gl.sum(p_35_c0, axis=1)
         out_44_s14 = p_35_c0.to(gl.float16)
         alpha_s15 = (new_max_30_c1 - new_max_30_c0)
@@ -61,10 +94,10 @@ def _part0_g1(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
         out_42_s19 = (out_46_c0 * out_41_s18)
         out_45_s20 = gl.convert_layout(out_44_s14, gl.DotOperandLayout(operand_index=0, parent=gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1], instr_shape=[16, 128, 16]), k_width=2))
         mbarrier.wait(ready_v.index((((t) - 1) % 2)), ((((t) - 1) // 2) & 1))
-        out_46_s21 = warpgroup_mma(out_45_s20, ring_v.index((((t) - 1) % 2)), out_42_s19, is_async=True)
-        out_46_c0 = out_46_s21
-        qk_27_s12 = warpgroup_mma_wait(num_outstanding=1, deps=[qk_27_s12])
+        qk_27_s12 = warpgroup_mma_wait(num_outstanding=0, deps=[qk_27_s12])
         mbarrier.arrive(empty_k.index((((t) - 0) % 2)))
+        out_46_s21 = warpgroup_mma(out_45_s20, ring_v.index((((t) - 1) % 2)), out_42_s19, is_async=True)  # twill: out j=(t) - 1
+        out_46_c0 = out_46_s21
         new_max_28_s22 = gl.max(qk_27_s12, axis=1)
         new_max_29_s23 = (new_max_28_s22 * new_max_o)
         new_max_30_s24 = gl.maximum(new_max_30_c0, new_max_29_s23)
@@ -91,7 +124,7 @@ def _part0_g1(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
     out_42_e38 = (out_46_c0 * out_41_e37)
     out_45_e39 = gl.convert_layout(out_44_e33, gl.DotOperandLayout(operand_index=0, parent=gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1], instr_shape=[16, 128, 16]), k_width=2))
     mbarrier.wait(ready_v.index((((n_iter + 0) - 1) % 2)), ((((n_iter + 0) - 1) // 2) & 1))
-    out_46_e40 = warpgroup_mma(out_45_e39, ring_v.index((((n_iter + 0) - 1) % 2)), out_42_e38, is_async=True)
+    out_46_e40 = warpgroup_mma(out_45_e39, ring_v.index((((n_iter + 0) - 1) % 2)), out_42_e38, is_async=True)  # twill: out j=(n_iter + 0) - 1
     out_46_c0 = out_46_e40
     row_sum_37_e41 = (row_sum_39_c0 * alpha_36_e35)
     row_sum_39_e42 = (row_sum_37_e41 + row_sum_38_e32)
@@ -106,39 +139,6 @@ def _part0_g1(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
     fence_async_shared()
     tma.async_copy_shared_to_global(o_desc, [q_row_17_o, c0_i32_o], inv0)
     tma.store_wait(0)
-
-@gluon.jit
-def _part1_g0(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k, empty_k, ring_v, ready_v, empty_v, inv0, inv_bar):
-    # warp group 0 (producer): 4 warps, setmaxnreg 32; trip order: k, v
-    c0_i32_o = 0
-    c128_i32_o = 128
-    n_iter = gl.cdiv(seq_len - c0_i32_o, c128_i32_o)
-    head_o = gl.program_id(1)
-    base_o = (head_o * seq_len)
-    tile_m_o = gl.program_id(0)
-    q_row_o = (tile_m_o * c128_i32_o)
-    q_row_17_o = (base_o + q_row_o)
-    # prologue trip 0
-    k_p1 = (base_o + (c0_i32_o + (0) * c128_i32_o))
-    mbarrier.wait(empty_k.index(((0) % 2)), (((0) // 2) & 1) ^ 1)
-    mbarrier.expect(ready_k.index(((0) % 2)), 32768)
-    tma.async_copy_global_to_shared(k_desc, [k_p1, c0_i32_o], ready_k.index(((0) % 2)), ring_k.index(((0) % 2)))
-    mbarrier.expect(inv_bar.index(0), 32768)
-    tma.async_copy_global_to_shared(q_desc, [q_row_17_o, c0_i32_o], inv_bar.index(0), inv0)
-    for t in range(1, n_iter):
-        k_s2 = (base_o + (c0_i32_o + (t) * c128_i32_o))
-        mbarrier.wait(empty_k.index(((t) % 2)), (((t) // 2) & 1) ^ 1)
-        mbarrier.expect(ready_k.index(((t) % 2)), 32768)
-        tma.async_copy_global_to_shared(k_desc, [k_s2, c0_i32_o], ready_k.index(((t) % 2)), ring_k.index(((t) % 2)))
-        k_s3 = (base_o + (c0_i32_o + ((t) - 1) * c128_i32_o))
-        mbarrier.wait(empty_v.index((((t) - 1) % 2)), ((((t) - 1) // 2) & 1) ^ 1)
-        mbarrier.expect(ready_v.index((((t) - 1) % 2)), 32768)
-        tma.async_copy_global_to_shared(v_desc, [k_s3, c0_i32_o], ready_v.index((((t) - 1) % 2)), ring_v.index((((t) - 1) % 2)))
-    # epilogue trip 0
-    k_e4 = (base_o + (c0_i32_o + ((n_iter + 0) - 1) * c128_i32_o))
-    mbarrier.wait(empty_v.index((((n_iter + 0) - 1) % 2)), ((((n_iter + 0) - 1) // 2) & 1) ^ 1)
-    mbarrier.expect(ready_v.index((((n_iter + 0) - 1) % 2)), 32768)
-    tma.async_copy_global_to_shared(v_desc, [k_e4, c0_i32_o], ready_v.index((((n_iter + 0) - 1) % 2)), ring_v.index((((n_iter + 0) - 1) % 2)))
 
 @gluon.jit
 def attn_fwd(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr):
@@ -159,4 +159,4 @@ def attn_fwd(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, BLOCK_M: gl.cons
     for i in gl.static_range(1):
         mbarrier.init(inv_bar.index(i), count=1)
     fence_async_shared()
-    gl.warp_specialize([(_part0_g1, (q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k, empty_k, ring_v, ready_v, empty_v, inv0, inv_bar,)), (_part1_g0, (q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k, empty_k, ring_v, ready_v, empty_v, inv0, inv_bar,))], [4], [32])
+    gl.warp_specialize([(_part0_g0, (q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k, empty_k, ring_v, ready_v, empty_v, inv0, inv_bar,)), (_part1_g1, (q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k, empty_k, ring_v, ready_v, empty_v, inv0, inv_bar,))], [8], [240])

@@ -33,7 +33,7 @@ def _part0_g1(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
     # prologue trip 0
     mbarrier.wait(ready_k.index(((0) % 2)), (((0) // 2) & 1))
     kt_26_p1 = ring_k.index(((0) % 2)).permute((1, 0))
-    qk0_p2 = warpgroup_mma(inv0, kt_26_p1, cst_o, is_async=True)
+    qk0_p2 = warpgroup_mma(inv0, kt_26_p1, cst_o, is_async=True)  # twill: qk0 j=0
     mbarrier.arrive(turn.index(2), pred=True)
     qk0_p2 = warpgroup_mma_wait(num_outstanding=0, deps=[qk0_p2])
     mbarrier.arrive(empty_k.index((((0) - 0) % 2)))
@@ -61,16 +61,16 @@ def _part0_g1(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
     mbarrier.wait(ready_v.index(((0) % 2)), (((0) // 2) & 1))
     mbarrier.wait(turn.index(0), tphase, pred=True)
     tphase = tphase ^ 1
-    out0_43_p20 = warpgroup_mma(out0_42_p19, ring_v.index(((0) % 2)), out0_40_p17, is_async=True)
+    out0_43_p20 = warpgroup_mma(out0_42_p19, ring_v.index(((0) % 2)), out0_40_p17, is_async=True)  # twill: out0 j=0
     mbarrier.arrive(turn.index(2), pred=((~((1 < n_iter)))))
     out0_43_c0 = out0_43_p20
     for t in range(1, n_iter):
         mbarrier.wait(ready_k.index(((t) % 2)), (((t) // 2) & 1))
         kt_26_s21 = ring_k.index(((t) % 2)).permute((1, 0))
-        qk0_s22 = warpgroup_mma(inv0, kt_26_s21, cst_o, is_async=True)
-        mbarrier.arrive(turn.index(2), pred=True)
-        out0_43_c0 = warpgroup_mma_wait(num_outstanding=1, deps=[out0_43_c0])
+        out0_43_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out0_43_c0])
         mbarrier.arrive(empty_v.index((((t) - 1) % 2)))
+        qk0_s22 = warpgroup_mma(inv0, kt_26_s21, cst_o, is_async=True)  # twill: qk0 j=t
+        mbarrier.arrive(turn.index(2), pred=True)
         qk0_s22 = warpgroup_mma_wait(num_outstanding=0, deps=[qk0_s22])
         mbarrier.arrive(empty_k.index((((t) - 0) % 2)))
         max0_27_s23 = gl.max(qk0_s22, axis=1)
@@ -100,7 +100,7 @@ def _part0_g1(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
         mbarrier.wait(ready_v.index(((t) % 2)), (((t) // 2) & 1))
         mbarrier.wait(turn.index(0), tphase, pred=True)
         tphase = tphase ^ 1
-        out0_43_s42 = warpgroup_mma(out0_42_s41, ring_v.index(((t) % 2)), out0_40_s39, is_async=True)
+        out0_43_s42 = warpgroup_mma(out0_42_s41, ring_v.index(((t) % 2)), out0_40_s39, is_async=True)  # twill: out0 j=t
         mbarrier.arrive(turn.index(2), pred=((~((((t) + 1 < n_iter))))))
         out0_43_c0 = out0_43_s42
     # epilogue trip 0
@@ -136,22 +136,22 @@ def _part1_g0(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
     k_f01 = (base_o + (c0_i32_o + (0) * c128_i32_o))
     mbarrier.wait(empty_k.index(((0) % 2)), (((0) // 2) & 1) ^ 1)
     mbarrier.expect(ready_k.index(((0) % 2)), 32768)
-    tma.async_copy_global_to_shared(k_desc, [k_f01, c0_i32_o], ready_k.index(((0) % 2)), ring_k.index(((0) % 2)))
+    tma.async_copy_global_to_shared(k_desc, [k_f01, c0_i32_o], ready_k.index(((0) % 2)), ring_k.index(((0) % 2)))  # twill: k j=0
     mbarrier.expect(inv_bar.index(0), 16384)
     tma.async_copy_global_to_shared(q_desc, [row0_20_o, c0_i32_o], inv_bar.index(0), inv0)
     mbarrier.expect(inv_bar.index(1), 16384)
     tma.async_copy_global_to_shared(q_desc, [row1_o, c0_i32_o], inv_bar.index(1), inv1)
     mbarrier.wait(empty_v.index(((0) % 2)), (((0) // 2) & 1) ^ 1)
     mbarrier.expect(ready_v.index(((0) % 2)), 32768)
-    tma.async_copy_global_to_shared(v_desc, [k_f01, c0_i32_o], ready_v.index(((0) % 2)), ring_v.index(((0) % 2)))
+    tma.async_copy_global_to_shared(v_desc, [k_f01, c0_i32_o], ready_v.index(((0) % 2)), ring_v.index(((0) % 2)))  # twill: v j=0
     for t in range(1, n_iter):
         k_s2 = (base_o + (c0_i32_o + (t) * c128_i32_o))
         mbarrier.wait(empty_k.index(((t) % 2)), (((t) // 2) & 1) ^ 1)
         mbarrier.expect(ready_k.index(((t) % 2)), 32768)
-        tma.async_copy_global_to_shared(k_desc, [k_s2, c0_i32_o], ready_k.index(((t) % 2)), ring_k.index(((t) % 2)))
+        tma.async_copy_global_to_shared(k_desc, [k_s2, c0_i32_o], ready_k.index(((t) % 2)), ring_k.index(((t) % 2)))  # twill: k j=t
         mbarrier.wait(empty_v.index(((t) % 2)), (((t) // 2) & 1) ^ 1)
         mbarrier.expect(ready_v.index(((t) % 2)), 32768)
-        tma.async_copy_global_to_shared(v_desc, [k_s2, c0_i32_o], ready_v.index(((t) % 2)), ring_v.index(((t) % 2)))
+        tma.async_copy_global_to_shared(v_desc, [k_s2, c0_i32_o], ready_v.index(((t) % 2)), ring_v.index(((t) % 2)))  # twill: v j=t
 
 @gluon.jit
 def _part2_g2(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k, empty_k, ring_v, ready_v, empty_v, inv0, inv1, inv_bar, turn):
@@ -185,7 +185,7 @@ def _part2_g2(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
     kt_26_p1 = ring_k.index(((0) % 2)).permute((1, 0))
     mbarrier.wait(turn.index(2), tphase, pred=True)
     tphase = tphase ^ 1
-    qk1_p2 = warpgroup_mma(inv1, kt_26_p1, cst_o, is_async=True)
+    qk1_p2 = warpgroup_mma(inv1, kt_26_p1, cst_o, is_async=True)  # twill: qk1 j=0
     mbarrier.arrive(turn.index(0), pred=True)
     qk1_p2 = warpgroup_mma_wait(num_outstanding=0, deps=[qk1_p2])
     mbarrier.arrive(empty_k.index((((0) - 0) % 2)))
@@ -213,17 +213,17 @@ def _part2_g2(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
         mbarrier.wait(ready_v.index((((t) - 1) % 2)), ((((t) - 1) // 2) & 1))
         mbarrier.wait(turn.index(2), tphase, pred=True)
         tphase = tphase ^ 1
-        out1_59_s20 = warpgroup_mma(out1_58_s19, ring_v.index((((t) - 1) % 2)), out1_56_s18, is_async=True)
+        out1_59_s20 = warpgroup_mma(out1_58_s19, ring_v.index((((t) - 1) % 2)), out1_56_s18, is_async=True)  # twill: out1 j=(t) - 1
         out1_59_c0 = out1_59_s20
         row_sum1_s21 = (row_sum1_52_c0 * alpha1_50_s13)
         row_sum1_52_s22 = (row_sum1_s21 + row_sum1_51_s11)
         row_sum1_52_c0 = row_sum1_52_s22
         mbarrier.wait(ready_k.index(((t) % 2)), (((t) // 2) & 1))
         kt_26_s23 = ring_k.index(((t) % 2)).permute((1, 0))
-        qk1_s24 = warpgroup_mma(inv1, kt_26_s23, cst_o, is_async=True)
-        mbarrier.arrive(turn.index(0), pred=True)
-        out1_59_c0 = warpgroup_mma_wait(num_outstanding=1, deps=[out1_59_c0])
+        out1_59_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out1_59_c0])
         mbarrier.arrive(empty_v.index((((t) - 1) % 2)))
+        qk1_s24 = warpgroup_mma(inv1, kt_26_s23, cst_o, is_async=True)  # twill: qk1 j=t
+        mbarrier.arrive(turn.index(0), pred=True)
         qk1_s24 = warpgroup_mma_wait(num_outstanding=0, deps=[qk1_s24])
         mbarrier.arrive(empty_k.index((((t) - 0) % 2)))
         max1_s25 = gl.max(qk1_s24, axis=1)
@@ -250,7 +250,7 @@ def _part2_g2(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
     mbarrier.wait(ready_v.index((((n_iter + 0) - 1) % 2)), ((((n_iter + 0) - 1) // 2) & 1))
     mbarrier.wait(turn.index(2), tphase, pred=True)
     tphase = tphase ^ 1
-    out1_59_e42 = warpgroup_mma(out1_58_e41, ring_v.index((((n_iter + 0) - 1) % 2)), out1_56_e40, is_async=True)
+    out1_59_e42 = warpgroup_mma(out1_58_e41, ring_v.index((((n_iter + 0) - 1) % 2)), out1_56_e40, is_async=True)  # twill: out1 j=(n_iter + 0) - 1
     out1_59_c0 = out1_59_e42
     row_sum1_e43 = (row_sum1_52_c0 * alpha1_50_e35)
     row_sum1_52_e44 = (row_sum1_e43 + row_sum1_51_e33)

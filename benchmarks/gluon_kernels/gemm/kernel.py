@@ -23,7 +23,7 @@ def _part0_g1(a_desc, b_desc, c_desc, K, ring_a, ready_a, empty_a, ring_b, ready
         mbarrier.wait(ready_a.index(((t) % 3)), (((t) // 3) & 1))
         mbarrier.wait(ready_b.index(((t) % 2)), (((t) // 2) & 1))
         acc_19_s1 = ring_b.index(((t) % 2)).permute((1, 0))
-        acc_20_s2 = warpgroup_mma(ring_a.index(((t) % 3)), acc_19_s1, acc_20_c0, is_async=True)
+        acc_20_s2 = warpgroup_mma(ring_a.index(((t) % 3)), acc_19_s1, acc_20_c0, is_async=True)  # twill: acc j=t
         acc_20_c0 = acc_20_s2
         acc_20_c0 = warpgroup_mma_init(warpgroup_mma_wait(num_outstanding=1, deps=[acc_20_c0]))
         mbarrier.arrive(empty_a.index((((t) - 1) % 3)), pred=((t) - 1) >= 0)
@@ -51,10 +51,10 @@ def _part1_g0(a_desc, b_desc, c_desc, K, ring_a, ready_a, empty_a, ring_b, ready
     for t in range(0, n_iter):
         mbarrier.wait(empty_a.index(((t) % 3)), (((t) // 3) & 1) ^ 1)
         mbarrier.expect(ready_a.index(((t) % 3)), 16384)
-        tma.async_copy_global_to_shared(a_desc, [row_12_o, (c0_i32_o + (t) * c64_i32_o)], ready_a.index(((t) % 3)), ring_a.index(((t) % 3)))
+        tma.async_copy_global_to_shared(a_desc, [row_12_o, (c0_i32_o + (t) * c64_i32_o)], ready_a.index(((t) % 3)), ring_a.index(((t) % 3)))  # twill: a j=t
         mbarrier.wait(empty_b.index(((t) % 2)), (((t) // 2) & 1) ^ 1)
         mbarrier.expect(ready_b.index(((t) % 2)), 16384)
-        tma.async_copy_global_to_shared(b_desc, [col_13_o, (c0_i32_o + (t) * c64_i32_o)], ready_b.index(((t) % 2)), ring_b.index(((t) % 2)))
+        tma.async_copy_global_to_shared(b_desc, [col_13_o, (c0_i32_o + (t) * c64_i32_o)], ready_b.index(((t) % 2)), ring_b.index(((t) % 2)))  # twill: b j=t
 
 @gluon.jit
 def matmul(a_desc, b_desc, c_desc, K, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr):

@@ -22,9 +22,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from twill.codegen.gluon.emit import KernelSource, emit_kernel
+from twill.codegen.gluon.emit import KernelSource, check_lowerable, emit_kernel
 from twill.codegen.gluon.errors import CodegenError
-from twill.codegen.gluon.plan import Plan, default_budget, make_plan
+from twill.codegen.gluon.plan import Plan, default_budget, default_candidates, make_plan
 from twill.liveness import fold, memory_intervals
 from twill.machine import Machine, load_machine
 from twill.schedule import Schedule
@@ -175,12 +175,12 @@ def _ptxas(ptx: str) -> dict[str, Any]:
 
 
 def _model_smem(schedule: Schedule) -> tuple[int, int]:
-    """The model's peak shared memory (fold of its intervals) and its buffers (depth x bytes per op)."""
+    """The model's peak shared memory (fold of its intervals) and its buffers: loop-invariant bytes plus, per
+    interval (a loaded tile, a hand-off staging buffer), ``ceil(lifetime / II)`` copies of its bytes."""
     p = schedule.problem
     intervals = memory_intervals(p, schedule.ii, schedule.start, schedule.group, "smem")
     peak = max(fold(intervals, schedule.ii, p.fixed_smem)) if intervals else p.fixed_smem
-    depths = schedule.buffer_depths()
-    buffers = p.fixed_smem + sum(depths.get(op.name, 1) * op.smem for op in p.ops if op.smem)
+    buffers = p.fixed_smem + sum(-(-iv.length // schedule.ii) * iv.weight for iv in intervals)
     return peak, buffers
 
 
@@ -238,29 +238,44 @@ def generate(schedule: Schedule, kernel: Any, machine: str | os.PathLike[str] | 
     snaps = compile_to_ttgir(spec, target=target)
     lowering = lower_loop(parse_ttgir(snaps.pre_swp), machine, name=spec.name)
     check_against(schedule, lowering.graph)
-    plan = make_plan(schedule, lowering)
-    source = emit_kernel(schedule, lowering, plan, spec)
+    check_lowerable(lowering)
     folder = Path(out_dir) if out_dir is not None else Path("twill-gluon") / spec.name
     folder.mkdir(parents=True, exist_ok=True)
-    desc_params = _desc_params(spec, lowering)
-    manifest = _manifest(spec, source, desc_params, plan)
-    module = _import_source(source.text, spec.name, folder)
-    compiled = None
-    stats: dict[str, Any] = {"registers": 0, "spill_store_bytes": 0, "spill_load_bytes": 0}
-    shared = 0
-    ptx_regs: list[int] = []
-    threads = 32 * sum(p.warps for p in plan.partitions)
-    if compile:
-        sig = _signature(spec, desc_params)
-        compiled = compile_source(getattr(module, spec.name), sig, dict(spec.constexprs), source.num_warps)
-        ptx = compiled.asm["ptx"]
-        (folder / f"{spec.name}.ptx").write_text(ptx)
-        stats = _ptxas(ptx)
-        shared = int(compiled.metadata.shared)
-        ptx_regs = [int(x) for x in re.findall(r"setmaxnreg\.(?:inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx)]
+    desc_params = _desc_params(spec)
+    threads = 32 * sum(g.warps for g in schedule.warp_groups)
+    tried: list[str] = []
+    best = None
+    for default in (default_candidates(schedule) if compile else default_candidates(schedule)[:1]):
+        plan = make_plan(schedule, lowering, default)
+        source = emit_kernel(schedule, lowering, plan, spec)
+        module = _import_source(source.text, spec.name, folder)
+        compiled, stats, shared, ptx_regs = None, {"registers": 0, "spill_store_bytes": 0,
+                                                  "spill_load_bytes": 0}, 0, []
+        if compile:
+            sig = _signature(spec, desc_params)
+            compiled = compile_source(getattr(module, spec.name), sig, dict(spec.constexprs), source.num_warps)
+            ptx = compiled.asm["ptx"]
+            stats = _ptxas(ptx)
+            shared = int(compiled.metadata.shared)
+            ptx_regs = [int(x) for x in re.findall(r"setmaxnreg\.(?:inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx)]
+        spills = int(stats.get("spill_store_bytes", 0)) + int(stats.get("spill_load_bytes", 0))
+        tried.append(f"group {default} as the default partition (Triton gives it "
+                     f"{default_budget(schedule, default)} registers): ptxas spills {spills} B")
+        if best is None or spills < best[0]:
+            best = (spills, plan, source, compiled, stats, shared, ptx_regs)
+        if spills == 0:
+            break
+    assert best is not None
+    _spills, plan, source, compiled, stats, shared, ptx_regs = best
+    _import_source(source.text, spec.name, folder)
+    if compiled is not None:
+        (folder / f"{spec.name}.ptx").write_text(compiled.asm["ptx"])
         if shared > machine.smem_per_cta:
             raise CodegenError(f"the generated kernel needs {shared} B of shared memory per CTA, more than "
                                f"machine {machine.name!r} has ({machine.smem_per_cta} B)")
+    if len(tried) > 1:
+        source.notes.append("default partition chosen by compiling: " + "; ".join(tried))
+    manifest = _manifest(spec, source, desc_params, plan)
     report = _report(schedule, machine, plan, source, shared, stats, ptx_regs, threads)
     (folder / "report.json").write_text(json.dumps(report.to_dict(), indent=2))
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=2))
@@ -268,7 +283,7 @@ def generate(schedule: Schedule, kernel: Any, machine: str | os.PathLike[str] | 
     return GluonKernel(folder, source.text, report, manifest, compiled)
 
 
-def _desc_params(spec: Any, lowering: Any) -> dict[str, tuple[tuple[int, ...], str]]:
+def _desc_params(spec: Any) -> dict[str, tuple[tuple[int, ...], str]]:
     out = {}
     for a, t in spec.signature.items():
         m = re.fullmatch(r"tensordesc<(\w+)\[([\d,\s]+)\]>", t.strip())

@@ -49,6 +49,9 @@ class GluonLauncher:
         consts = self.manifest["constexprs"]
         given = dict(zip(names, args))
         given.update(kwargs)
+        for name, value in consts.items():
+            if name in given and given[name] != value:
+                raise ValueError(f"{name}={given[name]!r}, but the kernel was generated for {value!r}")
         out = []
         for name in names:
             if name in consts:

@@ -14,7 +14,8 @@ from collections.abc import Callable
 
 from twill.frontend.ttgir import Op
 
-__all__ = ["BINARY", "DTYPES", "UNARY", "constant_value", "dtype_of", "reduce_combiner"]
+__all__ = ["BINARY", "CASTS", "DTYPES", "LAYOUT_OPS", "MEMORY_OPS", "UNARY", "constant_value", "dtype_of",
+           "lowerable", "reduce_combiner"]
 
 DTYPES = {"f16": "gl.float16", "bf16": "gl.bfloat16", "f32": "gl.float32", "f64": "gl.float64",
           "i1": "gl.int1", "i8": "gl.int8", "i16": "gl.int16", "i32": "gl.int32", "i64": "gl.int64"}
@@ -86,3 +87,19 @@ def constant_value(line: str) -> str:
             return "float('inf')" if value > 0 else "float('-inf')"
         return repr(value)
     return repr(float(text)) if any(c in text for c in ".eE") else str(int(text))
+
+
+LAYOUT_OPS = frozenset({"arith.constant", "tt.get_program_id", "tt.splat", "tt.expand_dims", "tt.broadcast",
+                        "ttg.convert_layout", "ttg.memdesc_trans"})
+"""Ops the table lowers that only shape, place or name values."""
+
+MEMORY_OPS = frozenset({"tt.descriptor_load", "ttg.local_alloc", "ttng.warp_group_dot", "tt.descriptor_store"})
+"""Ops the emitter places itself (TMA, shared memory, wgmma)."""
+
+
+def lowerable(op: Op) -> bool:
+    """Whether :mod:`twill.codegen.gluon` has a lowering for ``op``."""
+    if op.name == "tt.reduce":
+        return reduce_combiner(op) is not None
+    return op.name in BINARY or op.name in UNARY or op.name in CASTS or op.name in LAYOUT_OPS \
+        or op.name in MEMORY_OPS

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 
 from twill.frontend.lower import Lowering
 from twill.frontend.ttgir import Op
-from twill.schedule import Schedule
+from twill.schedule import Schedule, WarpGroup
 
-__all__ = ["Partition", "Plan", "Ring", "TurnStep", "make_plan"]
+__all__ = ["Partition", "Plan", "Ring", "TurnStep", "default_budget", "default_candidates", "make_plan"]
 
 LOADS = ("tt.descriptor_load",)
 MMAS = ("ttng.warp_group_dot",)
@@ -132,14 +132,26 @@ def default_budget(schedule: Schedule, default_group: int) -> int:
     return min(res.setmaxnreg_max, left // res.setmaxnreg_step * res.setmaxnreg_step - res.setmaxnreg_step)
 
 
-def make_plan(schedule: Schedule, lowering: Lowering) -> Plan:
-    """Partitions, trip orders, rings and turns of ``schedule`` on ``lowering``'s loop."""
-    res = schedule.problem.resources
+def default_candidates(schedule: Schedule) -> list[int]:
+    """Warp groups to try as the default partition, best first: those to which Triton's leftover budget
+    (:func:`default_budget`) still gives their model need, closest to their schedule budget first, then
+    the others in the same order."""
     groups = sorted(schedule.warp_groups, key=lambda g: g.index)
-    fits = [g for g in groups if default_budget(schedule, g.index) >= g.registers_needed] or groups
-    default = min(fits, key=lambda g: (abs(default_budget(schedule, g.index) - g.registers), g.index))
+
+    def key(g: WarpGroup) -> tuple[int, int, int]:
+        budget = default_budget(schedule, g.index)
+        return (0 if budget >= g.registers_needed else 1, abs(budget - g.registers), g.index)
+    return [g.index for g in sorted(groups, key=key)]
+
+
+def make_plan(schedule: Schedule, lowering: Lowering, default_group: int | None = None) -> Plan:
+    """Partitions, trip orders, rings and turns of ``schedule`` on ``lowering``'s loop, with
+    ``default_group`` (default: the first of :func:`default_candidates`) as the default partition."""
+    groups = sorted(schedule.warp_groups, key=lambda g: g.index)
+    if default_group is None:
+        default_group = default_candidates(schedule)[0]
+    default = next(g for g in groups if g.index == default_group)
     ordered = [default] + [g for g in groups if g is not default]
-    del res
     part_of_group = {g.index: pos for pos, g in enumerate(ordered)}
     ii = schedule.ii
     offset = {n: s.start - s.stage * ii for n, s in schedule.slots.items()}
