@@ -17,10 +17,10 @@ import pytest
 
 pytest.importorskip("triton.experimental.gluon")
 
-import twill  # noqa: E402
-from twill.codegen.gluon import CodegenError, generate, load  # noqa: E402
-from twill.machine import load_machine  # noqa: E402
-from twill.schedule import OpSlot, WarpGroup  # noqa: E402
+import twill
+from twill.codegen.gluon import CodegenError, generate, load
+from twill.machine import load_machine
+from twill.schedule import OpSlot, WarpGroup
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = {

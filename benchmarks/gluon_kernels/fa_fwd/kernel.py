@@ -64,7 +64,7 @@ def _part1_g1(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
     # prologue trip 0
     mbarrier.wait(ready_k.index(((0) % 2)), (((0) // 2) & 1))
     qk_26_p1 = ring_k.index(((0) % 2)).permute((1, 0))
-    qk_27_p2 = warpgroup_mma(inv0, qk_26_p1, cst_16_o, is_async=True)  # twill: qk j=0
+    qk_27_p2 = warpgroup_mma(inv0, qk_26_p1, cst_16_o, use_acc=False, is_async=True)  # twill: qk j=0
     qk_27_p2 = warpgroup_mma_wait(num_outstanding=0, deps=[qk_27_p2])
     mbarrier.arrive(empty_k.index((((0) - 0) % 2)))
     new_max_28_p3 = gl.max(qk_27_p2, axis=1)
@@ -84,7 +84,7 @@ def _part1_g1(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
         qk_26_s11 = ring_k.index(((t) % 2)).permute((1, 0))
         out_46_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out_46_c0])
         mbarrier.arrive(empty_v.index((((t) - 2) % 2)), pred=((t) - 2) >= 0)
-        qk_27_s12 = warpgroup_mma(inv0, qk_26_s11, cst_16_o, is_async=True)  # twill: qk j=t
+        qk_27_s12 = warpgroup_mma(inv0, qk_26_s11, cst_16_o, use_acc=False, is_async=True)  # twill: qk j=t
         row_sum_38_s13 = gl.sum(p_35_c0, axis=1)
         out_44_s14 = p_35_c0.to(gl.float16)
         alpha_s15 = (new_max_30_c1 - new_max_30_c0)

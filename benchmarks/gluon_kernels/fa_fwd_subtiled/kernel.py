@@ -33,7 +33,7 @@ def _part0_g1(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
     # prologue trip 0
     mbarrier.wait(ready_k.index(((0) % 2)), (((0) // 2) & 1))
     kt_26_p1 = ring_k.index(((0) % 2)).permute((1, 0))
-    qk0_p2 = warpgroup_mma(inv0, kt_26_p1, cst_o, is_async=True)  # twill: qk0 j=0
+    qk0_p2 = warpgroup_mma(inv0, kt_26_p1, cst_o, use_acc=False, is_async=True)  # twill: qk0 j=0
     mbarrier.arrive(turn.index(2), pred=True)
     qk0_p2 = warpgroup_mma_wait(num_outstanding=0, deps=[qk0_p2])
     mbarrier.arrive(empty_k.index((((0) - 0) % 2)))
@@ -67,11 +67,10 @@ def _part0_g1(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
     for t in range(1, n_iter):
         mbarrier.wait(ready_k.index(((t) % 2)), (((t) // 2) & 1))
         kt_26_s21 = ring_k.index(((t) % 2)).permute((1, 0))
-        out0_43_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out0_43_c0])
-        mbarrier.arrive(empty_v.index((((t) - 1) % 2)))
-        qk0_s22 = warpgroup_mma(inv0, kt_26_s21, cst_o, is_async=True)  # twill: qk0 j=t
+        qk0_s22 = warpgroup_mma(inv0, kt_26_s21, cst_o, use_acc=False, is_async=True)  # twill: qk0 j=t
         mbarrier.arrive(turn.index(2), pred=True)
-        qk0_s22 = warpgroup_mma_wait(num_outstanding=0, deps=[qk0_s22])
+        out0_43_c0, qk0_s22 = warpgroup_mma_wait(num_outstanding=0, deps=[out0_43_c0, qk0_s22])
+        mbarrier.arrive(empty_v.index((((t) - 1) % 2)))
         mbarrier.arrive(empty_k.index((((t) - 0) % 2)))
         max0_27_s23 = gl.max(qk0_s22, axis=1)
         max0_28_s24 = (max0_27_s23 * max0_o)
@@ -185,7 +184,7 @@ def _part2_g2(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
     kt_26_p1 = ring_k.index(((0) % 2)).permute((1, 0))
     mbarrier.wait(turn.index(2), tphase, pred=True)
     tphase = tphase ^ 1
-    qk1_p2 = warpgroup_mma(inv1, kt_26_p1, cst_o, is_async=True)  # twill: qk1 j=0
+    qk1_p2 = warpgroup_mma(inv1, kt_26_p1, cst_o, use_acc=False, is_async=True)  # twill: qk1 j=0
     mbarrier.arrive(turn.index(0), pred=True)
     qk1_p2 = warpgroup_mma_wait(num_outstanding=0, deps=[qk1_p2])
     mbarrier.arrive(empty_k.index((((0) - 0) % 2)))
@@ -220,11 +219,10 @@ def _part2_g2(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
         row_sum1_52_c0 = row_sum1_52_s22
         mbarrier.wait(ready_k.index(((t) % 2)), (((t) // 2) & 1))
         kt_26_s23 = ring_k.index(((t) % 2)).permute((1, 0))
-        out1_59_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out1_59_c0])
-        mbarrier.arrive(empty_v.index((((t) - 1) % 2)))
-        qk1_s24 = warpgroup_mma(inv1, kt_26_s23, cst_o, is_async=True)  # twill: qk1 j=t
+        qk1_s24 = warpgroup_mma(inv1, kt_26_s23, cst_o, use_acc=False, is_async=True)  # twill: qk1 j=t
         mbarrier.arrive(turn.index(0), pred=True)
-        qk1_s24 = warpgroup_mma_wait(num_outstanding=0, deps=[qk1_s24])
+        out1_59_c0, qk1_s24 = warpgroup_mma_wait(num_outstanding=0, deps=[out1_59_c0, qk1_s24])
+        mbarrier.arrive(empty_v.index((((t) - 1) % 2)))
         mbarrier.arrive(empty_k.index((((t) - 0) % 2)))
         max1_s25 = gl.max(qk1_s24, axis=1)
         max1_44_s26 = (max1_s25 * max0_o)

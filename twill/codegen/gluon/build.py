@@ -171,7 +171,10 @@ def _ptxas(ptx: str) -> dict[str, Any]:
                               str(Path(tmp) / "k.cubin")], capture_output=True, text=True, timeout=300)
     if log.returncode != 0:
         raise CodegenError(f"ptxas rejected the generated kernel's PTX: {log.stderr[-2000:]}")
-    return parse_ptxas_log(log.stdout + log.stderr)
+    info = parse_ptxas_log(log.stdout + log.stderr)
+    info["warnings"] = [line.split("info    :", 1)[-1].strip() for line in (log.stdout + log.stderr).splitlines()
+                        if "Performance Loss" in line]
+    return info
 
 
 def _model_smem(schedule: Schedule) -> tuple[int, int]:
@@ -328,6 +331,8 @@ def _report(schedule: Schedule, machine: Machine, plan: Plan, source: KernelSour
                                      tuple(source.tc_order.get(p.position, [])), p.stages))
     not_kept = ["exact start times inside the II: only the issue order of each partition is kept (the "
                 "hardware and ptxas set the timing)"]
+    for warning in stats.get("warnings", []):
+        not_kept.append(f"ptxas: {warning}")
     default = plan.partitions[0]
     if parts[0].setmaxnreg_ptx is not None and parts[0].setmaxnreg_ptx != default.regs:
         not_kept.append(f"default partition (group {default.group}) budget: the schedule asks "

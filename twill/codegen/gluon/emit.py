@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twill.codegen.gluon.errors import CodegenError
-from twill.codegen.gluon.layouts import gluon_layout, parse_encoding, shared_layout
+from twill.codegen.gluon.layouts import gluon_layout, parse_encoding
 from twill.codegen.gluon.ops import BINARY, CASTS, UNARY, constant_value, dtype_of, lowerable, reduce_combiner
 from twill.codegen.gluon.plan import LOADS, MMAS, Partition, Plan
 from twill.frontend.lower import Lowering
@@ -574,27 +574,50 @@ class _Part:
                 ring_node = self.k.node_of.get(id(src.owner))
                 if ring_node in self.k.plan.rings and self._last_reader(ring_node, m):
                     releases.append(ring_node)
-        read = [i for i, e in enumerate(self.outstanding) if e["read"]]
-        if read:
-            # a wgmma whose result is read in registers must not run beside this one (see ensure_complete)
+        if any(e["read"] and self._read_before(e, node) for e in self.outstanding):
+            # a wgmma in flight whose result this partition reads before it needs this one's: complete it
+            # now, or reading it would wait for this one too (ensure_complete waits for all)
             self.wait_through(len(self.outstanding) - 1)
         turn = self.k.plan.turns.get(node)
         self.cur_stage, self.cur_j = self.stage(node), j
         if turn is not None:
             self.turn_wait(turn)
         name = self.fresh(_pyname(m.results[0]))
-        self.emit(f"{name} = warpgroup_mma({a}, {b}, {acc}, is_async=True)  # twill: {node} j={j}")
+        zero = _is_zero_constant(m.operands[2], self.k)
+        flag = ", use_acc=False" if zero else ""
+        self.emit(f"{name} = warpgroup_mma({a}, {b}, {acc}{flag}, is_async=True)  # twill: {node} j={j}")
         self.kinds[name] = "token"
         self.tc_log.append(node)
         if turn is not None:
             self.turn_arrive(turn)
-        older = list(range(len(self.outstanding)))   # at most one wgmma in flight behind the newest
+        # at most one wgmma in flight behind the newest; those whose result is read in registers are left
+        # to the full wait before that read (a partial wait that names them makes ptxas serialize)
+        older = [i for i, e in enumerate(self.outstanding) if not e["read"]]
         self.outstanding.append({"node": node, "var": name, "releases": list(dict.fromkeys(releases)),
                                  "age": self.stage(node), "read": self._read_in_registers(m)})
         self.define(m.results[0], name)
         if older:
             self.wait_through(older[-1], keep=self.outstanding[-1]["var"])
         self.staged_write(m.results[0], name, j)
+
+    def _first_read(self, node: str, shift: int) -> tuple[int, int] | None:
+        """(trips from now, trip-order position) of the first read in registers of ``node``'s result by an op
+        of this partition, for the iteration issued ``shift`` trips ago (chained accumulations excluded)."""
+        reads = []
+        for e in self.k.lowering.graph.out_edges(node):
+            if e.carrier != "register" or e.dst not in self.mine or e.inplace:
+                continue
+            trips = -shift + e.distance + self.stage(e.dst) - self.stage(node)
+            reads.append((trips, self.p.order.index(e.dst)))
+        return min(reads) if reads else None
+
+    def _read_before(self, entry: dict[str, Any], node: str) -> bool:
+        """The in-flight wgmma ``entry`` is read before the first read of ``node``'s (about to be issued)."""
+        mine = self._first_read(node, 0)
+        theirs = self._first_read(entry["node"], entry["age"] - self.stage(entry["node"]))
+        if theirs is None:
+            return False
+        return mine is None or theirs < mine
 
     def _read_in_registers(self, mma: Op) -> bool:
         """Whether the loop reads ``mma``'s result with anything but a wgmma accumulating into it."""
@@ -902,6 +925,17 @@ class _Part:
         self.emit(f"{name} = {expr}")
         self.local[key] = name
         return name
+
+
+def _is_zero_constant(v: Value, k: _Kernel) -> bool:
+    """``v`` is an ``arith.constant`` of zeros (a wgmma accumulator that need not be read: ``use_acc=False``)."""
+    op = v.owner
+    if op is None or op.name != "arith.constant":
+        return False
+    try:
+        return constant_value(k.line(op)) in ("0", "0.0", "-0.0")
+    except ValueError:
+        return False
 
 
 def check_lowerable(lowering: Lowering) -> None:

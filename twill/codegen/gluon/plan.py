@@ -106,8 +106,8 @@ def _turns(schedule: Schedule, lowering: Lowering, part_of: dict[str, int]) -> d
     ii = schedule.ii
     span = schedule.stages + 2
     base = 4 * span
-    seq = sorted(((schedule.slots[n].start + j * ii, part_of[n], schedule.slots[n].start, n, j)
-                  for n in tc for j in range(0, 8 * span)))
+    seq = sorted((schedule.slots[n].start + j * ii, part_of[n], schedule.slots[n].start, n, j)
+                  for n in tc for j in range(0, 8 * span))
     keys = [(n, j) for *_, n, j in seq]
     out: dict[str, TurnStep] = {}
     reach = 2 * len(tc) + 2
