@@ -14,6 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = {
     "gemm": "examples/gemm.py",
+    "gemm_wide": "examples/gemm.py::matmul_wide",
     "fa_fwd": "examples/flash_attention_fwd.py",
     "fa_fwd_subtiled": "examples/flash_attention_fwd_subtiled.py::attn_fwd_subtiled_sm90",
 }

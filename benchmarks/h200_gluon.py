@@ -75,7 +75,7 @@ def _fa_launch(fn, q, k, v, o, scale, sub_rows):
     n = q.shape[2]
     flat = [t.reshape(B * H * n, D) for t in (q, k, v, o)]
     blocks = ([sub_rows, D], [128, D], [128, D], [sub_rows, D])
-    descs = [TensorDescriptor.from_tensor(t, list(b)) for t, b in zip(flat, blocks)]
+    descs = [TensorDescriptor.from_tensor(t, list(b)) for t, b in zip(flat, blocks, strict=True)]
     grid = (n // 128, B * H)
     if hasattr(fn, "bind"):
         return fn.bind(grid, *descs, scale, n)
@@ -90,12 +90,14 @@ def _gemm_inputs(n, seed=0):
     return a, b
 
 
-def _gemm_launch(fn, a, b, c):
+def _gemm_launch(fn, a, b, c, tile):
+    """``fn[grid](a_desc, b_desc, c_desc, K)`` for a ``(BM, BN, BK)`` tile."""
     from triton.tools.tensor_descriptor import TensorDescriptor
+    bm, bn, bk = tile
     m, k = a.shape
-    descs = (TensorDescriptor.from_tensor(a, [128, 64]), TensorDescriptor.from_tensor(b, [128, 64]),
-             TensorDescriptor.from_tensor(c, [128, 128]))
-    grid = (m // 128, b.shape[0] // 128)
+    descs = (TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b, [bn, bk]),
+             TensorDescriptor.from_tensor(c, [bm, bn]))
+    grid = (m // bm, b.shape[0] // bn)
     if hasattr(fn, "bind"):
         return fn.bind(grid, *descs, k)
     return lambda: fn[grid](*descs, k)
@@ -104,6 +106,7 @@ def _gemm_launch(fn, a, b, c):
 PROBLEMS = {
     # kernel dir -> (family, example file, example entry)
     "gemm": ("gemm", "examples/gemm.py", "matmul"),
+    "gemm_wide": ("gemm", "examples/gemm.py", "matmul_wide"),
     "fa_fwd": ("fa", "examples/flash_attention_fwd.py", "attn_fwd"),
     "fa_fwd_subtiled": ("fa", "examples/flash_attention_fwd_subtiled.py", "attn_fwd_subtiled_sm90"),
 }
@@ -113,6 +116,12 @@ def _sub_rows(manifest):
     blocks = manifest["descriptors"]
     first = next(iter(blocks.values()))
     return first["block_shape"][0]
+
+
+def _tile(manifest):
+    """(BM, BN, BK) of a generated GEMM from its descriptor blocks."""
+    d = manifest["descriptors"]
+    return d["a_desc"]["block_shape"][0], d["b_desc"]["block_shape"][0], d["a_desc"]["block_shape"][1]
 
 
 def _generated(name):
@@ -135,6 +144,9 @@ def _check(name, sizes):
     launcher, manifest = _generated(name)
     out = []
     for n in sizes:
+        if family == "gemm" and any(n % t for t in _tile(manifest)):
+            print(json.dumps({"kernel": name, "N": n, "skipped": "not a multiple of the tile"}), flush=True)
+            continue
         if family == "fa":
             q, k, v = _fa_inputs(n)
             o = torch.full_like(q, float("nan"))
@@ -147,7 +159,7 @@ def _check(name, sizes):
         else:
             a, bm = _gemm_inputs(n)
             c = torch.full((n, n), float("nan"), device="cuda", dtype=torch.float16)
-            _gemm_launch(launcher, a, bm, c)()
+            _gemm_launch(launcher, a, bm, c, _tile(manifest))()
             torch.cuda.synchronize()
             ref = a.float() @ bm.float().T
             got = c.float()
@@ -193,12 +205,12 @@ def _competitors(name, n):
     else:
         a, bm = _gemm_inputs(n)
         c1, c2, c3 = (torch.empty((n, n), device="cuda", dtype=torch.float16) for _ in range(3))
-        out["twill-gluon"] = _gemm_launch(launcher, a, bm, c1)
+        out["twill-gluon"] = _gemm_launch(launcher, a, bm, c1, _tile(manifest))
 
         class _Jit:
             def __getitem__(self, grid):
                 return lambda *a: jit[grid](*a, **consts, num_warps=spec["num_warps"], num_stages=spec["num_stages"])
-        out["triton"] = _gemm_launch(_Jit(), a, bm, c2)
+        out["triton"] = _gemm_launch(_Jit(), a, bm, c2, (consts["BLOCK_M"], consts["BLOCK_N"], consts["BLOCK_K"]))
         bt = bm.T
         out["cublas"] = lambda: torch.matmul(a, bt, out=c3)
     return out
@@ -255,11 +267,13 @@ def main(argv=None) -> int:
         t0 = time.time()
         try:
             run = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-            errs = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+            lines = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+            errs = [e for e in lines if "rel_err" in e]
+            sizes = [e["N"] for e in errs]
             status = "ok" if run.returncode == 0 else f"exit {run.returncode}: {run.stderr[-1500:]}"
         except subprocess.TimeoutExpired as exc:
             out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-            errs = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+            errs = [e for e in (json.loads(line) for line in out.splitlines() if line.startswith("{")) if "rel_err" in e]
             status = f"TIMEOUT after {args.timeout:.0f} s (hang?)"
         good = status == "ok" and len(errs) == len(sizes) and all(e["rel_err"] <= TOL for e in errs)
         ok[name] = {e["N"]: e["rel_err"] for e in errs} if status == "ok" else None
@@ -269,6 +283,8 @@ def main(argv=None) -> int:
     for name in names:
         family = PROBLEMS[name][0]
         for n in _sizes(name, args.quick, timing=True):
+            if family == "gemm" and any(n % t for t in _tile(_generated(name)[1])):
+                continue
             if time.time() - start > 400:
                 print("time budget reached; stopping", flush=True)
                 break
