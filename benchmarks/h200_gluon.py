@@ -5,8 +5,8 @@ Runs on a GPU machine with only torch and Triton (no twill solver): the generate
 ``twill.codegen.gluon.generate``) through ``twill/codegen/gluon/loader.py``, which imports nothing from twill.
 
 * correctness of every generated kernel against an fp32 reference at N = 128, 256, 1024, 4096, 16384
-  (outputs pre-filled with NaN; relative error = max |out - ref| / max |ref| <= 1e-2), each kernel's checks run
-  in a subprocess with a timeout, so a hang cannot eat the run;
+  (outputs pre-filled with NaN; relative error = max |out - ref| / max |ref| <= 1e-2); each kernel's checks
+  run in a subprocess with a timeout, so a hang cannot eat the run;
 * timing in this process, median of >= 3 rounds whose competitor order rotates, every competitor timed the
   same way (``triton.testing.do_bench``, median, outputs preallocated, no copy in the timed region):
   the generated kernels (``twill-gluon``), Triton's JIT of the example kernel (``triton``), cuDNN through
@@ -193,7 +193,8 @@ def _competitors(name, n):
 
         class _Jit:
             def __getitem__(self, grid):
-                return lambda *a: jit[grid](*a, **consts, num_warps=spec["num_warps"], num_stages=spec["num_stages"])
+                return lambda *a: jit[grid](*a, **consts, num_warps=spec["num_warps"],
+                                            num_stages=spec["num_stages"])
         out["triton"] = _fa_launch(_Jit(), q, k, v, o2, scale, sub)
         from torch.nn.attention import SDPBackend, sdpa_kernel
         F = torch.nn.functional
@@ -209,8 +210,10 @@ def _competitors(name, n):
 
         class _Jit:
             def __getitem__(self, grid):
-                return lambda *a: jit[grid](*a, **consts, num_warps=spec["num_warps"], num_stages=spec["num_stages"])
-        out["triton"] = _gemm_launch(_Jit(), a, bm, c2, (consts["BLOCK_M"], consts["BLOCK_N"], consts["BLOCK_K"]))
+                return lambda *a: jit[grid](*a, **consts, num_warps=spec["num_warps"],
+                                            num_stages=spec["num_stages"])
+        tile = (consts["BLOCK_M"], consts["BLOCK_N"], consts["BLOCK_K"])
+        out["triton"] = _gemm_launch(_Jit(), a, bm, c2, tile)
         bt = bm.T
         out["cublas"] = lambda: torch.matmul(a, bt, out=c3)
     return out
@@ -257,8 +260,12 @@ def main(argv=None) -> int:
     start = time.time()
     names = [k for k in args.kernels.split(",") if k and (KERNELS / k / "manifest.json").is_file()]
     rounds = 1 if args.quick else max(3, args.rounds)
-    out_path = Path(args.out) if args.out else (Path(os.environ["OUT"]) / "h200_gluon.json" if os.environ.get("OUT")
-                                                else ROOT / "benchmarks" / "results" / "h200_gluon.json")
+    if args.out:
+        out_path = Path(args.out)
+    elif os.environ.get("OUT"):
+        out_path = Path(os.environ["OUT"]) / "h200_gluon.json"
+    else:
+        out_path = ROOT / "benchmarks" / "results" / "h200_gluon.json"
     result = {"env": _env(), "rows": [], "checks": []}
     ok = {}
     for name in names:
@@ -273,7 +280,8 @@ def main(argv=None) -> int:
             status = "ok" if run.returncode == 0 else f"exit {run.returncode}: {run.stderr[-1500:]}"
         except subprocess.TimeoutExpired as exc:
             out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-            errs = [e for e in (json.loads(line) for line in out.splitlines() if line.startswith("{")) if "rel_err" in e]
+            parsed = (json.loads(line) for line in out.splitlines() if line.startswith("{"))
+            errs = [e for e in parsed if "rel_err" in e]
             status = f"TIMEOUT after {args.timeout:.0f} s (hang?)"
         good = status == "ok" and len(errs) == len(sizes) and all(e["rel_err"] <= TOL for e in errs)
         ok[name] = {e["N"]: e["rel_err"] for e in errs} if status == "ok" else None
@@ -301,7 +309,8 @@ def main(argv=None) -> int:
                 result["rows"].append({"kernel": name, "backend": backend, "N": n,
                                        "tflops": round(_flops(family, n) / (t * 1e-3) / 1e12, 1),
                                        "rel_err": err})
-                print(f"{name:16s} {backend:12s} N={n:6d} {result['rows'][-1]['tflops']:7.1f} TFLOP/s", flush=True)
+                tf = result["rows"][-1]["tflops"]
+                print(f"{name:16s} {backend:12s} N={n:6d} {tf:7.1f} TFLOP/s", flush=True)
     result["wall_s"] = round(time.time() - start, 1)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(result, indent=2))

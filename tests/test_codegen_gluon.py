@@ -1,4 +1,5 @@
-"""The Gluon backend (twill.codegen.gluon): generate + compile for sm_90 on the CPU, checked against the schedule.
+"""The Gluon backend (twill.codegen.gluon): generate + compile for sm_90 on the CPU, checked against the
+schedule.
 
 Every expected value is derived from the schedule, the graph or the generated text independently of what the
 generator computed: partitions and warps from ``schedule.warp_groups``; ``setmaxnreg`` budgets from the PTX;
@@ -160,7 +161,8 @@ def test_saved_kernel_loads_without_twill(built):
 
 
 # ------------------------------------------------------------------------------------------ random loops
-_ELEMENTWISE = ["x * 0.125", "x + 1.0", "tl.exp2(x)", "tl.maximum(x, 0.5)", "x - 2.0", "tl.exp2(x * 0.5 - 1.0)"]
+_ELEMENTWISE = ["x * 0.125", "x + 1.0", "tl.exp2(x)", "tl.maximum(x, 0.5)", "x - 2.0",
+                "tl.exp2(x * 0.5 - 1.0)"]
 
 
 def _chain_kernel(rng: random.Random, path: Path) -> str:
@@ -238,14 +240,16 @@ def test_schedule_of_another_graph_is_refused(built):
 def test_op_without_lowering_names_op_kind_and_line(tmp_path):
     spec = str(ROOT / "examples/decode_attention.py")
     sched = twill.schedule(twill.graph_from_kernel(spec, machine="h200"), "h200")
-    with pytest.raises(CodegenError, match=r"graph op 'k' \(kind load\) is made of tt\.load at TTGIR line \d+"):
+    want = r"graph op 'k' \(kind load\) is made of tt\.load at TTGIR line \d+"
+    with pytest.raises(CodegenError, match=want):
         generate(sched, spec, "h200", tmp_path)
 
 
 def test_kernel_over_the_machines_shared_memory_is_refused(built, tmp_path):
     _graph, sched, kernel = built["fa_fwd_subtiled"]
     small = dataclasses.replace(load_machine("h200"), smem_per_cta=kernel.report.shared_compiled - 1)
-    with pytest.raises(CodegenError, match=rf"needs {kernel.report.shared_compiled} B .* \({small.smem_per_cta} B\)"):
+    want = rf"needs {kernel.report.shared_compiled} B .* \({small.smem_per_cta} B\)"
+    with pytest.raises(CodegenError, match=want):
         generate(sched, str(ROOT / TARGETS["fa_fwd_subtiled"][0]), small, tmp_path)
 
 

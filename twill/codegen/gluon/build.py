@@ -31,6 +31,8 @@ from twill.schedule import Schedule
 
 __all__ = ["GluonKernel", "GluonReport", "PartitionReport", "compile_source", "generate"]
 
+_SETMAXNREG = r"setmaxnreg\.(?:inc|dec)\.sync\.aligned\.u32\s+(\d+)"
+
 MBARRIER_BYTES = 8
 """Bytes of one mbarrier (a 64-bit shared-memory word, PTX ISA ``mbarrier`` object size)."""
 
@@ -90,7 +92,8 @@ class GluonReport:
                        f"order {', '.join(p.tensor_core_order) or '-'}")
         out.append(f"  rings: {', '.join(f'{k} x{v}' for k, v in self.rings.items()) or '-'}")
         diff = ", ".join(f"{k} {v:+d} B" for k, v in self.shared_difference.items())
-        out.append(f"  shared memory: compiled {self.shared_compiled} B; model peak {self.shared_model_peak} B, "
+        out.append(f"  shared memory: compiled {self.shared_compiled} B; model peak "
+                   f"{self.shared_model_peak} B, "
                    f"model buffers {self.shared_model_buffers} B; barriers {self.barrier_bytes} B; "
                    f"difference: {diff or 'none'}; limit {self.shared_limit} B")
         out.append(f"  ptxas: {self.registers_ptxas} registers (kernel-wide cap), spills "
@@ -172,7 +175,8 @@ def _ptxas(ptx: str) -> dict[str, Any]:
     if log.returncode != 0:
         raise CodegenError(f"ptxas rejected the generated kernel's PTX: {log.stderr[-2000:]}")
     info = parse_ptxas_log(log.stdout + log.stderr)
-    info["warnings"] = [line.split("info    :", 1)[-1].strip() for line in (log.stdout + log.stderr).splitlines()
+    text = log.stdout + log.stderr
+    info["warnings"] = [line.split("info    :", 1)[-1].strip() for line in text.splitlines()
                         if "Performance Loss" in line]
     return info
 
@@ -195,8 +199,8 @@ def check_against(schedule: Schedule, graph: Any) -> None:
         missing = sorted(set(ops) - set(sched))
         extra = sorted(set(sched) - set(ops))
         kinds = sorted(n for n in set(ops) & set(sched) if ops[n] != sched[n])
-        raise CodegenError(f"the schedule is not one of this kernel's loop ({graph.name}): ops missing from the "
-                           f"schedule {missing}, ops the loop does not have {extra}, other kinds {kinds}")
+        raise CodegenError(f"the schedule is not one of this kernel's loop ({graph.name}): ops missing from "
+                           f"the schedule {missing}, ops the loop does not have {extra}, other kinds {kinds}")
 
 
 def generate(schedule: Schedule, kernel: Any, machine: str | os.PathLike[str] | Machine | None = None,
@@ -256,11 +260,12 @@ def generate(schedule: Schedule, kernel: Any, machine: str | os.PathLike[str] | 
                                                   "spill_load_bytes": 0}, 0, []
         if compile:
             sig = _signature(spec, desc_params)
-            compiled = compile_source(getattr(module, spec.name), sig, dict(spec.constexprs), source.num_warps)
+            compiled = compile_source(getattr(module, spec.name), sig, dict(spec.constexprs),
+                                      source.num_warps)
             ptx = compiled.asm["ptx"]
             stats = _ptxas(ptx)
             shared = int(compiled.metadata.shared)
-            ptx_regs = [int(x) for x in re.findall(r"setmaxnreg\.(?:inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx)]
+            ptx_regs = [int(x) for x in re.findall(_SETMAXNREG, ptx)]
         spills = int(stats.get("spill_store_bytes", 0)) + int(stats.get("spill_load_bytes", 0))
         tried.append(f"group {default} as the default partition (Triton gives it "
                      f"{default_budget(schedule, default)} registers): ptxas spills {spills} B")
@@ -339,7 +344,7 @@ def _report(schedule: Schedule, machine: Machine, plan: Plan, source: KernelSour
                         f"{default.regs}, Triton gives {parts[0].setmaxnreg_ptx} (what the workers leave)")
     notes = list(plan.notes) + source.notes
     return GluonReport(source.kernel, schedule.machine, schedule.ii, schedule.stages, tuple(parts),
-                       {r.node: r.depth for r in plan.rings.values()}, shared, peak, buffers, barrier_bytes, diff,
-                       machine.smem_per_cta, int(stats.get("registers", 0)), int(stats.get("spill_store_bytes", 0)),
-                       int(stats.get("spill_load_bytes", 0)), source.num_warps, threads, tuple(not_kept),
-                       tuple(notes))
+                       {r.node: r.depth for r in plan.rings.values()}, shared, peak, buffers, barrier_bytes,
+                       diff, machine.smem_per_cta, int(stats.get("registers", 0)),
+                       int(stats.get("spill_store_bytes", 0)), int(stats.get("spill_load_bytes", 0)),
+                       source.num_warps, threads, tuple(not_kept), tuple(notes))

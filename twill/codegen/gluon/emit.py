@@ -124,7 +124,8 @@ class _Kernel:
         node = self.node_of.get(id(op))
         if node is None:
             return f"{op.name} (folded into its consumers, not a graph op) at TTGIR line {op.line}"
-        return f"{op.name} (graph op {node!r}, kind {self.lowering.graph.op(node).kind}) at TTGIR line {op.line}"
+        kind = self.lowering.graph.op(node).kind
+        return f"{op.name} (graph op {node!r}, kind {kind}) at TTGIR line {op.line}"
 
     def in_loop(self, op: Op | None) -> bool:
         return op is not None and (op is self.loop or self.loop in op.ancestors())
@@ -260,7 +261,8 @@ class _Part:
                 before = self.pos[id(src)] < self.pos[id(reader)]
                 k = sc - sp + dist - (0 if before else 1)
                 if k < 0:
-                    raise CodegenError(f"{self.k.where(reader)} reads {v.name} of iteration i - {dist} before "
+                    raise CodegenError(f"{self.k.where(reader)} reads {v.name} of iteration i - {dist} "
+                                       "before "
                                        f"the schedule produces it (stage {sp} after stage {sc})")
                 need = 0 if before and k == 0 else k + 1
             chains[v.key] = max(chains.get(v.key, 0), need)
@@ -331,9 +333,9 @@ class _Part:
             return f"{fn}({args[0]}, axis={op.attrs['axis']})"
         if name == "ttg.memdesc_trans":
             return f"{args[0]}.permute({tuple(op.attrs['order'])})"
-        raise CodegenError(f"no Gluon lowering for {self.k.where(op)}: {self.k.line(op).strip()[:200]} (the "
-                           "backend lowers TMA descriptor loads and stores, wgmma, and elementwise, reduction, "
-                           "exp and conversion ops; pointer loads and stores are not lowered)")
+        raise CodegenError(f"no Gluon lowering for {self.k.where(op)}: {self.k.line(op).strip()[:200]} "
+                           "(the backend lowers TMA descriptor loads and stores, wgmma, and elementwise, "
+                           "reduction, exp and conversion ops; pointer loads and stores are not lowered)")
 
     # ------------------------------------------------------------------ in-loop values
     def iv(self, j: str) -> str:
@@ -474,9 +476,9 @@ class _Part:
         layout, free the slot."""
         st = self.k.staging.get(v.key)
         if st is None or self.p.position not in st["readers"]:
-            raise CodegenError(f"{v.name} of graph op {node!r} is read by partition {self.p.position} through a "
-                               "path the hand-off planner did not see (a loop-carried value read on another "
-                               "warp group is not lowered)")
+            raise CodegenError(f"{v.name} of graph op {node!r} is read by partition {self.p.position} "
+                               "through a path the hand-off planner did not see (a loop-carried value read "
+                               "on another warp group is not lowered)")
         key = (v.key, "staged", j)
         if key in self.local:
             return self.local[key]
@@ -558,8 +560,8 @@ class _Part:
         coords = [self.value(u, j, 0, m) for u in m.operands[1:]]
         self.emit(f"mbarrier.wait(empty_{node}.index({slot}), {phase} ^ 1)")
         self.emit(f"mbarrier.expect(ready_{node}.index({slot}), {ring.nbytes})")
-        self.emit(f"tma.async_copy_global_to_shared({desc}, [{', '.join(coords)}], ready_{node}.index({slot}), "
-                  f"ring_{node}.index({slot}))  # twill: {node} j={j}")
+        self.emit(f"tma.async_copy_global_to_shared({desc}, [{', '.join(coords)}], "
+                  f"ready_{node}.index({slot}), ring_{node}.index({slot}))  # twill: {node} j={j}")
 
     def issue_mma(self, node: str, m: Op, j: str) -> None:
         a, b = (self.value(u, j, 0, m) for u in m.operands[:2])
@@ -714,7 +716,8 @@ class _Part:
     def _snapshot(self) -> dict[str, Any]:
         import copy
         return {"kinds": dict(self.kinds), "outstanding": copy.deepcopy(self.outstanding),
-                "defined": set(self.defined), "trip_expr": self.trip_expr, "region": getattr(self, "region", None),
+                "defined": set(self.defined), "trip_expr": self.trip_expr,
+                "region": getattr(self, "region", None),
                 "counter": self.counter, "out": len(self.out), "uses_turn": self.uses_turn,
                 "tc_log": list(self.tc_log), "pre": len(self.pre)}
 
@@ -798,9 +801,9 @@ class _Part:
             if end_out == entry_out:
                 break
             if adopted:
-                raise CodegenError(f"partition {self.p.position}: the wgmmas in flight at the end of a steady "
-                                   f"trip ({end_out}) differ from those at its start ({entry_out}); the steady "
-                                   "state is not periodic")
+                raise CodegenError(f"partition {self.p.position}: the wgmmas in flight at the end of a "
+                                   f"steady trip ({end_out}) differ from those at its start ({entry_out}); "
+                                   "the steady state is not periodic")
             # The first steady trip has fewer wgmmas in flight than the others (those of iterations before
             # the first): emit the loop for the steady pattern; waits on fewer wgmmas return at once, and the
             # slot releases of iterations that do not exist are predicated off (_release).
@@ -823,9 +826,9 @@ class _Part:
             self.outstanding = final
             adopted = True
         if adopted:
-            self.notes.append(f"partition {self.p.position}: the loop's first steady trip waits on fewer wgmmas "
-                              "than the others (the steady pattern is emitted; the ring releases of iterations "
-                              "before the first are predicated off)")
+            self.notes.append(f"partition {self.p.position}: the loop's first steady trip waits on fewer "
+                              "wgmmas than the others (the steady pattern is emitted; the ring releases of "
+                              "iterations before the first are predicated off)")
         fix = []
         for name, kind in self.kinds.items():
             if kind == "token" and entry_kinds.get(name) == "tensor" and re.search(r"_c\d+$", name):
@@ -928,7 +931,8 @@ class _Part:
 
 
 def _is_zero_constant(v: Value, k: _Kernel) -> bool:
-    """``v`` is an ``arith.constant`` of zeros (a wgmma accumulator that need not be read: ``use_acc=False``)."""
+    """``v`` is an ``arith.constant`` of zeros (a wgmma accumulator that need not be read:
+    ``use_acc=False``)."""
     op = v.owner
     if op is None or op.name != "arith.constant":
         return False
@@ -945,9 +949,9 @@ def check_lowerable(lowering: Lowering) -> None:
         for m in members:
             if not lowerable(m):
                 raise CodegenError(f"graph op {name!r} (kind {lowering.graph.op(name).kind}) is made of "
-                                   f"{m.name} at TTGIR line {m.line}, which has no Gluon lowering (the backend "
-                                   "lowers TMA descriptor loads, wgmma, elementwise, reduction, exp and "
-                                   "conversion ops)")
+                                   f"{m.name} at TTGIR line {m.line}, which has no Gluon lowering (the "
+                                   "backend lowers TMA descriptor loads, wgmma, elementwise, reduction, exp "
+                                   "and conversion ops)")
 
 
 def _plan_staging(k: _Kernel, parts: list[_Part]) -> dict[int, dict[str, Any]]:
@@ -975,6 +979,11 @@ def _plan_staging(k: _Kernel, parts: list[_Part]) -> dict[int, dict[str, Any]]:
         st["depth"] = max(1, -(-(st["end"] - begin) // ii))
         st["readers"] = sorted(st["readers"])
     return staging
+
+
+def _barrier_array(name: str, n: int) -> str:
+    """Source line allocating ``n`` mbarriers called ``name``."""
+    return f"    {name} = gl.allocate_shared_memory(gl.int64, [{n}, 1], mbarrier.MBarrierLayout())"
 
 
 def _and(terms: list[bool | str]) -> bool | str:
@@ -1037,15 +1046,13 @@ def emit_kernel(schedule: Schedule, lowering: Lowering, plan: Plan, spec: Any) -
             raise CodegenError(f"{k.where(load)}: the descriptor is not a kernel argument")
         alloc.append(f"    ring_{node} = gl.allocate_shared_memory({dtype_of(elem, k.where(load))}, "
                      f"[{ring.depth}, {', '.join(map(str, shape))}], {desc}.layout)")
-        alloc.append(f"    ready_{node} = gl.allocate_shared_memory(gl.int64, [{ring.depth}, 1], "
-                     "mbarrier.MBarrierLayout())")
-        alloc.append(f"    empty_{node} = gl.allocate_shared_memory(gl.int64, [{ring.depth}, 1], "
-                     "mbarrier.MBarrierLayout())")
+        alloc.append(_barrier_array(f"ready_{node}", ring.depth))
+        alloc.append(_barrier_array(f"empty_{node}", ring.depth))
         alloc.append(f"    for i in gl.static_range({ring.depth}):")
         alloc.append(f"        mbarrier.init(ready_{node}.index(i), count=1)")
         alloc.append(f"        mbarrier.init(empty_{node}.index(i), count={max(1, len(ring.readers))})")
-        buffers.append({"name": f"ring_{node}", "bytes": ring.depth * ring.nbytes, "what": f"TMA ring of {node}",
-                        "depth": ring.depth, "partition": ring.producer})
+        buffers.append({"name": f"ring_{node}", "bytes": ring.depth * ring.nbytes,
+                        "what": f"TMA ring of {node}", "depth": ring.depth, "partition": ring.producer})
         k.barrier_count += 2 * ring.depth
         common += [f"ring_{node}", f"ready_{node}", f"empty_{node}"]
     inv = sorted(k.invariant.values(), key=lambda i: i["index"])
@@ -1059,7 +1066,7 @@ def emit_kernel(schedule: Schedule, lowering: Lowering, plan: Plan, spec: Any) -
                         "what": "loop-invariant TMA tile"})
         common.append(f"inv{info['index']}")
     if inv:
-        alloc.append(f"    inv_bar = gl.allocate_shared_memory(gl.int64, [{len(inv)}, 1], mbarrier.MBarrierLayout())")
+        alloc.append(_barrier_array("inv_bar", len(inv)))
         alloc.append(f"    for i in gl.static_range({len(inv)}):")
         alloc.append("        mbarrier.init(inv_bar.index(i), count=1)")
         k.barrier_count += len(inv)
@@ -1074,8 +1081,8 @@ def emit_kernel(schedule: Schedule, lowering: Lowering, plan: Plan, spec: Any) -
         alloc.append(f"    stage_{i} = gl.allocate_shared_memory({dtype_of(v.type.element, v.name)}, "
                      f"[{st['depth']}, {', '.join(map(str, v.type.shape))}], "
                      f"gl.SwizzledSharedLayout(1, 1, 1, order={order}))")
-        alloc.append(f"    sready_{i} = gl.allocate_shared_memory(gl.int64, [{st['depth']}, 1], mbarrier.MBarrierLayout())")
-        alloc.append(f"    sempty_{i} = gl.allocate_shared_memory(gl.int64, [{st['depth']}, 1], mbarrier.MBarrierLayout())")
+        alloc.append(_barrier_array(f"sready_{i}", st["depth"]))
+        alloc.append(_barrier_array(f"sempty_{i}", st["depth"]))
         alloc.append(f"    for i in gl.static_range({st['depth']}):")
         alloc.append(f"        mbarrier.init(sready_{i}.index(i), count=1)")
         alloc.append(f"        mbarrier.init(sempty_{i}.index(i), count={len(st['readers'])})")
@@ -1084,7 +1091,7 @@ def emit_kernel(schedule: Schedule, lowering: Lowering, plan: Plan, spec: Any) -
         k.barrier_count += 2 * st["depth"]
         common += [f"stage_{i}", f"sready_{i}", f"sempty_{i}"]
     if any(p.uses_turn for p in parts):
-        alloc.append(f"    turn = gl.allocate_shared_memory(gl.int64, [{len(parts)}, 1], mbarrier.MBarrierLayout())")
+        alloc.append(_barrier_array("turn", len(parts)))
         alloc.append(f"    for i in gl.static_range({len(parts)}):")
         alloc.append("        mbarrier.init(turn.index(i), count=1)")
         k.barrier_count += len(parts)

@@ -103,7 +103,8 @@ def gluon_layout(enc: Encoding, shape: tuple[int, ...], warps: int, mma_columns:
     if enc.kind == "slice":
         parent = enc.fields["parent"]
         assert isinstance(parent, Encoding)
-        pshape = shape[:enc.fields["dim"]] + (0,) + shape[enc.fields["dim"]:]  # type: ignore[misc]
+        dim = int(enc.fields["dim"])  # type: ignore[call-overload]
+        pshape = (*shape[:dim], 0, *shape[dim:])
         return f"gl.SliceLayout({enc.fields['dim']}, {gluon_layout(parent, pshape, warps, mma_columns)})"
     if enc.kind == "dot_op":
         parent = enc.fields["parent"]

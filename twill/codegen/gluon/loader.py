@@ -47,7 +47,7 @@ class GluonLauncher:
 
         names = self.manifest["arg_names"]
         consts = self.manifest["constexprs"]
-        given = dict(zip(names, args))
+        given = dict(zip(names[:len(args)], args, strict=True))
         given.update(kwargs)
         for name, value in consts.items():
             if name in given and given[name] != value:
@@ -56,7 +56,8 @@ class GluonLauncher:
         for name in names:
             if name in consts:
                 if name in given and given[name] != consts[name]:
-                    raise ValueError(f"{name}={given[name]!r}, but the kernel was generated for {consts[name]!r}")
+                    raise ValueError(f"{name}={given[name]!r}, but the kernel was generated for "
+                                     f"{consts[name]!r}")
                 out.append(consts[name])
                 continue
             if name not in given:
@@ -80,7 +81,8 @@ def load(folder: str | Path) -> GluonLauncher:
     folder = Path(folder)
     manifest = json.loads((folder / "manifest.json").read_text())
     if manifest.get("kind") != "twill.gluon_kernel":
-        raise ValueError(f"{folder} does not hold a twill Gluon kernel (manifest kind {manifest.get('kind')!r})")
+        raise ValueError(f"{folder} does not hold a twill Gluon kernel (manifest kind "
+                         f"{manifest.get('kind')!r})")
     name = f"twill_gluon_{manifest['kernel']}_{abs(hash(str(folder.resolve()))) % 10**8}"
     spec = importlib.util.spec_from_file_location(name, folder / manifest["source"])
     assert spec is not None and spec.loader is not None

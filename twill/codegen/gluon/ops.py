@@ -46,7 +46,8 @@ UNARY: dict[str, Callable[[str], str]] = {
 }
 """Elementwise unary ops."""
 
-CASTS = frozenset({"arith.truncf", "arith.extf", "arith.sitofp", "arith.fptosi", "arith.extsi", "arith.trunci"})
+CASTS = frozenset({"arith.truncf", "arith.extf", "arith.sitofp", "arith.fptosi", "arith.extsi",
+                   "arith.trunci"})
 """Element-type conversions (``x.to(dtype)``)."""
 
 _REDUCERS = {"arith.maxnumf": "gl.max", "arith.maximumf": "gl.max", "arith.addf": "gl.sum",
@@ -93,7 +94,8 @@ LAYOUT_OPS = frozenset({"arith.constant", "tt.get_program_id", "tt.splat", "tt.e
                         "ttg.convert_layout", "ttg.memdesc_trans"})
 """Ops the table lowers that only shape, place or name values."""
 
-MEMORY_OPS = frozenset({"tt.descriptor_load", "ttg.local_alloc", "ttng.warp_group_dot", "tt.descriptor_store"})
+MEMORY_OPS = frozenset({"tt.descriptor_load", "ttg.local_alloc", "ttng.warp_group_dot",
+                        "tt.descriptor_store"})
 """Ops the emitter places itself (TMA, shared memory, wgmma)."""
 
 
