@@ -13,11 +13,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = {
-    "gemm": "examples/gemm.py",
-    "gemm_wide": "examples/gemm.py::matmul_wide",
-    "fa_fwd": "examples/flash_attention_fwd.py",
-    "fa_fwd_subtiled": "examples/flash_attention_fwd_subtiled.py::attn_fwd_subtiled_sm90",
+    # folder: (kernel, schedule options)
+    "gemm": ("examples/gemm.py", {}),
+    "gemm_wide": ("examples/gemm.py::matmul_wide", {}),
+    "gemm_wide_p2": ("examples/gemm.py::matmul_wide", {"prefetch": 2}),
+    "fa_fwd": ("examples/flash_attention_fwd.py", {}),
+    "fa_fwd_p2": ("examples/flash_attention_fwd.py", {"prefetch": 2}),
+    "fa_fwd_subtiled": ("examples/flash_attention_fwd_subtiled.py::attn_fwd_subtiled_sm90", {}),
+    "fa_fwd_subtiled_p2": ("examples/flash_attention_fwd_subtiled.py::attn_fwd_subtiled_sm90",
+                           {"prefetch": 2}),
 }
+"""Each kernel with twill's default schedule and with the schedule solved for ``prefetch=2`` (streaming loads
+two iterations ahead: one more buffer per ring)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,8 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default=",".join(TARGETS))
     args = p.parse_args(argv)
     for name in args.only.split(","):
-        spec = TARGETS[name]
-        sched = schedule(graph_from_kernel(str(ROOT / spec), args.machine), args.machine)
+        spec, options = TARGETS[name]
+        sched = schedule(graph_from_kernel(str(ROOT / spec), args.machine), args.machine, **options)
         folder = ROOT / "benchmarks" / "gluon_kernels" / name
         kernel = generate(sched, str(ROOT / spec), args.machine, folder)
         for ptx in folder.glob("*.ptx"):

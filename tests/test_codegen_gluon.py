@@ -25,18 +25,21 @@ from twill.schedule import OpSlot, WarpGroup
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = {
-    "gemm": ("examples/gemm.py", "h100"),
-    "fa_fwd": ("examples/flash_attention_fwd.py", "h200"),
-    "fa_fwd_subtiled": ("examples/flash_attention_fwd_subtiled.py::attn_fwd_subtiled_sm90", "h200"),
+    "gemm": ("examples/gemm.py", "h100", {}),
+    "fa_fwd": ("examples/flash_attention_fwd.py", "h200", {}),
+    "fa_fwd_subtiled": ("examples/flash_attention_fwd_subtiled.py::attn_fwd_subtiled_sm90", "h200", {}),
+    # streaming loads two iterations ahead: rings of 3, a value read two trips after it is made
+    "fa_fwd_subtiled_p2": ("examples/flash_attention_fwd_subtiled.py::attn_fwd_subtiled_sm90", "h200",
+                           {"prefetch": 2}),
 }
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     out = {}
-    for name, (spec, machine) in TARGETS.items():
+    for name, (spec, machine, options) in TARGETS.items():
         graph = twill.graph_from_kernel(str(ROOT / spec), machine=machine)
-        sched = twill.schedule(graph, machine)
+        sched = twill.schedule(graph, machine, **options)
         kernel = generate(sched, str(ROOT / spec), machine, tmp_path_factory.mktemp(name))
         out[name] = (graph, sched, kernel)
     return out
