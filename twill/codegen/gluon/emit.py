@@ -515,6 +515,10 @@ class _Part:
     def run_node(self, node: str, j: str) -> None:
         members = sorted(self.k.lowering.members[node], key=lambda m: self.k.body_index.get(id(m), 0))
         for m in members:
+            if m.name not in MMAS and m.name not in LOADS and m.name != "ttg.local_alloc" and any(
+                    self._ring_reads(u) for u in m.operands):
+                raise CodegenError(f"{self.k.where(m)} reads a TMA ring slot other than as a wgmma operand; "
+                                   "only wgmmas release ring slots here (not lowered)")
             if m.name in LOADS:
                 self.issue_load(node, m, j)
             elif m.name == "ttg.local_alloc":
