@@ -252,6 +252,7 @@ def generate(schedule: Schedule, kernel: Any, machine: str | os.PathLike[str] | 
     threads = 32 * sum(g.warps for g in schedule.warp_groups)
     tried: list[str] = []
     best = None
+    failure: CodegenError | None = None
     for default in (default_candidates(schedule) if compile else default_candidates(schedule)[:1]):
         plan = make_plan(schedule, lowering, default)
         source = emit_kernel(schedule, lowering, plan, spec)
@@ -260,8 +261,13 @@ def generate(schedule: Schedule, kernel: Any, machine: str | os.PathLike[str] | 
                                                   "spill_load_bytes": 0}, 0, []
         if compile:
             sig = _signature(spec, desc_params)
-            compiled = compile_source(getattr(module, spec.name), sig, dict(spec.constexprs),
-                                      source.num_warps)
+            try:
+                compiled = compile_source(getattr(module, spec.name), sig, dict(spec.constexprs),
+                                          source.num_warps)
+            except CodegenError as exc:   # e.g. ptxas cannot allocate within the default's leftover budget
+                tried.append(f"group {default} as the default partition: {str(exc)[:300]}")
+                failure = failure or exc
+                continue
             ptx = compiled.asm["ptx"]
             stats = _ptxas(ptx)
             shared = int(compiled.metadata.shared)
@@ -273,7 +279,9 @@ def generate(schedule: Schedule, kernel: Any, machine: str | os.PathLike[str] | 
             best = (spills, plan, source, compiled, stats, shared, ptx_regs)
         if spills == 0:
             break
-    assert best is not None
+    if best is None:
+        assert failure is not None
+        raise CodegenError(f"{failure} (every default partition was tried: {'; '.join(tried)})") from failure
     _spills, plan, source, compiled, stats, shared, ptx_regs = best
     _import_source(source.text, spec.name, folder)
     if compiled is not None:

@@ -753,9 +753,9 @@ class PartitionEmitter:
         self.out += fix
         if self.uses_turn and "    tphase = gl.to_tensor(0)" not in self.pre:
             self.pre.append("    tphase = gl.to_tensor(0)")
-        self.emit(f"for t in range({S - 1 + peeled}, n_iter):")
-        self.loop_start = S - 1 + peeled
-        self.out += loop_lines
+        if loop_lines:   # (a warp group without ops has nothing to run)
+            self.emit(f"for t in range({S - 1 + peeled}, n_iter):")
+            self.out += loop_lines
         self.tag = "e"
         for e in range(S - 1):
             self.region = ("epi", e)
