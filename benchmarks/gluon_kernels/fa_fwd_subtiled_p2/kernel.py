@@ -106,7 +106,7 @@ def _part0_g1(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
         mbarrier.arrive(turn.index(2), pred=((~((((t) + 1 < n_iter))))))
         out0_43_c0 = out0_43_s42
     # epilogue trip 0
-    row_sum0_e43 = (row_sum0_37_c0 * alpha0_35_c1)
+    row_sum0_e43 = (row_sum0_37_c0 * alpha0_35_c0)
     row_sum0_37_e44 = (row_sum0_e43 + row_sum0_36_c0)
     row_sum0_37_c0 = row_sum0_37_e44
     out0_43_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out0_43_c0])

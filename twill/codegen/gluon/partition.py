@@ -43,6 +43,7 @@ class PartitionEmitter:
         self.uses_turn = False
         self.notes: list[str] = []
         self.invariant_issue: list[tuple[int, dict[str, Any]]] = []
+        self.ran: set[int] = set()
         self.defined: set[str] = set()
         self.trip_expr = "0"
         self.counter = 0
@@ -274,7 +275,8 @@ class PartitionEmitter:
         else:
             sp = self.stage(self.k.node_of[id(src)])
             sc = self.stage(self.k.node_of[id(reader)])
-            before = self.pos[id(src)] < self.pos[id(reader)]
+            # made earlier in this trip? (not only by trip order: an epilogue trip skips the early stages)
+            before = id(src) in self.ran
             k = sc - sp + dist - (0 if before else 1)
             if before and k == 0:
                 return self._fresh_read(v, complete)
@@ -410,6 +412,7 @@ class PartitionEmitter:
                 continue
             elif m.name in MMAS:
                 self.issue_mma(node, m, j)
+                self.ran.add(id(m))
             else:
                 args = [self.value(u, j, 0, m) for u in m.operands]
                 expr = self.pure(m, args, m.results[0], j)
@@ -417,6 +420,7 @@ class PartitionEmitter:
                 self.emit(f"{name} = {expr}")
                 self.kinds[name] = "tensor"
                 self.define(m.results[0], name)
+                self.ran.add(id(m))
                 self.staged_write(m.results[0], name, j)
 
     def define(self, v: Value, name: str) -> None:
@@ -652,6 +656,7 @@ class PartitionEmitter:
             e["age"] += 1
         self.local = {}
         self.waited = set()
+        self.ran: set[int] = set()
         first = t == "0" and self.invariant_issue
         for node in self.p.order:
             if node not in ops:
