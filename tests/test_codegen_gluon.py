@@ -14,12 +14,14 @@ import random
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("triton.experimental.gluon")
 
 import twill
 from twill.codegen.gluon import CodegenError, generate, load
+from twill.codegen.gluon.cpu_sim import Descriptor, SimulationError, run_kernel
 from twill.machine import load_machine
 from twill.schedule import OpSlot, WarpGroup
 
@@ -168,7 +170,7 @@ _ELEMENTWISE = ["x * 0.125", "x + 1.0", "tl.exp2(x)", "tl.maximum(x, 0.5)", "x -
                 "tl.exp2(x * 0.5 - 1.0)"]
 
 
-def _chain_kernel(rng: random.Random, path: Path) -> str:
+def _chain_kernel(rng: random.Random, path: Path) -> tuple[str, list[str], bool, int]:
     bn = rng.choice([64, 128])
     steps = rng.sample(_ELEMENTWISE, rng.randint(1, 3))
     second = rng.random() < 0.6
@@ -200,7 +202,19 @@ def _chain_kernel(rng: random.Random, path: Path) -> str:
     ]
     src = "\n".join(lines) + "\n"
     path.write_text(src)
-    return str(path)
+    return str(path), steps, second, bn
+
+
+def _chain_reference(a, b, w, steps, second, bn):
+    """numpy model of the chain kernel: per K block ``x = a_k @ b_k``, the elementwise steps, then the
+    accumulation (a second GEMM with ``w`` on fp16 ``x``, or a sum)."""
+    acc = np.zeros((a.shape[0], bn), dtype=np.float32)
+    for k0 in range(0, a.shape[1], bn):
+        x = a[:, k0:k0 + bn].astype(np.float32) @ b[k0:k0 + bn].astype(np.float32)
+        for step in steps:
+            x = eval(step.replace("tl.", "np."), {"np": np, "x": x})
+        acc = acc + (x.astype(np.float16).astype(np.float32) @ w.astype(np.float32) if second else x)
+    return acc
 
 
 def _moved(sched, op: str, warps: int):
@@ -217,7 +231,7 @@ def _moved(sched, op: str, warps: int):
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_random_loops_generate_and_compile(tmp_path, seed):
     rng = random.Random(seed)
-    path = _chain_kernel(rng, tmp_path / f"chain{seed}.py")
+    path, steps, second, bn = _chain_kernel(rng, tmp_path / f"chain{seed}.py")
     graph = twill.graph_from_kernel(path, machine="h200")
     options = rng.choice([{}, {"strategy": "swp"}, {"max_groups": 3}, {"prefetch": 2}])
     sched = twill.schedule(graph, "h200", **options)
@@ -231,6 +245,17 @@ def test_random_loops_generate_and_compile(tmp_path, seed):
     if seed == 3:
         assert "stage_0.index(" in kernel.source and ".store(" in kernel.source
         assert kernel.report.shared_model_buffers > graph.fixed_smem
+    # and it computes the loop (three K steps) in the CPU simulation of its barriers and wgmmas
+    data = np.random.default_rng(seed)
+    a = (data.standard_normal((128, 3 * bn)) * 0.1).astype(np.float16)
+    b = (data.standard_normal((3 * bn, bn)) * 0.1).astype(np.float16)
+    w = (data.standard_normal((bn, bn)) * 0.1).astype(np.float16)
+    c = np.full((128, bn), np.nan, dtype=np.float16)
+    descs = [Descriptor(a, [128, bn]), Descriptor(b, [bn, bn]), Descriptor(w, [bn, bn]),
+             Descriptor(c, [128, bn])]
+    run_kernel(kernel.source, "chain", [*descs, 3 * bn, 128, bn], (1, 1))
+    ref = _chain_reference(a, b, w, steps, second, bn)
+    assert np.abs(c.astype(np.float32) - ref).max() <= 1e-2 * np.abs(ref).max() + 1e-3
 
 
 # ------------------------------------------------------------------------------------------ bad inputs
@@ -260,3 +285,66 @@ def test_machine_of_another_schedule_is_refused(built):
     _graph, sched, _kernel = built["gemm"]
     with pytest.raises(CodegenError, match="solved for 'h100', not 'b200'"):
         generate(sched, str(ROOT / "examples/gemm.py"), "b200", compile=False)
+
+
+# ------------------------------------------------------------------------------------------ CPU simulation
+def _fa_reference(q, k, v, heads, n, scale):
+    out = []
+    for h in range(heads):
+        rows = slice(h * n, (h + 1) * n)
+        s = (q[rows].astype(np.float32) @ k[rows].astype(np.float32).T) * scale
+        p = np.exp(s - s.max(axis=1, keepdims=True))
+        out.append((p / p.sum(axis=1, keepdims=True)) @ v[rows].astype(np.float32))
+    return np.concatenate(out)
+
+
+def _simulate_fa(kernel, n, heads=2, d=128, seed=0):
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal((heads * n, d)).astype(np.float16) for _ in range(3))
+    o = np.full((heads * n, d), np.nan, dtype=np.float16)
+    sub = kernel.manifest["descriptors"]["q_desc"]["block_shape"][0]
+    descs = [Descriptor(q, [sub, d]), Descriptor(k, [128, d]), Descriptor(v, [128, d]),
+             Descriptor(o, [sub, d])]
+    consts = kernel.manifest["constexprs"]
+    args = [*descs, d ** -0.5, n, *(consts[a] for a in kernel.manifest["arg_names"] if a in consts)]
+    run_kernel(kernel.source, kernel.manifest["kernel"], args, (n // 128, heads))
+    ref = _fa_reference(q, k, v, heads, n, d ** -0.5)
+    return float(np.abs(o.astype(np.float32) - ref).max() / np.abs(ref).max())
+
+
+@pytest.mark.parametrize("name", ["fa_fwd", "fa_fwd_subtiled", "fa_fwd_subtiled_p2"])
+@pytest.mark.parametrize("n", [128, 384])
+def test_fa_kernels_compute_attention_in_the_cpu_simulation(built, name, n):
+    """One loop trip and three: the prologue, steady state and epilogue with every barrier modelled (the
+    prefetch-2 sub-tiled kernel was wrong on the H200 at N >= 256 before the epilogue fix)."""
+    assert _simulate_fa(built[name][2], n) < 1e-2
+
+
+def test_gemm_computes_a_product_in_the_cpu_simulation(built):
+    kernel = built["gemm"][2]
+    rng = np.random.default_rng(1)
+    m = n = 128
+    kdim = 320   # five K steps, the last one partial (zero padding of TMA)
+    a = rng.standard_normal((m, kdim)).astype(np.float16)
+    b = rng.standard_normal((n, kdim)).astype(np.float16)
+    c = np.full((m, n), np.nan, dtype=np.float16)
+    consts = kernel.manifest["constexprs"]
+    args = [Descriptor(a, [128, 64]), Descriptor(b, [128, 64]), Descriptor(c, [128, 128]), kdim,
+            *(consts[x] for x in kernel.manifest["arg_names"] if x in consts)]
+    run_kernel(kernel.source, "matmul", args, (1, 1))
+    ref = a.astype(np.float32) @ b.astype(np.float32).T
+    assert np.abs(c.astype(np.float32) - ref).max() / np.abs(ref).max() < 1e-2
+
+
+def test_the_simulation_catches_a_missing_wait_and_a_missing_release(built):
+    kernel = built["fa_fwd_subtiled"][2]
+    blind = dataclasses.replace(kernel, source=kernel.source.replace("mbarrier.wait(ready_k.index(",
+                                                                          "(lambda *a: None)(ready_k.index("))
+    assert _simulate_fa(blind, 384) > 0.1                              # reads K before it lands
+    no_release = re.sub(r"mbarrier\.arrive\(empty_v[^\n]*", "pass", kernel.source)
+    x = np.random.default_rng(0).standard_normal((512, 128)).astype(np.float16)
+    descs = [Descriptor(x, [64, 128]), Descriptor(x, [128, 128]), Descriptor(x, [128, 128]),
+             Descriptor(np.zeros_like(x), [64, 128])]
+    with pytest.raises(SimulationError, match="deadlock"):
+        run_kernel(no_release, "attn_fwd_subtiled_sm90", [*descs, 0.1, 512, 64, 128, 128], (1, 1),
+                   timeout=2.0)
