@@ -58,8 +58,8 @@ class KernelSource:
 
 
 def check_lowerable(lowering: Lowering) -> None:
-    """``CodegenError`` naming the first graph op (body order) with a TTGIR op that has no Gluon lowering:
-    the graph op, its kind, the TTGIR op and its line."""
+    """``CodegenError`` naming the first graph op (body order) with a TTGIR op that has no Gluon lowering
+    (the graph op, its kind, the TTGIR op and its line), or a loop-carried value the frontend folded."""
     for name, members in lowering.members.items():
         for m in members:
             if not lowerable(m):
@@ -67,7 +67,14 @@ def check_lowerable(lowering: Lowering) -> None:
                                    f"{m.name} at TTGIR line {m.line}, which has no Gluon lowering (the "
                                    "backend lowers TMA descriptor loads, wgmma, elementwise, reduction, exp "
                                    "and conversion ops)")
-
+    member_ids = {id(m) for ms in lowering.members.values() for m in ms}
+    body = next(op for op in lowering.loop.body.ops if op.name == "scf.yield")
+    for v in body.operands:
+        op = v.owner
+        if op is not None and lowering.loop in op.ancestors() and id(op) not in member_ids:
+            raise CodegenError(f"the loop-carried value {v.name} ({op.name} at TTGIR line {op.line}) is a "
+                               "folded op of the graph (scalar bookkeeping merged into its consumers); a "
+                               "loop-carried folded value is not lowered")
 
 
 def plan_staging(k: KernelFacts, parts: list[PartitionEmitter]) -> dict[int, dict[str, Any]]:
