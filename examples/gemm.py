@@ -75,12 +75,9 @@ TWILL_KERNELS = {
     },
     "matmul_wide": {
         "kernel": "matmul",
-        "signature": {
-            "a_desc": f"tensordesc<fp16[{TILE_M}, {TILE_K}]>",
-            "b_desc": f"tensordesc<fp16[{2 * TILE_N}, {TILE_K}]>",
-            "c_desc": f"tensordesc<fp16[{TILE_M}, {2 * TILE_N}]>",
-            "K": "i32",
-        },
+        "signature": dict(a_desc=f"tensordesc<fp16[{TILE_M}, {TILE_K}]>",
+                          b_desc=f"tensordesc<fp16[{2 * TILE_N}, {TILE_K}]>",
+                          c_desc=f"tensordesc<fp16[{TILE_M}, {2 * TILE_N}]>", K="i32"),
         "constexprs": {"BLOCK_M": TILE_M, "BLOCK_N": 2 * TILE_N, "BLOCK_K": TILE_K},
         "num_warps": 8,
         "num_stages": 3,
