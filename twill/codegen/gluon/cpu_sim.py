@@ -368,8 +368,8 @@ class _Machine:
         threads = [threading.Thread(target=body, args=e, name=e[0].__name__, daemon=True) for e in entries]
         for t in threads:
             t.start()
-        for t in threads:
-            t.join(self.timeout + 5)
+        for t in threads:   # a blocked wait ends its thread with a deadlock error after `timeout` seconds
+            t.join(10 * self.timeout)
         alive = [t.name for t in threads if t.is_alive()]
         if errors:
             raise SimulationError(f"{type(errors[0]).__name__}: {errors[0]}") from errors[0]

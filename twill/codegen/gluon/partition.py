@@ -57,17 +57,17 @@ class PartitionEmitter:
         self.chains = self._chain_lengths()
 
     # ------------------------------------------------------------------ helpers
-    def emit(self, line: str) -> None:
+    def _emit(self, line: str) -> None:
         self.out.append("    " * self.ind + line)
 
-    def fresh(self, hint: str) -> str:
+    def _fresh(self, hint: str) -> str:
         self.counter += 1
         return f"{hint}_{self.tag}{self.counter}"
 
-    def stage(self, node: str) -> int:
+    def _stage(self, node: str) -> int:
         return self.k.plan.stage[node]
 
-    def layout(self, value: Value) -> str:
+    def _layout(self, value: Value) -> str:
         try:
             return gluon_layout(parse_encoding(value.type.encoding), value.type.shape, self.p.warps,
                                 self.k.mma_columns)
@@ -75,7 +75,7 @@ class PartitionEmitter:
             raise CodegenError(f"{value.name or 'a value'} of {value.owner.name if value.owner else '?'}"
                                f" at TTGIR line {value.owner.line if value.owner else '?'}: {exc}") from exc
 
-    def producer_member(self, value: Value) -> Op | None:
+    def _producer_member(self, value: Value) -> Op | None:
         """The graph-op member that defines ``value`` in the loop (None for folded / outside)."""
         op = value.owner
         return op if op is not None and id(op) in self.k.node_of else None
@@ -89,7 +89,7 @@ class PartitionEmitter:
                 for v in self.operand_sources(m):
                     out.append((v[0], m, v[1]))
         for i, v in enumerate(self.k.yield_op.operands):
-            if self.owner_part(v) == self.p.position and self._loop_result_read(i):
+            if self._owner_part(v) == self.p.position and self._loop_result_read(i):
                 out.append((v, None, 0))
         return out
 
@@ -127,7 +127,7 @@ class PartitionEmitter:
             out += self._sources(u, dist, seen)
         return out
 
-    def owner_part(self, v: Value) -> int | None:
+    def _owner_part(self, v: Value) -> int | None:
         op = v.owner
         if op is None or id(op) not in self.k.node_of:
             return None
@@ -140,11 +140,11 @@ class PartitionEmitter:
             src = v.owner
             if id(src) not in self.pos:
                 continue
-            sp = self.stage(self.k.node_of[id(src)])
+            sp = self._stage(self.k.node_of[id(src)])
             if reader is None:
                 need = 1
             else:
-                sc = self.stage(self.k.node_of[id(reader)])
+                sc = self._stage(self.k.node_of[id(reader)])
                 before = self.pos[id(src)] < self.pos[id(reader)]
                 k = sc - sp + dist - (0 if before else 1)
                 if k < 0:
@@ -156,7 +156,7 @@ class PartitionEmitter:
         return chains
 
     # ------------------------------------------------------------------ outer (before-the-loop) values
-    def outer_value(self, v: Value) -> str:
+    def _outer_value(self, v: Value) -> str:
         if v.key in self.outer:
             return self.outer[v.key]
         if v.owner is None:
@@ -169,7 +169,7 @@ class PartitionEmitter:
         elif op.name in LOADS:
             raise CodegenError(f"{self.k.where(op)}: a TMA load read in registers is not lowered")
         else:
-            expr = self.pure(op, [self.outer_value(u) for u in op.operands], v, 0)
+            expr = self._pure(op, [self._outer_value(u) for u in op.operands], v, 0)
             name = f"{py_name(v)}_o"
             self.pre.append(f"    {name} = {expr}")
         self.outer[v.key] = name
@@ -182,14 +182,14 @@ class PartitionEmitter:
         return f"inv{idx}"
 
     # ------------------------------------------------------------------ pure op table
-    def pure(self, op: Op, args: list[str], result: Value, _j: int | str) -> str:
+    def _pure(self, op: Op, args: list[str], result: Value, _j: int | str) -> str:
         name = op.name
         if name == "arith.constant":
             value = constant_value(self.k.line(op))
             t = result.type
             if t.kind == "tensor":
                 return (f"gl.full({list(t.shape)}, {value}, {dtype_of(t.element, self.k.where(op))}, "
-                        f"{self.layout(result)})")
+                        f"{self._layout(result)})")
             return value
         if name == "tt.get_program_id":
             axis = "xyz".index(re.search(r"tt\.get_program_id\s+(\w)", self.k.line(op)).group(1))
@@ -210,7 +210,7 @@ class PartitionEmitter:
                 return args[0]
             return f"{args[0]}.broadcast_to({list(result.type.shape)})"
         if name == "ttg.convert_layout":
-            src, dst = self.layout(op.operands[0]), self.layout(result)
+            src, dst = self._layout(op.operands[0]), self._layout(result)
             return args[0] if src == dst else f"gl.convert_layout({args[0]}, {dst})"
         if name == "tt.reduce":
             fn = reduce_combiner(op)
@@ -225,47 +225,47 @@ class PartitionEmitter:
                            "reduction, exp and conversion ops; pointer loads and stores are not lowered)")
 
     # ------------------------------------------------------------------ in-loop values
-    def iv(self, j: str) -> str:
-        lb, step = (self.outer_value(self.k.loop.operands[i]) for i in (0, 2))
+    def _iv(self, j: str) -> str:
+        lb, step = (self._outer_value(self.k.loop.operands[i]) for i in (0, 2))
         return f"({lb} + ({j}) * {step})"
 
-    def slot_name(self, v: Value, k: int) -> str:
+    def _slot_name(self, v: Value, k: int) -> str:
         return f"{py_name(v)}_c{k}"
 
-    def value(self, v: Value, j: str, dist: int, reader: Op | None, complete: bool = True) -> str:
+    def _value(self, v: Value, j: str, dist: int, reader: Op | None, complete: bool = True) -> str:
         """Expression of ``v`` for iteration ``j`` read by member ``reader`` (None: after the loop).
         ``complete=False``: the reader is a wgmma accumulating into ``v`` (the Tensor Cores apply wgmmas on
         one accumulator in issue order, so it need not be complete)."""
         if v.owner is None:
             if v.block is self.k.loop.body:
                 if v.index == 0:
-                    return self.iv(j)
+                    return self._iv(j)
                 y = self.k.yield_op.operands[v.index - 1]
-                return self.value(y, f"({j}) - 1", dist + 1, reader, complete)
-            return self.outer_value(v)
+                return self._value(y, f"({j}) - 1", dist + 1, reader, complete)
+            return self._outer_value(v)
         op = v.owner
         if not self.k.in_loop(op):
-            return self.outer_value(v)
+            return self._outer_value(v)
         if id(op) in self.k.node_of:
             node = self.k.node_of[id(op)]
             if self.k.plan.part(node, self.k.schedule) != self.p.position:
-                return self.remote(v, node, j, reader)
-            return self.chain_read(v, dist, reader, complete)
+                return self._remote(v, node, j, reader)
+            return self._chain_read(v, dist, reader, complete)
         # folded op: recompute for this iteration, once per trip
         key = (v.key, j)
         if key in self.local:
             return self.local[key]
         if op.name == "ttg.local_alloc" and op.operands and op.operands[0].owner is not None \
                 and op.operands[0].owner.name in LOADS:
-            return self.remote(v, self.k.node_of[id(op.operands[0].owner)], j, reader)
-        args = [self.value(u, j, dist, reader) for u in op.operands]
-        expr = self.pure(op, args, v, j)
-        name = self.fresh(py_name(v))
-        self.emit(f"{name} = {expr}")
+            return self._remote(v, self.k.node_of[id(op.operands[0].owner)], j, reader)
+        args = [self._value(u, j, dist, reader) for u in op.operands]
+        expr = self._pure(op, args, v, j)
+        name = self._fresh(py_name(v))
+        self._emit(f"{name} = {expr}")
         self.local[key] = name
         return name
 
-    def chain_read(self, v: Value, dist: int, reader: Op | None, complete: bool = True) -> str:
+    def _chain_read(self, v: Value, dist: int, reader: Op | None, complete: bool = True) -> str:
         src = v.owner
         if reader is not None and id(reader) in self.pos and self.k.node_of[id(reader)] == \
                 self.k.node_of[id(src)] and dist == 0:
@@ -273,36 +273,36 @@ class PartitionEmitter:
         if reader is None:
             k = 0
         else:
-            sp = self.stage(self.k.node_of[id(src)])
-            sc = self.stage(self.k.node_of[id(reader)])
+            sp = self._stage(self.k.node_of[id(src)])
+            sc = self._stage(self.k.node_of[id(reader)])
             # made earlier in this trip? (not only by trip order: an epilogue trip skips the early stages)
             before = id(src) in self.ran
             k = sc - sp + dist - (0 if before else 1)
             if before and k == 0:
                 return self._fresh_read(v, complete)
-        name = self.slot_name(v, k)
+        name = self._slot_name(v, k)
         if complete:
-            self.ensure_complete(name, self.k.node_of[id(src)])
+            self._ensure_complete(name, self.k.node_of[id(src)])
         return name
 
     def _fresh_read(self, v: Value, complete: bool) -> str:
         """The value made earlier in this trip."""
         name = self.local[(v.key, "node")]
         if complete:
-            self.ensure_complete(name, None)
+            self._ensure_complete(name, None)
         return self.local[(v.key, "node")]
 
-    def ensure_complete(self, name: str, node: str | None) -> None:
+    def _ensure_complete(self, name: str, node: str | None) -> None:
         """Wait for the wgmma whose result ``name`` holds, if it may still be running."""
         for _i, entry in enumerate(self.outstanding):
             if entry["var"] == name and name is not None:
                 # all of them (ptxas serializes every wgmma of a kernel in which registers of a wgmma are
                 # read while another one issued with it may still run: its C7514 "Potential Performance
                 # Loss", seen on the FA forward with wait(1))
-                self.wait_through(len(self.outstanding) - 1)
+                self._wait_through(len(self.outstanding) - 1)
                 return
 
-    def wait_through(self, i: int, keep: str | None = None) -> None:
+    def _wait_through(self, i: int, keep: str | None = None) -> None:
         """``warpgroup_mma_wait`` so that outstanding wgmmas ``0 .. i`` are complete. ``keep``: an operand of
         a wgmma in flight to name as the wait's dependence when no completed result is read later (Triton
         wants at least one)."""
@@ -310,13 +310,13 @@ class PartitionEmitter:
         deps = [e["var"] for e in done if e["var"] is not None and self.kinds.get(e["var"]) == "token"]
         deps = list(dict.fromkeys(deps))
         if len(deps) == 1:
-            self.emit(f"{deps[0]} = warpgroup_mma_wait(num_outstanding={len(rest)}, deps=[{deps[0]}])")
+            self._emit(f"{deps[0]} = warpgroup_mma_wait(num_outstanding={len(rest)}, deps=[{deps[0]}])")
         elif deps:
-            self.emit(f"{', '.join(deps)} = warpgroup_mma_wait(num_outstanding={len(rest)}, "
+            self._emit(f"{', '.join(deps)} = warpgroup_mma_wait(num_outstanding={len(rest)}, "
                       f"deps=[{', '.join(deps)}])")
         elif keep is not None:
             # the newest wgmma's own token keeps the wait anchored; it stays in flight (re-wrapped)
-            self.emit(f"{keep} = warpgroup_mma_init(warpgroup_mma_wait(num_outstanding={len(rest)}, "
+            self._emit(f"{keep} = warpgroup_mma_init(warpgroup_mma_wait(num_outstanding={len(rest)}, "
                       f"deps=[{keep}]))")
         else:
             raise CodegenError(f"partition {self.p.position}: a wgmma wait with nothing to depend on")
@@ -325,22 +325,22 @@ class PartitionEmitter:
         self.outstanding = rest
         for e in done:
             for node in e["releases"]:
-                self.emit(self._release(node, e["age"]))
+                self._emit(self._release(node, e["age"]))
 
     # ------------------------------------------------------------------ rings
-    def ring_slot(self, node: str, j: str) -> tuple[str, str]:
+    def _ring_slot(self, node: str, j: str) -> tuple[str, str]:
         depth = self.k.plan.rings[node].depth
         return f"(({j}) % {depth})", f"((({j}) // {depth}) & 1)"
 
-    def remote(self, v: Value, node: str, j: str, reader: Op | None) -> str:
+    def _remote(self, v: Value, node: str, j: str, reader: Op | None) -> str:
         """A value made by another partition (or a ring slot): a loaded tile's slot after its ready wait."""
         ring = self.k.plan.rings.get(node)
         if ring is None:
-            return self.staged_read(v, node, j, reader)
-        slot, phase = self.ring_slot(node, j)
+            return self._staged_read(v, node, j, reader)
+        slot, phase = self._ring_slot(node, j)
         key = (node, j)
         if key not in self.waited:
-            self.emit(f"mbarrier.wait(ready_{node}.index({slot}), {phase})")
+            self._emit(f"mbarrier.wait(ready_{node}.index({slot}), {phase})")
             self.waited.add(key)
         return f"ring_{node}.index({slot})"
 
@@ -351,7 +351,7 @@ class PartitionEmitter:
         region, t = self.region
         low = {"pro": t, "steady": self.p.stages - 1 + t, "epi": self.p.stages - 1 + t,
                "after": self.p.stages - 1}[region]
-        stmt = self.release_stmt(node, j)
+        stmt = self._release_stmt(node, j)
         if region == "pro" and t - age < 0:
             raise CodegenError(f"partition {self.p.position}: a release of iteration {t - age} of {node}")
         if low - age >= 0:
@@ -359,7 +359,7 @@ class PartitionEmitter:
         return stmt[:-1] + f", pred=({j}) >= 0)"
 
     # ------------------------------------------------------------------ hand-offs between partitions
-    def staged_read(self, v: Value, node: str, j: str, reader: Op | None) -> str:
+    def _staged_read(self, v: Value, node: str, j: str, reader: Op | None) -> str:
         """A register value of another partition: wait for its staging slot, load it in this partition's
         layout, free the slot."""
         st = self.k.staging.get(v.key)
@@ -372,34 +372,34 @@ class PartitionEmitter:
             return self.local[key]
         d = st["depth"]
         slot, phase = f"(({j}) % {d})", f"((({j}) // {d}) & 1)"
-        name = self.fresh(f"{py_name(v)}_in")
-        self.emit(f"mbarrier.wait(sready_{st['id']}.index({slot}), {phase})")
-        self.emit(f"{name} = stage_{st['id']}.index({slot}).load({self.layout(v)})")
-        self.emit(f"mbarrier.arrive(sempty_{st['id']}.index({slot}))")
+        name = self._fresh(f"{py_name(v)}_in")
+        self._emit(f"mbarrier.wait(sready_{st['id']}.index({slot}), {phase})")
+        self._emit(f"{name} = stage_{st['id']}.index({slot}).load({self._layout(v)})")
+        self._emit(f"mbarrier.arrive(sempty_{st['id']}.index({slot}))")
         self.kinds[name] = "tensor"
         self.local[key] = name
         return name
 
-    def staged_write(self, v: Value, name: str, j: str) -> None:
+    def _staged_write(self, v: Value, name: str, j: str) -> None:
         """Hand ``v`` (just made here) to the partitions that read it."""
         st = self.k.staging.get(v.key)
         if st is None:
             return
-        self.ensure_complete(self.local[(v.key, "node")], None)
+        self._ensure_complete(self.local[(v.key, "node")], None)
         value = self.local[(v.key, "node")]
         d = st["depth"]
         slot, phase = f"(({j}) % {d})", f"((({j}) // {d}) & 1)"
-        self.emit(f"mbarrier.wait(sempty_{st['id']}.index({slot}), {phase} ^ 1)")
-        self.emit(f"stage_{st['id']}.index({slot}).store({value})")
-        self.emit("fence_async_shared()")
-        self.emit(f"mbarrier.arrive(sready_{st['id']}.index({slot}))")
+        self._emit(f"mbarrier.wait(sempty_{st['id']}.index({slot}), {phase} ^ 1)")
+        self._emit(f"stage_{st['id']}.index({slot}).store({value})")
+        self._emit("fence_async_shared()")
+        self._emit(f"mbarrier.arrive(sready_{st['id']}.index({slot}))")
 
-    def release_stmt(self, node: str, j: str) -> str:
-        slot, _ = self.ring_slot(node, j)
+    def _release_stmt(self, node: str, j: str) -> str:
+        slot, _ = self._ring_slot(node, j)
         return f"mbarrier.arrive(empty_{node}.index({slot}))"
 
     # ------------------------------------------------------------------ graph ops
-    def run_node(self, node: str, j: str) -> None:
+    def _run_node(self, node: str, j: str) -> None:
         members = sorted(self.k.lowering.members[node], key=lambda m: self.k.body_index.get(id(m), 0))
         for m in members:
             if m.name not in MMAS and m.name not in LOADS and m.name != "ttg.local_alloc" and any(
@@ -407,60 +407,60 @@ class PartitionEmitter:
                 raise CodegenError(f"{self.k.where(m)} reads a TMA ring slot other than as a wgmma operand; "
                                    "only wgmmas release ring slots here (not lowered)")
             if m.name in LOADS:
-                self.issue_load(node, m, j)
+                self._issue_load(node, m, j)
             elif m.name == "ttg.local_alloc":
                 continue
             elif m.name in MMAS:
-                self.issue_mma(node, m, j)
+                self._issue_mma(node, m, j)
                 self.ran.add(id(m))
             else:
-                args = [self.value(u, j, 0, m) for u in m.operands]
-                expr = self.pure(m, args, m.results[0], j)
-                name = self.fresh(py_name(m.results[0]))
-                self.emit(f"{name} = {expr}")
+                args = [self._value(u, j, 0, m) for u in m.operands]
+                expr = self._pure(m, args, m.results[0], j)
+                name = self._fresh(py_name(m.results[0]))
+                self._emit(f"{name} = {expr}")
                 self.kinds[name] = "tensor"
-                self.define(m.results[0], name)
+                self._define(m.results[0], name)
                 self.ran.add(id(m))
-                self.staged_write(m.results[0], name, j)
+                self._staged_write(m.results[0], name, j)
 
-    def define(self, v: Value, name: str) -> None:
+    def _define(self, v: Value, name: str) -> None:
         self.local[(v.key, "node")] = name
         n = self.chains.get(v.key, 0)
         if n:
             for e in self.outstanding:
-                if e["var"] == self.slot_name(v, n - 1):
+                if e["var"] == self._slot_name(v, n - 1):
                     e["var"] = None   # the value leaves its chain: nothing reads it any more
             for i in range(n - 1, 0, -1):
-                if self.slot_name(v, i - 1) not in self.defined:
+                if self._slot_name(v, i - 1) not in self.defined:
                     continue
-                self.defined.add(self.slot_name(v, i))
-                self.emit(f"{self.slot_name(v, i)} = {self.slot_name(v, i - 1)}")
-                self.kinds[self.slot_name(v, i)] = self.kinds.get(self.slot_name(v, i - 1), "tensor")
+                self.defined.add(self._slot_name(v, i))
+                self._emit(f"{self._slot_name(v, i)} = {self._slot_name(v, i - 1)}")
+                self.kinds[self._slot_name(v, i)] = self.kinds.get(self._slot_name(v, i - 1), "tensor")
                 for e in self.outstanding:
-                    if e["var"] == self.slot_name(v, i - 1):
-                        e["var"] = self.slot_name(v, i)
-            self.emit(f"{self.slot_name(v, 0)} = {name}")
-            self.defined.add(self.slot_name(v, 0))
-            self.kinds[self.slot_name(v, 0)] = self.kinds.get(name, "tensor")
+                    if e["var"] == self._slot_name(v, i - 1):
+                        e["var"] = self._slot_name(v, i)
+            self._emit(f"{self._slot_name(v, 0)} = {name}")
+            self.defined.add(self._slot_name(v, 0))
+            self.kinds[self._slot_name(v, 0)] = self.kinds.get(name, "tensor")
             for e in self.outstanding:
                 if e["var"] == name:
-                    e["var"] = self.slot_name(v, 0)
-            self.local[(v.key, "node")] = self.slot_name(v, 0)
+                    e["var"] = self._slot_name(v, 0)
+            self.local[(v.key, "node")] = self._slot_name(v, 0)
 
-    def issue_load(self, node: str, m: Op, j: str) -> None:
+    def _issue_load(self, node: str, m: Op, j: str) -> None:
         ring = self.k.plan.rings[node]
-        slot, phase = self.ring_slot(node, j)
-        desc = self.value(m.operands[0], j, 0, m)
-        coords = [self.value(u, j, 0, m) for u in m.operands[1:]]
-        self.emit(f"mbarrier.wait(empty_{node}.index({slot}), {phase} ^ 1)")
-        self.emit(f"mbarrier.expect(ready_{node}.index({slot}), {ring.nbytes})")
-        self.emit(f"tma.async_copy_global_to_shared({desc}, [{', '.join(coords)}], "
+        slot, phase = self._ring_slot(node, j)
+        desc = self._value(m.operands[0], j, 0, m)
+        coords = [self._value(u, j, 0, m) for u in m.operands[1:]]
+        self._emit(f"mbarrier.wait(empty_{node}.index({slot}), {phase} ^ 1)")
+        self._emit(f"mbarrier.expect(ready_{node}.index({slot}), {ring.nbytes})")
+        self._emit(f"tma.async_copy_global_to_shared({desc}, [{', '.join(coords)}], "
                   f"ready_{node}.index({slot}), ring_{node}.index({slot}))  # twill: {node} j={j}")
 
-    def issue_mma(self, node: str, m: Op, j: str) -> None:
-        a, b = (self.value(u, j, 0, m) for u in m.operands[:2])
+    def _issue_mma(self, node: str, m: Op, j: str) -> None:
+        a, b = (self._value(u, j, 0, m) for u in m.operands[:2])
         if len(m.operands) > 2:
-            acc = self.value(m.operands[2], j, 0, m, complete=False)
+            acc = self._value(m.operands[2], j, 0, m, complete=False)
         else:
             raise CodegenError(f"{self.k.where(m)} without an accumulator operand is not lowered")
         # which ring slots this wgmma reads, to release them once it is complete
@@ -473,28 +473,28 @@ class PartitionEmitter:
         if any(e["read"] and self._read_before(e, node) for e in self.outstanding):
             # a wgmma in flight whose result this partition reads before it needs this one's: complete it
             # now, or reading it would wait for this one too (ensure_complete waits for all)
-            self.wait_through(len(self.outstanding) - 1)
+            self._wait_through(len(self.outstanding) - 1)
         turn = self.k.plan.turns.get(node)
-        self.cur_stage, self.cur_j = self.stage(node), j
+        self.cur_stage, self.cur_j = self._stage(node), j
         if turn is not None:
-            self.turn_wait(turn)
-        name = self.fresh(py_name(m.results[0]))
+            self._turn_wait(turn)
+        name = self._fresh(py_name(m.results[0]))
         zero = is_zero_constant(m.operands[2], self.k)
         flag = ", use_acc=False" if zero else ""
-        self.emit(f"{name} = warpgroup_mma({a}, {b}, {acc}{flag}, is_async=True)  # twill: {node} j={j}")
+        self._emit(f"{name} = warpgroup_mma({a}, {b}, {acc}{flag}, is_async=True)  # twill: {node} j={j}")
         self.kinds[name] = "token"
         self.tc_log.append(node)
         if turn is not None:
-            self.turn_arrive(turn)
+            self._turn_arrive(turn)
         # at most one wgmma in flight behind the newest; those whose result is read in registers are left
         # to the full wait before that read (a partial wait that names them makes ptxas serialize)
         older = [i for i, e in enumerate(self.outstanding) if not e["read"]]
         self.outstanding.append({"node": node, "var": name, "releases": list(dict.fromkeys(releases)),
-                                 "age": self.stage(node), "read": self._read_in_registers(m)})
-        self.define(m.results[0], name)
+                                 "age": self._stage(node), "read": self._read_in_registers(m)})
+        self._define(m.results[0], name)
         if older:
-            self.wait_through(older[-1], keep=self.outstanding[-1]["var"])
-        self.staged_write(m.results[0], name, j)
+            self._wait_through(older[-1], keep=self.outstanding[-1]["var"])
+        self._staged_write(m.results[0], name, j)
 
     def _first_read(self, node: str, shift: int) -> tuple[int, int] | None:
         """(trips from now, trip-order position) of the first read in registers of ``node``'s result by an op
@@ -503,14 +503,14 @@ class PartitionEmitter:
         for e in self.k.lowering.graph.out_edges(node):
             if e.carrier != "register" or e.dst not in self.mine or e.inplace:
                 continue
-            trips = -shift + e.distance + self.stage(e.dst) - self.stage(node)
+            trips = -shift + e.distance + self._stage(e.dst) - self._stage(node)
             reads.append((trips, self.p.order.index(e.dst)))
         return min(reads) if reads else None
 
     def _read_before(self, entry: dict[str, Any], node: str) -> bool:
         """The in-flight wgmma ``entry`` is read before the first read of ``node``'s (about to be issued)."""
         mine = self._first_read(node, 0)
-        theirs = self._first_read(entry["node"], entry["age"] - self.stage(entry["node"]))
+        theirs = self._first_read(entry["node"], entry["age"] - self._stage(entry["node"]))
         if theirs is None:
             return False
         return mine is None or theirs < mine
@@ -552,7 +552,7 @@ class PartitionEmitter:
     def _last_reader(self, ring_node: str, mma: Op) -> bool:
         """``mma`` is the last op of this partition (in trip order) that reads the ring of ``ring_node``."""
         readers = [e.dst for e in self.k.lowering.graph.out_edges(ring_node) if e.dst in self.mine]
-        last = max(readers, key=lambda n: (self.stage(n), self.p.order.index(n)))
+        last = max(readers, key=lambda n: (self._stage(n), self.p.order.index(n)))
         return last == self.k.node_of[id(mma)]
 
     # ------------------------------------------------------------------ turns (cross-partition TC order)
@@ -590,21 +590,21 @@ class PartitionEmitter:
                 break
         return any_of(terms)
 
-    def turn_wait(self, turn: Any) -> None:
+    def _turn_wait(self, turn: Any) -> None:
         cond = self._nearest_is(turn.pred, lambda part: part != self.p.position)
         if cond is False:
             return
         self.uses_turn = True
-        self.emit(f"mbarrier.wait(turn.index({self.p.position}), tphase, pred={cond})")
-        self.emit("tphase = tphase ^ 1" if cond is True else f"tphase = tphase ^ ({cond}).to(gl.int32)")
+        self._emit(f"mbarrier.wait(turn.index({self.p.position}), tphase, pred={cond})")
+        self._emit("tphase = tphase ^ 1" if cond is True else f"tphase = tphase ^ ({cond}).to(gl.int32)")
 
-    def turn_arrive(self, turn: Any) -> None:
+    def _turn_arrive(self, turn: Any) -> None:
         for target in sorted({part for _, _, part in turn.succ if part != self.p.position}):
             cond = self._nearest_is(turn.succ, lambda part, target=target: part == target)
             if cond is False:
                 continue
             self.uses_turn = True
-            self.emit(f"mbarrier.arrive(turn.index({target}), pred={cond})")
+            self._emit(f"mbarrier.arrive(turn.index({target}), pred={cond})")
 
     # ------------------------------------------------------------------ trips
     def define_carried(self) -> None:
@@ -618,16 +618,16 @@ class PartitionEmitter:
                 continue
             v = values[key]
             for i in range(n):
-                name = self.slot_name(v, i)
+                name = self._slot_name(v, i)
                 if name in self.defined:
                     continue
-                if i and self.slot_name(v, i - 1) in self.defined:
-                    self.emit(f"{name} = {self.slot_name(v, i - 1)}  # start value, never read")
-                    self.kinds[name] = self.kinds.get(self.slot_name(v, i - 1), "tensor")
+                if i and self._slot_name(v, i - 1) in self.defined:
+                    self._emit(f"{name} = {self._slot_name(v, i - 1)}  # start value, never read")
+                    self.kinds[name] = self.kinds.get(self._slot_name(v, i - 1), "tensor")
                 else:
                     t = v.type
-                    self.emit(f"{name} = gl.full({list(t.shape)}, 0, {dtype_of(t.element, v.name)}, "
-                              f"{self.layout(v)})  # start value, never read")
+                    self._emit(f"{name} = gl.full({list(t.shape)}, 0, {dtype_of(t.element, v.name)}, "
+                              f"{self._layout(v)})  # start value, never read")
                     self.kinds[name] = "tensor"
                 self.defined.add(name)
 
@@ -650,7 +650,7 @@ class PartitionEmitter:
         self.uses_turn = snap["uses_turn"]
         self.tc_log = snap["tc_log"]
 
-    def trip(self, ops: list[str], t: str) -> None:
+    def _trip(self, ops: list[str], t: str) -> None:
         self.trip_expr = t
         for e in self.outstanding:
             e["age"] += 1
@@ -662,49 +662,49 @@ class PartitionEmitter:
             if node not in ops:
                 continue
             if first:
-                self.issue_invariant(self.k.schedule.slots[node].start)
-            self.run_node(node, f"({t}) - {self.stage(node)}" if self.stage(node) else t)
+                self._issue_invariant(self.k.schedule.slots[node].start)
+            self._run_node(node, f"({t}) - {self._stage(node)}" if self._stage(node) else t)
         if first:
-            self.issue_invariant(None)
+            self._issue_invariant(None)
 
-    def issue_invariant(self, before: int | None) -> None:
+    def _issue_invariant(self, before: int | None) -> None:
         """Issue the loop-invariant TMA loads needed (by iteration 0's schedule) before ``before``."""
         while self.invariant_issue and (before is None or self.invariant_issue[0][0] < before):
             _need, info = self.invariant_issue.pop(0)
             load, idx = info["load"], info["index"]
             desc = self.k.args[load.operands[0].key]
-            coords = [self.outer_value(u) for u in load.operands[1:]]
-            self.emit(f"mbarrier.expect(inv_bar.index({idx}), {load.results[0].type.nbytes})")
-            self.emit(f"tma.async_copy_global_to_shared({desc}, [{', '.join(coords)}], inv_bar.index({idx}), "
-                      f"inv{idx})")
+            coords = [self._outer_value(u) for u in load.operands[1:]]
+            self._emit(f"mbarrier.expect(inv_bar.index({idx}), {load.results[0].type.nbytes})")
+            self._emit(f"tma.async_copy_global_to_shared({desc}, [{', '.join(coords)}], "
+                       f"inv_bar.index({idx}), inv{idx})")
 
     def body(self) -> list[str]:
         """The partition function's source lines."""
         S = self.p.stages
-        lb, ub, step = (self.outer_value(self.k.loop.operands[i]) for i in range(3))
+        lb, ub, step = (self._outer_value(self.k.loop.operands[i]) for i in range(3))
         self.pre.append(f"    n_iter = gl.cdiv({ub} - {lb}, {step})")
         # chains of loop-carried values start at their initial values
         for i, y in enumerate(self.k.yield_op.operands):
-            if self.owner_part(y) != self.p.position or not self.chains.get(y.key):
+            if self._owner_part(y) != self.p.position or not self.chains.get(y.key):
                 continue
-            init = self.outer_value(self.k.loop.operands[3 + i])
+            init = self._outer_value(self.k.loop.operands[3 + i])
             for c in range(self.chains[y.key]):
-                self.pre.append(f"    {self.slot_name(y, c)} = {init}")
-                self.defined.add(self.slot_name(y, c))
-                self.kinds[self.slot_name(y, c)] = "tensor"
+                self.pre.append(f"    {self._slot_name(y, c)} = {init}")
+                self.defined.add(self._slot_name(y, c))
+                self.kinds[self._slot_name(y, c)] = "tensor"
         self.tag = "p"
         for t in range(S - 1):
             self.region = ("pro", t)
-            self.emit(f"# prologue trip {t}")
-            self.trip([n for n in self.p.order if self.stage(n) <= t], str(t))
+            self._emit(f"# prologue trip {t}")
+            self._trip([n for n in self.p.order if self._stage(n) <= t], str(t))
         self.define_carried()
         peeled = 0
         if self.invariant_issue and S == 1:
             # the loop-invariant loads go into iteration 0's trip at their place: write that trip out
             self.tag = "f0"
             self.region = ("pro", 0)
-            self.emit("# first trip, written out: the loop-invariant loads are issued in it")
-            self.trip(list(self.p.order), "0")
+            self._emit("# first trip, written out: the loop-invariant loads are issued in it")
+            self._trip(list(self.p.order), "0")
             peeled = 1
         adopted = False
         entry_kinds = dict(self.kinds)
@@ -715,7 +715,7 @@ class PartitionEmitter:
             self.tag = "s"
             self.ind += 1
             self.region = ("steady", peeled)
-            self.trip(list(self.p.order), "t")
+            self._trip(list(self.p.order), "t")
             self.ind -= 1
             end_out = [(e["node"], e["var"], e["age"]) for e in self.outstanding]
             if end_out == entry_out:
@@ -735,7 +735,7 @@ class PartitionEmitter:
             pattern = {(e["node"], e["age"]) for e in final}
             extra = [i for i, e in enumerate(self.outstanding) if (e["node"], e["age"]) not in pattern]
             if extra:
-                self.wait_through(extra[-1], keep=self.outstanding[-1]["var"] if
+                self._wait_through(extra[-1], keep=self.outstanding[-1]["var"] if
                                   extra[-1] + 1 < len(self.outstanding) else None)
             head = len(self.out)
             entry_kinds = dict(self.kinds)
@@ -759,26 +759,26 @@ class PartitionEmitter:
         if self.uses_turn and "    tphase = gl.to_tensor(0)" not in self.pre:
             self.pre.append("    tphase = gl.to_tensor(0)")
         if loop_lines:   # (a warp group without ops has nothing to run)
-            self.emit(f"for t in range({S - 1 + peeled}, n_iter):")
+            self._emit(f"for t in range({S - 1 + peeled}, n_iter):")
             self.out += loop_lines
         self.tag = "e"
         for e in range(S - 1):
             self.region = ("epi", e)
-            self.emit(f"# epilogue trip {e}")
-            self.trip([n for n in self.p.order if self.stage(n) >= e + 1], f"n_iter + {e}")
+            self._emit(f"# epilogue trip {e}")
+            self._trip([n for n in self.p.order if self._stage(n) >= e + 1], f"n_iter + {e}")
         if self.uses_turn and "    tphase = gl.to_tensor(0)" not in self.pre:
             self.pre.append("    tphase = gl.to_tensor(0)")
         self.trip_expr = f"n_iter + {S - 1}"
         self.region = ("after", 0)
         for e in self.outstanding:
             e["age"] += 1
-        self.after_loop()
+        self._after_loop()
         if self.outstanding:
-            self.wait_through(len(self.outstanding) - 1)
+            self._wait_through(len(self.outstanding) - 1)
         return self.pre + self.out
 
     # ------------------------------------------------------------------ after the loop
-    def after_loop(self) -> None:
+    def _after_loop(self) -> None:
         self.local = {}
         for op in self.k.func.body.ops:
             if self.k.body_index.get(id(op)) is not None or op is self.k.loop:
@@ -789,23 +789,23 @@ class PartitionEmitter:
             owner = self._after_owner(data)
             if owner != self.p.position:
                 continue
-            value = self.after_value(data)
-            desc = self.outer_value(op.operands[0])
-            coords = [self.outer_value(u) for u in op.operands[2:]]
+            value = self._after_value(data)
+            desc = self._outer_value(op.operands[0])
+            coords = [self._outer_value(u) for u in op.operands[2:]]
             shape, elem = self.k.desc_params[desc]
             reuse = self._reusable(shape, elem)
             if reuse:
-                self.emit(f"{reuse}.store({value})")
+                self._emit(f"{reuse}.store({value})")
                 buf = reuse
             else:
-                buf = self.fresh("obuf")
-                self.emit(f"{buf} = gl.allocate_shared_memory({dtype_of(elem, 'the store')}, {list(shape)}, "
+                buf = self._fresh("obuf")
+                self._emit(f"{buf} = gl.allocate_shared_memory({dtype_of(elem, 'the store')}, {list(shape)}, "
                           f"{desc}.layout, {value})")
                 self.k.buffers.append({"name": buf, "bytes": tile_bytes(shape, elem), "what": "store staging",
                                        "partition": self.p.position})
-            self.emit("fence_async_shared()")
-            self.emit(f"tma.async_copy_shared_to_global({desc}, [{', '.join(coords)}], {buf})")
-            self.emit("tma.store_wait(0)")
+            self._emit("fence_async_shared()")
+            self._emit(f"tma.async_copy_shared_to_global({desc}, [{', '.join(coords)}], {buf})")
+            self._emit("tma.store_wait(0)")
 
     def _reusable(self, shape: tuple[int, ...], elem: str) -> str | None:
         """A loop-invariant TMA buffer of this partition with the same block (dead after the loop)."""
@@ -823,29 +823,29 @@ class PartitionEmitter:
         if op is None:
             return None
         if op is self.k.loop:
-            return self.owner_part(self.k.yield_op.operands[v.index])
+            return self._owner_part(self.k.yield_op.operands[v.index])
         owners = {o for u in op.operands if (o := self._after_owner(u)) is not None}
         return min(owners) if owners else None
 
-    def after_value(self, v: Value) -> str:
+    def _after_value(self, v: Value) -> str:
         op = v.owner
         if op is None:
-            return self.outer_value(v)
+            return self._outer_value(v)
         if op is self.k.loop:
             y = self.k.yield_op.operands[v.index]
-            return self.chain_read(y, 0, None)
+            return self._chain_read(y, 0, None)
         if self._after_owner(v) is None:
-            return self.outer_value(v)
+            return self._outer_value(v)
         key = (v.key, "after")
         if key in self.local:
             return self.local[key]
         if op.name == "ttg.convert_layout" and all(u.name == "tt.descriptor_store" for u in self.k.users(v)):
             # the TMA store goes through shared memory, where the register layout does not matter
-            return self.after_value(op.operands[0])
-        args = [self.after_value(u) for u in op.operands]
-        expr = self.pure(op, args, v, 0)
-        name = self.fresh(py_name(v))
-        self.emit(f"{name} = {expr}")
+            return self._after_value(op.operands[0])
+        args = [self._after_value(u) for u in op.operands]
+        expr = self._pure(op, args, v, 0)
+        name = self._fresh(py_name(v))
+        self._emit(f"{name} = {expr}")
         self.local[key] = name
         return name
 
