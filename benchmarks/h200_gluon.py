@@ -9,8 +9,9 @@ Runs on a GPU machine with only torch and Triton (no twill solver): the generate
   run in a subprocess with a timeout, so a hang cannot eat the run;
 * timing in this process, median of >= 3 rounds whose competitor order rotates, every competitor timed the
   same way (``triton.testing.do_bench``, median, outputs preallocated, no copy in the timed region):
-  the generated kernels (``twill-gluon``), Triton's JIT of the example kernel (``triton``), cuDNN through
-  SDPA (``cudnn``), cuBLAS through ``torch.matmul(out=)`` (``cublas``).
+  the generated kernels (``twill-gluon``), Triton's JIT of the example kernel (``triton``), twill's Triton
+  re-entry kernels with ``--applied DIR`` (``twill-triton``), cuDNN through SDPA (``cudnn``), cuBLAS through
+  ``torch.matmul(out=)`` (``cublas``).
 
     python3 benchmarks/h200_gluon.py --quick            # one size, one round (smoke run)
     python3 benchmarks/h200_gluon.py --out $OUT/h200_gluon.json
@@ -133,6 +134,25 @@ def _generated(name):
     return launcher, launcher.manifest
 
 
+APPLIED = {"dir": None}
+"""Folder of ``benchmarks/h200_attention.py prepare`` (``--applied``): twill's Triton re-entry kernels."""
+
+
+def _applied(name):
+    """The applied (Triton re-entry) kernel of the same example and machine, or None."""
+    folder = APPLIED["dir"]
+    if folder is None or PROBLEMS[name][0] != "fa" or name.endswith("_p2"):
+        return None
+    label = "subtiled" if "subtiled" in name else "plain"
+    index = json.loads((Path(folder) / "index.json").read_text())
+    entry = next((e for e in index if e.get("label") == label and e.get("machine") == "h200"
+                  and not e.get("note")), None)
+    if entry is None:
+        return None
+    loader = _import(ROOT / "twill" / "apply_kernel.py", "twill_apply_kernel")
+    return loader.AppliedKernel.load(Path(folder) / entry["folder"])
+
+
 def _sizes(name, quick, timing):
     """Sizes to check (``timing=False``) or time for one kernel."""
     if PROBLEMS[name][0] == "gemm":
@@ -187,6 +207,7 @@ def _competitors(name, n):
     consts = dict(spec["constexprs"])
     out = {}
     launcher, manifest = _generated(name)
+    applied = _applied(name)
     if family == "fa":
         q, k, v = _fa_inputs(n)
         scale = D ** -0.5
@@ -199,6 +220,13 @@ def _competitors(name, n):
                 return lambda *a: jit[grid](*a, **consts, num_warps=spec["num_warps"],
                                             num_stages=spec["num_stages"])
         out["triton"] = _fa_launch(_Jit(), q, k, v, o2, scale, sub)
+        if applied is not None:   # twill's schedule through Triton (benchmarks/h200_attention.py prepare)
+
+            class _Applied:
+                def __getitem__(self, grid):
+                    return lambda *a: applied[grid](*a, **applied.constexprs)
+            o3 = torch.empty_like(q)
+            out["twill-triton"] = _fa_launch(_Applied(), q, k, v, o3, scale, sub)
         from torch.nn.attention import SDPBackend, sdpa_kernel
         F = torch.nn.functional
 
@@ -253,6 +281,9 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="one size (1024; 4096 for GEMM), one round")
     p.add_argument("--kernels", default=",".join(PROBLEMS), help="comma-separated kernel dirs")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--applied", default=None, metavar="DIR",
+                   help="also time twill's Triton re-entry kernels (backend twill-triton) from DIR, written "
+                        "on the CPU by: python benchmarks/h200_attention.py prepare --dir DIR --machines h200")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--sizes", default=None, help=argparse.SUPPRESS)
     p.add_argument("--timeout", type=float, default=200.0,
@@ -262,6 +293,7 @@ def main(argv=None) -> int:
         _check(args.child, [int(s) for s in args.sizes.split(",")])
         return 0
     start = time.time()
+    APPLIED["dir"] = args.applied
     names = [k for k in args.kernels.split(",") if k and (KERNELS / k / "manifest.json").is_file()]
     rounds = 1 if args.quick else max(3, args.rounds)
     if args.out:
