@@ -283,7 +283,8 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--applied", default=None, metavar="DIR",
                    help="also time twill's Triton re-entry kernels (backend twill-triton) from DIR, written "
-                        "on the CPU by: python benchmarks/h200_attention.py prepare --dir DIR --machines h200")
+                        "on the CPU by: python benchmarks/h200_attention.py prepare --dir DIR "
+                        "--machines h200")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--sizes", default=None, help=argparse.SUPPRESS)
     p.add_argument("--timeout", type=float, default=200.0,
