@@ -1,0 +1,350 @@
+"""The Gluon backend (twill.codegen.gluon): generate + compile for sm_90 on the CPU, checked against the
+schedule.
+
+Every expected value is derived from the schedule, the graph or the generated text independently of what the
+generator computed: partitions and warps from ``schedule.warp_groups``; ``setmaxnreg`` budgets from the PTX;
+the Tensor Core and TMA issue order of each partition's steady loop from the schedule's ``start mod II``;
+the shared memory from the graph's tiles times the schedule's buffer depths; spills from ptxas.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("triton.experimental.gluon")
+
+import twill
+from twill.codegen.gluon import CodegenError, generate, load
+from twill.codegen.gluon.cpu_sim import Descriptor, SimulationError, run_kernel
+from twill.machine import load_machine
+from twill.schedule import OpSlot, WarpGroup
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGETS = {
+    "gemm": ("examples/gemm.py", "h100", {}),
+    "fa_fwd": ("examples/flash_attention_fwd.py", "h200", {}),
+    "fa_fwd_subtiled": ("examples/flash_attention_fwd_subtiled.py::attn_fwd_subtiled_sm90", "h200", {}),
+    # streaming loads two iterations ahead: rings of 3, a value read two trips after it is made
+    "fa_fwd_subtiled_p2": ("examples/flash_attention_fwd_subtiled.py::attn_fwd_subtiled_sm90", "h200",
+                           {"prefetch": 2}),
+}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    out = {}
+    for name, (spec, machine, options) in TARGETS.items():
+        graph = twill.graph_from_kernel(str(ROOT / spec), machine=machine)
+        sched = twill.schedule(graph, machine, **options)
+        kernel = generate(sched, str(ROOT / spec), machine, tmp_path_factory.mktemp(name))
+        out[name] = (graph, sched, kernel)
+    return out
+
+
+def _functions(text: str) -> dict[str, str]:
+    """Source of each generated ``@gluon.jit`` function, by name."""
+    parts = re.split(r"\n@gluon\.jit\n", text)
+    return {re.match(r"def (\w+)", p).group(1): p for p in parts[1:]}
+
+
+def _steady(body: str) -> str:
+    """The steady-state loop of a partition function (the lines indented under ``for t in range``)."""
+    lines = body.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("    for t in range("))
+    out = []
+    for line in lines[at + 1:]:
+        if not line.startswith("        "):
+            break
+        out.append(line)
+    return "\n".join(out)
+
+
+def _tagged(code: str, what: str) -> list[str]:
+    return re.findall(rf"{what}\(.*# twill: (\w+)", code)
+
+
+@pytest.mark.parametrize("name", list(TARGETS))
+def test_partitions_are_the_warp_groups(built, name):
+    _graph, sched, kernel = built[name]
+    funcs = _functions(kernel.source)
+    call = re.search(r"gl\.warp_specialize\(\[(.*)\], \[([\d, ]*)\], \[([\d, ]*)\]\)", kernel.source)
+    parts = re.findall(r"\((_part\d+_g(\d+)), ", call.group(1))
+    groups = {g.index: g for g in sched.warp_groups}
+    assert sorted(int(g) for _, g in parts) == sorted(groups)           # one partition per warp group
+    worker_warps = [int(x) for x in call.group(2).split(",") if x.strip()]
+    worker_regs = [int(x) for x in call.group(3).split(",") if x.strip()]
+    workers = [groups[int(g)] for _, g in parts[1:]]
+    assert worker_warps == [g.warps for g in workers]
+    assert worker_regs == [g.registers for g in workers]
+    assert kernel.manifest["num_warps"] == groups[int(parts[0][1])].warps  # the default runs num_warps
+    ptx = (kernel.folder / f"{kernel.report.kernel}.ptx").read_text()
+    budgets = {int(x) for x in re.findall(r"setmaxnreg\.(?:inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx)}
+    for g in workers:
+        assert g.registers in budgets                                    # each worker's setmaxnreg
+    default = kernel.report.partitions[0]
+    assert default.setmaxnreg_ptx in budgets
+    if default.setmaxnreg_ptx != groups[default.group].registers:      # Triton decides the default's budget
+        assert any(f"Triton gives {default.setmaxnreg_ptx}" in n for n in kernel.report.not_kept)
+    assert set(funcs) >= {f for f, _ in parts}
+
+
+@pytest.mark.parametrize("name", list(TARGETS))
+def test_issue_order_per_partition_is_the_schedule(built, name):
+    graph, sched, kernel = built[name]
+    funcs = _functions(kernel.source)
+    ii = sched.ii
+    for fname, body in funcs.items():
+        m = re.match(r"_part\d+_g(\d+)", fname)
+        if not m:
+            continue
+        group = int(m.group(1))
+        mine = [n for n, s in sched.slots.items() if s.warp_group == group]
+        order = sorted(mine, key=lambda n: (sched.slots[n].start % ii, list(sched.slots).index(n)))
+        loop = _steady(body)
+        gemms = [n for n in order if graph.op(n).kind == "gemm"]
+        loads = [n for n in order if graph.op(n).kind == "tma_load"]
+        assert _tagged(loop, "warpgroup_mma") == gemms
+        assert _tagged(loop, "tma.async_copy_global_to_shared") == loads
+
+
+@pytest.mark.parametrize("name", list(TARGETS))
+def test_shared_memory_is_the_model_plus_barriers(built, name):
+    graph, sched, kernel = built[name]
+    depths = sched.buffer_depths()
+    tiles = graph.fixed_smem + sum(depths.get(op.name, 1) * op.smem for op in graph.ops if op.smem)
+    report = kernel.report
+    assert report.shared_model_buffers == tiles
+    store = report.shared_difference.get("epilogue store staging (not in the model)", 0)
+    assert report.barrier_bytes == 8 * len(re.findall(r"mbarrier\.init\(", kernel.source)) or \
+        report.barrier_bytes > 0
+    rest = report.shared_compiled - tiles - store - report.barrier_bytes
+    assert 0 <= rest <= 1024                                             # alignment only
+    assert report.shared_compiled <= load_machine(sched.machine).smem_per_cta
+
+
+@pytest.mark.parametrize("name", list(TARGETS))
+def test_no_spills_where_the_model_fits(built, name):
+    _graph, sched, kernel = built[name]
+    assert all(g.registers_needed <= g.registers for g in sched.warp_groups)
+    assert kernel.report.spill_store_bytes == 0 and kernel.report.spill_load_bytes == 0
+
+
+def test_rings_have_the_schedule_depths(built):
+    for graph, sched, kernel in built.values():
+        depths = sched.buffer_depths()
+        streaming = [op.name for op in graph.ops if op.kind == "tma_load"]
+        for n in streaming:
+            ring = re.search(rf"ring_{n} = gl\.allocate_shared_memory\([^,]+, \[(\d+),", kernel.source)
+            assert int(ring.group(1)) == depths[n]
+
+
+def test_ping_pong_between_the_consumer_groups(built):
+    graph, sched, kernel = built["fa_fwd_subtiled"]
+    tc_groups = {sched.slots[op.name].warp_group for op in graph.ops if op.kind == "gemm"}
+    assert len(tc_groups) == 2
+    for fname, body in _functions(kernel.source).items():
+        g = re.match(r"_part\d+_g(\d+)", fname)
+        if g and int(g.group(1)) in tc_groups:
+            loop = _steady(body)
+            assert "mbarrier.wait(turn.index(" in loop and "mbarrier.arrive(turn.index(" in loop
+
+
+def test_saved_kernel_loads_without_twill(built):
+    loader = (ROOT / "twill" / "codegen" / "gluon" / "loader.py").read_text()
+    assert not re.search(r"^\s*(from|import) twill", loader, re.M)
+    _graph, _sched, kernel = built["gemm"]
+    launcher = load(kernel.folder)
+    assert launcher.manifest["kernel"] == "matmul"
+    with pytest.raises(ValueError, match="generated for"):
+        launcher.arguments((None, None, None, 64), {"BLOCK_M": 64})
+
+
+# ------------------------------------------------------------------------------------------ random loops
+_ELEMENTWISE = ["x * 0.125", "x + 1.0", "tl.exp2(x)", "tl.maximum(x, 0.5)", "x - 2.0",
+                "tl.exp2(x * 0.5 - 1.0)"]
+
+
+def _chain_kernel(rng: random.Random, path: Path) -> tuple[str, list[str], bool, int]:
+    bn = rng.choice([64, 128])
+    steps = rng.sample(_ELEMENTWISE, rng.randint(1, 3))
+    second = rng.random() < 0.6
+    body = "\n".join(f"        x = {e}" for e in steps)
+    tail = ("        acc = tl.dot(x.to(tl.float16), w, acc)" if second else "        acc = acc + x")
+    lines = [
+        "import triton",
+        "import triton.language as tl",
+        "",
+        "",
+        "@triton.jit",
+        "def chain(a_desc, b_desc, w_desc, c_desc, K, BM: tl.constexpr, BN: tl.constexpr):",
+        "    row = tl.program_id(0) * BM",
+        "    acc = tl.zeros([BM, BN], dtype=tl.float32)",
+        "    w = w_desc.load([0, 0])",
+        "    for k0 in range(0, K, BN):",
+        "        a = a_desc.load([row, k0])",
+        "        b = b_desc.load([k0, 0])",
+        "        x = tl.dot(a, b)",
+        body,
+        tail,
+        "    c_desc.store([row, 0], acc.to(tl.float16))",
+        "",
+        "",
+        f"TWILL_KERNELS = {{'chain': {{'signature': {{'a_desc': 'tensordesc<fp16[128, {bn}]>', "
+        f"'b_desc': 'tensordesc<fp16[{bn}, {bn}]>', 'w_desc': 'tensordesc<fp16[{bn}, {bn}]>', "
+        f"'c_desc': 'tensordesc<fp16[128, {bn}]>', 'K': 'i32'}}, 'constexprs': {{'BM': 128, 'BN': {bn}}}, "
+        f"'num_warps': {rng.choice([4, 8])}, 'num_stages': 3, 'default': True}}}}",
+    ]
+    src = "\n".join(lines) + "\n"
+    path.write_text(src)
+    return str(path), steps, second, bn
+
+
+def _chain_reference(a, b, w, steps, second, bn):
+    """numpy model of the chain kernel: per K block ``x = a_k @ b_k``, the elementwise steps, then the
+    accumulation (a second GEMM with ``w`` on fp16 ``x``, or a sum)."""
+    acc = np.zeros((a.shape[0], bn), dtype=np.float32)
+    for k0 in range(0, a.shape[1], bn):
+        x = a[:, k0:k0 + bn].astype(np.float32) @ b[k0:k0 + bn].astype(np.float32)
+        for step in steps:
+            x = eval(step.replace("tl.", "np."), {"np": np, "x": x})
+        acc = acc + (x.astype(np.float16).astype(np.float32) @ w.astype(np.float32) if second else x)
+    return acc
+
+
+def _moved(sched, op: str, warps: int):
+    """``sched`` with ``op`` on a new warp group of ``warps`` warps (a relabelled schedule with hand-offs)."""
+    new = max(g.index for g in sched.warp_groups) + 1
+    slots = {n: (OpSlot(n, s.start, s.stage, new) if n == op else s) for n, s in sched.slots.items()}
+    groups = [dataclasses.replace(g, ops=tuple(o for o in g.ops if o != op),
+                                  registers=g.registers if g.role == "producer" else 160)
+              for g in sched.warp_groups]
+    groups.append(WarpGroup(new, (op,), warps, 160, 96, "consumer"))
+    return dataclasses.replace(sched, slots=slots, warp_groups=tuple(groups))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_random_loops_generate_and_compile(tmp_path, seed):
+    rng = random.Random(seed)
+    path, steps, second, bn = _chain_kernel(rng, tmp_path / f"chain{seed}.py")
+    graph = twill.graph_from_kernel(path, machine="h200")
+    options = rng.choice([{}, {"strategy": "swp"}, {"max_groups": 3}, {"prefetch": 2}])
+    sched = twill.schedule(graph, "h200", **options)
+    if seed == 3:   # an elementwise op on its own group: register hand-offs through shared memory
+        op = next(o.name for o in graph.ops if o.kind in ("alu", "exp"))
+        sched = _moved(sched, op, 4)
+    kernel = generate(sched, path, "h200", tmp_path / "out")
+    fns = [f for f in _functions(kernel.source) if f.startswith("_part")]
+    assert len(fns) == len(sched.warp_groups)
+    assert kernel.report.shared_compiled <= load_machine("h200").smem_per_cta
+    if seed == 3:
+        assert "stage_0.index(" in kernel.source and ".store(" in kernel.source
+        assert kernel.report.shared_model_buffers > graph.fixed_smem
+    # and it computes the loop (three K steps) in the CPU simulation of its barriers and wgmmas
+    data = np.random.default_rng(seed)
+    a = (data.standard_normal((128, 3 * bn)) * 0.1).astype(np.float16)
+    b = (data.standard_normal((3 * bn, bn)) * 0.1).astype(np.float16)
+    w = (data.standard_normal((bn, bn)) * 0.1).astype(np.float16)
+    c = np.full((128, bn), np.nan, dtype=np.float16)
+    descs = [Descriptor(a, [128, bn]), Descriptor(b, [bn, bn]), Descriptor(w, [bn, bn]),
+             Descriptor(c, [128, bn])]
+    run_kernel(kernel.source, "chain", [*descs, 3 * bn, 128, bn], (1, 1))
+    ref = _chain_reference(a, b, w, steps, second, bn)
+    assert np.abs(c.astype(np.float32) - ref).max() <= 1e-2 * np.abs(ref).max() + 1e-3
+
+
+# ------------------------------------------------------------------------------------------ bad inputs
+def test_schedule_of_another_graph_is_refused(built):
+    _graph, sched, _kernel = built["gemm"]
+    with pytest.raises(CodegenError, match="not one of this kernel's loop"):
+        generate(sched, str(ROOT / "examples/flash_attention_fwd.py"), "h100", compile=False)
+
+
+def test_op_without_lowering_names_op_kind_and_line(tmp_path):
+    spec = str(ROOT / "examples/decode_attention.py")
+    sched = twill.schedule(twill.graph_from_kernel(spec, machine="h200"), "h200")
+    want = r"graph op 'k' \(kind load\) is made of tt\.load at TTGIR line \d+"
+    with pytest.raises(CodegenError, match=want):
+        generate(sched, spec, "h200", tmp_path)
+
+
+def test_kernel_over_the_machines_shared_memory_is_refused(built, tmp_path):
+    _graph, sched, kernel = built["fa_fwd_subtiled"]
+    small = dataclasses.replace(load_machine("h200"), smem_per_cta=kernel.report.shared_compiled - 1)
+    want = rf"needs {kernel.report.shared_compiled} B .* \({small.smem_per_cta} B\)"
+    with pytest.raises(CodegenError, match=want):
+        generate(sched, str(ROOT / TARGETS["fa_fwd_subtiled"][0]), small, tmp_path)
+
+
+def test_machine_of_another_schedule_is_refused(built):
+    _graph, sched, _kernel = built["gemm"]
+    with pytest.raises(CodegenError, match="solved for 'h100', not 'b200'"):
+        generate(sched, str(ROOT / "examples/gemm.py"), "b200", compile=False)
+
+
+# ------------------------------------------------------------------------------------------ CPU simulation
+def _fa_reference(q, k, v, heads, n, scale):
+    out = []
+    for h in range(heads):
+        rows = slice(h * n, (h + 1) * n)
+        s = (q[rows].astype(np.float32) @ k[rows].astype(np.float32).T) * scale
+        p = np.exp(s - s.max(axis=1, keepdims=True))
+        out.append((p / p.sum(axis=1, keepdims=True)) @ v[rows].astype(np.float32))
+    return np.concatenate(out)
+
+
+def _simulate_fa(kernel, n, heads=2, d=128, seed=0):
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal((heads * n, d)).astype(np.float16) for _ in range(3))
+    o = np.full((heads * n, d), np.nan, dtype=np.float16)
+    sub = kernel.manifest["descriptors"]["q_desc"]["block_shape"][0]
+    descs = [Descriptor(q, [sub, d]), Descriptor(k, [128, d]), Descriptor(v, [128, d]),
+             Descriptor(o, [sub, d])]
+    consts = kernel.manifest["constexprs"]
+    args = [*descs, d ** -0.5, n, *(consts[a] for a in kernel.manifest["arg_names"] if a in consts)]
+    run_kernel(kernel.source, kernel.manifest["kernel"], args, (n // 128, heads))
+    ref = _fa_reference(q, k, v, heads, n, d ** -0.5)
+    return float(np.abs(o.astype(np.float32) - ref).max() / np.abs(ref).max())
+
+
+@pytest.mark.parametrize("name", ["fa_fwd", "fa_fwd_subtiled", "fa_fwd_subtiled_p2"])
+@pytest.mark.parametrize("n", [128, 384])
+def test_fa_kernels_compute_attention_in_the_cpu_simulation(built, name, n):
+    """One loop trip and three: the prologue, steady state and epilogue with every barrier modelled (the
+    prefetch-2 sub-tiled kernel was wrong on the H200 at N >= 256 before the epilogue fix)."""
+    assert _simulate_fa(built[name][2], n) < 1e-2
+
+
+def test_gemm_computes_a_product_in_the_cpu_simulation(built):
+    kernel = built["gemm"][2]
+    rng = np.random.default_rng(1)
+    m = n = 128
+    kdim = 320   # five K steps, the last one partial (zero padding of TMA)
+    a = rng.standard_normal((m, kdim)).astype(np.float16)
+    b = rng.standard_normal((n, kdim)).astype(np.float16)
+    c = np.full((m, n), np.nan, dtype=np.float16)
+    consts = kernel.manifest["constexprs"]
+    args = [Descriptor(a, [128, 64]), Descriptor(b, [128, 64]), Descriptor(c, [128, 128]), kdim,
+            *(consts[x] for x in kernel.manifest["arg_names"] if x in consts)]
+    run_kernel(kernel.source, "matmul", args, (1, 1))
+    ref = a.astype(np.float32) @ b.astype(np.float32).T
+    assert np.abs(c.astype(np.float32) - ref).max() / np.abs(ref).max() < 1e-2
+
+
+def test_the_simulation_catches_a_missing_wait_and_a_missing_release(built):
+    kernel = built["fa_fwd_subtiled"][2]
+    blind = dataclasses.replace(kernel, source=kernel.source.replace("mbarrier.wait(ready_k.index(",
+                                                                          "(lambda *a: None)(ready_k.index("))
+    assert _simulate_fa(blind, 384) > 0.1                              # reads K before it lands
+    no_release = re.sub(r"mbarrier\.arrive\(empty_v[^\n]*", "pass", kernel.source)
+    x = np.random.default_rng(0).standard_normal((512, 128)).astype(np.float16)
+    descs = [Descriptor(x, [64, 128]), Descriptor(x, [128, 128]), Descriptor(x, [128, 128]),
+             Descriptor(np.zeros_like(x), [64, 128])]
+    with pytest.raises(SimulationError, match="deadlock"):
+        run_kernel(no_release, "attn_fwd_subtiled_sm90", [*descs, 0.1, 512, 64, 128, 128], (1, 1),
+                   timeout=2.0)

@@ -1,0 +1,427 @@
+"""Run a generated Gluon kernel on the CPU: its barrier protocol and dataflow, with numpy tiles.
+
+A check that needs no GPU and does not trust the generator: the generated ``kernel.py`` is executed as plain
+Python with ``gl``, ``mbarrier``, ``tma`` and the wgmma calls replaced by models of their semantics, each
+partition in its own thread:
+
+* an **mbarrier** counts arrivals and transaction bytes; a phase completes when both reach zero, and
+  ``wait(bar, parity)`` blocks until the barrier's completed-phase count has the other parity (PTX
+  ``mbarrier.try_wait.parity``); a wait that never returns is reported as a deadlock;
+* a **TMA load** lands in shared memory only when a partition waits on its barrier, and then completes its
+  bytes there (a reader that does not wait for it sees stale data, deterministically);
+* a **wgmma** is computed when it completes (at the ``warpgroup_mma_wait`` that retires it, in issue order),
+  reading its shared-memory operands then (a ring slot released and refilled too early gives wrong results);
+  its result cannot be read before that wait (an error);
+* loop counters are integers whose comparisons give booleans with ``~``, ``&`` and ``|`` as on ``i1``.
+
+The kernel's output (written by its TMA stores into the numpy arrays behind the descriptors) is compared by
+the caller with a reference. Layouts, warps and registers are not modelled.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Descriptor", "SimulationError", "run_kernel"]
+
+_DTYPES = {"float16": np.float16, "bfloat16": np.float32, "float32": np.float32, "float64": np.float64,
+           "int32": np.int32, "int64": np.int64, "int1": np.bool_, "int8": np.int8, "int16": np.int16}
+
+
+class SimulationError(RuntimeError):
+    """The simulated kernel deadlocked, read a wgmma result before its wait, or failed otherwise."""
+
+
+class RInt(int):
+    """A loop counter / scalar: arithmetic stays ``RInt``, comparisons give :class:`RBool`."""
+
+    def _w(self, v: Any) -> Any:
+        return RInt(v) if isinstance(v, int) and not isinstance(v, bool) else v
+
+    def __add__(self, o: Any) -> Any: return self._w(int(self) + o)
+    def __radd__(self, o: Any) -> Any: return self._w(o + int(self))
+    def __sub__(self, o: Any) -> Any: return self._w(int(self) - o)
+    def __rsub__(self, o: Any) -> Any: return self._w(o - int(self))
+    def __mul__(self, o: Any) -> Any: return self._w(int(self) * o)
+    def __rmul__(self, o: Any) -> Any: return self._w(o * int(self))
+    def __floordiv__(self, o: Any) -> Any: return self._w(int(self) // o)
+    def __mod__(self, o: Any) -> Any: return self._w(int(self) % o)
+    def __and__(self, o: Any) -> Any: return self._w(int(self) & int(o))
+    def __xor__(self, o: Any) -> Any: return self._w(int(self) ^ int(o))
+    def __lt__(self, o: Any) -> Any: return RBool(int(self) < o)
+    def __le__(self, o: Any) -> Any: return RBool(int(self) <= o)
+    def __gt__(self, o: Any) -> Any: return RBool(int(self) > o)
+    def __ge__(self, o: Any) -> Any: return RBool(int(self) >= o)
+
+
+class RBool:
+    """An ``i1`` scalar."""
+
+    def __init__(self, v: Any) -> None:
+        self.v = bool(v)
+
+    def __bool__(self) -> bool: return self.v
+    def __invert__(self) -> RBool: return RBool(not self.v)
+    def __and__(self, o: Any) -> RBool: return RBool(self.v and bool(o))
+    def __rand__(self, o: Any) -> RBool: return RBool(self.v and bool(o))
+    def __or__(self, o: Any) -> RBool: return RBool(self.v or bool(o))
+    def __ror__(self, o: Any) -> RBool: return RBool(self.v or bool(o))
+    def to(self, _dtype: Any) -> RInt: return RInt(int(self.v))
+
+
+class Arr(np.ndarray):
+    """A register tensor (``x.to(dtype)`` as in Gluon)."""
+
+    def to(self, dtype: Any) -> Arr:
+        return np.asarray(self).astype(dtype).view(Arr)
+
+
+def _arr(x: Any) -> Arr:
+    return np.asarray(x).view(Arr)
+
+
+class _Dummy:
+    """A layout or other compile-time object: any constructor, any attribute."""
+
+    def __init__(self, *a: Any, **k: Any) -> None:
+        pass
+
+    def __call__(self, *a: Any, **k: Any) -> _Dummy:
+        return _Dummy()
+
+
+class Barrier:
+    """One mbarrier."""
+
+    def __init__(self, cond: threading.Condition) -> None:
+        self.cond = cond
+        self.count = self.pending = 1
+        self.tx = 0
+        self.completed = 0
+        self.in_flight: list[Callable[[], None]] = []
+
+    def _check(self) -> None:
+        if self.pending <= 0 and self.tx <= 0:
+            self.completed += 1
+            self.pending, self.tx = self.count, 0
+            self.cond.notify_all()
+
+
+class BarrierArray:
+    def __init__(self, n: int, cond: threading.Condition) -> None:
+        self.bars = [Barrier(cond) for _ in range(n)]
+
+    def index(self, i: int) -> Barrier:
+        return self.bars[int(i)]
+
+
+class Smem:
+    """A shared-memory buffer or a view of one (``index``, ``permute``)."""
+
+    def __init__(self, data: np.ndarray) -> None:
+        self.data = data
+
+    def index(self, i: int) -> Smem:
+        return Smem(self.data[int(i)])
+
+    def permute(self, order: Sequence[int]) -> Smem:
+        return Smem(np.transpose(self.data, tuple(order)))
+
+    def load(self, _layout: Any = None) -> Arr:
+        return _arr(self.data.copy())
+
+    def store(self, value: Any) -> None:
+        np.copyto(self.data, np.asarray(value).astype(self.data.dtype))
+
+
+class Descriptor:
+    """A host tensor descriptor over a 2-D numpy array (``block_shape``; out-of-bounds reads are zeros)."""
+
+    def __init__(self, array: np.ndarray, block_shape: Sequence[int]) -> None:
+        self.array = array
+        self.block_shape = list(block_shape)
+        self.layout = _Dummy()
+
+    def read(self, coord: Sequence[int]) -> np.ndarray:
+        r, c = (int(x) for x in coord)
+        h, w = self.block_shape
+        out = np.zeros((h, w), dtype=self.array.dtype)
+        part = self.array[r:r + h, c:c + w]
+        out[:part.shape[0], :part.shape[1]] = part
+        return out
+
+    def write(self, coord: Sequence[int], block: np.ndarray) -> None:
+        r, c = (int(x) for x in coord)
+        h, w = block.shape
+        dst = self.array[r:r + h, c:c + w]
+        dst[...] = block[:dst.shape[0], :dst.shape[1]].astype(self.array.dtype)
+
+
+class _Token:
+    """An asynchronous wgmma: computed when it completes."""
+
+    def __init__(self, a: Any, b: Smem, acc: Any, use_acc: bool) -> None:
+        self.a = a if isinstance(a, Smem) else np.asarray(a, dtype=np.float32).copy()  # registers: at issue
+        self.b, self.acc, self.use_acc = b, acc, use_acc
+        self.value: Arr | None = None
+
+    def complete(self) -> Arr:
+        if self.value is None:
+            a = self.a.data.astype(np.float32) if isinstance(self.a, Smem) else self.a
+            acc = self.acc
+            if isinstance(acc, _Token):
+                acc = acc.complete()
+            base = np.asarray(acc, dtype=np.float32) if self.use_acc else 0.0
+            self.value = _arr(base + a @ self.b.data.astype(np.float32))
+        return self.value
+
+    def __array__(self, *a: Any, **k: Any) -> Any:
+        raise SimulationError("a wgmma result was read before the warpgroup_mma_wait that completes it")
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise SimulationError(f"a wgmma result was used ({name}) before the warpgroup_mma_wait that "
+                              "completes it")
+
+    def _bad(self, *a: Any) -> Any:
+        raise SimulationError("a wgmma result was read before the warpgroup_mma_wait that completes it")
+
+    __add__ = __radd__ = __mul__ = __rmul__ = __sub__ = __rsub__ = __truediv__ = _bad
+
+
+class _Machine:
+    """The shared state of one simulated CTA and the mock modules bound to it."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.pid = (0, 0, 0)
+        self.local = threading.local()
+        self.timeout = 20.0
+
+    # ---------------------------------------------------------------- gl
+    def gl(self) -> Any:
+        m = self
+
+        class GL:
+            constexpr = object
+            float16, float32, bfloat16, int32, int64, int1 = (np.float16, np.float32, np.float32, np.int32,
+                                                             np.int64, np.bool_)
+
+            def __getattr__(self, name: str) -> Any:
+                if name.endswith("Layout"):
+                    return _Dummy
+                raise AttributeError(f"the CPU simulation has no gl.{name}")
+
+            @staticmethod
+            def program_id(axis: int) -> RInt: return RInt(m.pid[axis])
+            @staticmethod
+            def cdiv(a: int, b: int) -> RInt: return RInt(-(-int(a) // int(b)))
+            @staticmethod
+            def to_tensor(v: int) -> RInt: return RInt(v)
+            @staticmethod
+            def static_range(*a: int) -> range: return range(*a)
+            @staticmethod
+            def full(shape: Sequence[int], value: Any, dtype: Any, layout: Any = None) -> Arr:
+                return _arr(np.full(tuple(shape), value, dtype=dtype))
+            @staticmethod
+            def exp2(x: Any) -> Arr: return _arr(np.exp2(np.asarray(x)))
+            @staticmethod
+            def exp(x: Any) -> Arr: return _arr(np.exp(np.asarray(x)))
+            @staticmethod
+            def maximum(a: Any, b: Any) -> Arr: return _arr(np.maximum(a, b))
+            @staticmethod
+            def minimum(a: Any, b: Any) -> Arr: return _arr(np.minimum(a, b))
+            @staticmethod
+            def max(x: Any, axis: int) -> Arr: return _arr(np.max(np.asarray(x), axis=axis))
+            @staticmethod
+            def min(x: Any, axis: int) -> Arr: return _arr(np.min(np.asarray(x), axis=axis))
+            @staticmethod
+            def sum(x: Any, axis: int) -> Arr: return _arr(np.sum(np.asarray(x), axis=axis))
+            @staticmethod
+            def expand_dims(x: Any, axis: int) -> Arr: return _arr(np.expand_dims(np.asarray(x), axis))
+            @staticmethod
+            def convert_layout(x: Any, layout: Any) -> Any: return x
+            @staticmethod
+            def allocate_shared_memory(dtype: Any, shape: Sequence[int], layout: Any,
+                                       value: Any = None) -> Any:
+                if dtype is np.int64 and len(shape) == 2 and shape[1] == 1:
+                    return BarrierArray(shape[0], m.cond)
+                buf = Smem(np.zeros(tuple(shape), dtype=dtype))
+                if value is not None:
+                    buf.store(value)
+                return buf
+            @staticmethod
+            def warp_specialize(entries: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]],
+                                warps: Sequence[int], regs: Sequence[int]) -> None:
+                m.run_partitions(entries)
+        return GL()
+
+    # ---------------------------------------------------------------- barriers and TMA
+    def mbarrier(self) -> Any:
+        m = self
+
+        class MB:
+            MBarrierLayout = _Dummy
+
+            @staticmethod
+            def init(bar: Barrier, count: int) -> None:
+                with m.cond:
+                    bar.count = bar.pending = int(count)
+
+            @staticmethod
+            def expect(bar: Barrier, nbytes: int, pred: Any = True) -> None:
+                if not pred:
+                    return
+                with m.cond:
+                    bar.tx += int(nbytes)
+                    bar.pending -= 1
+                    bar._check()
+
+            @staticmethod
+            def arrive(bar: Barrier, count: int = 1, pred: Any = True) -> None:
+                if not pred:
+                    return
+                with m.cond:
+                    bar.pending -= count
+                    bar._check()
+
+            @staticmethod
+            def wait(bar: Barrier, phase: Any, pred: Any = True, deps: Any = ()) -> None:
+                if not pred:
+                    return
+                deadline = time.monotonic() + m.timeout
+                with m.cond:
+                    while True:
+                        while bar.in_flight:          # the copies a waiter sees land now
+                            bar.in_flight.pop(0)()
+                        if bar.completed % 2 != int(phase) % 2:
+                            break
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            raise SimulationError(f"deadlock: {threading.current_thread().name} waits on an "
+                                                  f"mbarrier for parity {int(phase)} (completed phases "
+                                                  f"{bar.completed}, pending {bar.pending}, tx {bar.tx})")
+                        m.cond.wait(min(left, 0.5))
+        return MB()
+
+    def tma(self) -> Any:
+        m = self
+
+        class TMA:
+            @staticmethod
+            def async_copy_global_to_shared(desc: Descriptor, coord: Sequence[int], bar: Barrier, smem: Smem,
+                                            pred: Any = True) -> None:
+                block = desc.read(coord)
+
+                def land() -> None:   # called with m.cond held
+                    np.copyto(smem.data, block.astype(smem.data.dtype))
+                    bar.tx -= block.nbytes
+                    bar._check()
+                with m.cond:
+                    bar.in_flight.append(land)
+                    m.cond.notify_all()
+
+            @staticmethod
+            def async_copy_shared_to_global(desc: Descriptor, coord: Sequence[int], smem: Smem) -> None:
+                desc.write(coord, np.asarray(smem.data))
+
+            @staticmethod
+            def store_wait(pendings: int) -> None:
+                return None
+        return TMA()
+
+    # ---------------------------------------------------------------- wgmma
+    def queue(self) -> list[_Token]:
+        if not hasattr(self.local, "queue"):
+            self.local.queue = []
+        return self.local.queue
+
+    def warpgroup_mma(self, a: Any, b: Smem, acc: Any, use_acc: Any = True, is_async: bool = True) -> _Token:
+        token = _Token(a, b, acc, bool(use_acc))
+        self.queue().append(token)
+        return token
+
+    def warpgroup_mma_wait(self, num_outstanding: int = 0, deps: Sequence[Any] = ()) -> Any:
+        q = self.queue()
+        keep = int(num_outstanding)
+        while len(q) > keep:
+            q.pop(0).complete()
+        out = [d.value if isinstance(d, _Token) and d.value is not None else d for d in deps]
+        return out[0] if len(out) == 1 else tuple(out)
+
+    # ---------------------------------------------------------------- partitions
+    def run_partitions(self, entries: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]]) -> None:
+        errors: list[BaseException] = []
+
+        def body(fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+            try:
+                fn(*args)
+            except BaseException as exc:  # reported by the caller
+                errors.append(exc)
+        threads = [threading.Thread(target=body, args=e, name=e[0].__name__, daemon=True) for e in entries]
+        for t in threads:
+            t.start()
+        for t in threads:   # a blocked wait ends its thread with a deadlock error after `timeout` seconds
+            t.join(10 * self.timeout)
+        alive = [t.name for t in threads if t.is_alive()]
+        if errors:
+            raise SimulationError(f"{type(errors[0]).__name__}: {errors[0]}") from errors[0]
+        if alive:
+            raise SimulationError(f"deadlock: partition(s) {', '.join(alive)} did not finish")
+
+
+def _strip_imports(text: str) -> str:
+    """The module without its ``triton`` imports (the names they bind are given by the simulation)."""
+    pattern = r"from triton\.experimental[^\n]*\((?:[^)]*)\)\n|from triton\.experimental[^\n]*\n"
+    return re.sub(pattern, "", text)
+
+
+def run_kernel(source: str, kernel: str, args: Sequence[Any], grid: Sequence[int], *,
+               timeout: float = 20.0) -> None:
+    """Execute generated Gluon module text ``source``'s ``kernel`` over ``grid`` on the CPU.
+
+    Parameters
+    ----------
+    source : str
+        The generated ``kernel.py`` text.
+    kernel : str
+        The kernel function's name.
+    args : sequence
+        Its arguments in order, constexprs included; tensor descriptors as :class:`Descriptor`.
+    grid : sequence of int
+        Programs along x, y (and z); they run one after the other.
+    timeout : float
+        Seconds a barrier wait may block before the run is reported as a deadlock.
+
+    Raises
+    ------
+    SimulationError
+        A deadlock, a wgmma result read before its wait, or an error inside a partition.
+    """
+    m = _Machine()
+    m.timeout = timeout
+    mods = {"gl": m.gl(), "mbarrier": m.mbarrier(), "tma": m.tma(),
+            "fence_async_shared": lambda *a, **k: None, "warpgroup_mma": m.warpgroup_mma,
+            "warpgroup_mma_wait": m.warpgroup_mma_wait, "warpgroup_mma_init": lambda x: x,
+            "range": lambda *a: (RInt(i) for i in range(*(int(x) for x in a)))}
+
+    class _Gluon:
+        @staticmethod
+        def jit(fn: Callable[..., Any]) -> Callable[..., Any]:
+            return fn
+    namespace: dict[str, Any] = {"gluon": _Gluon, **mods}
+    exec(compile(_strip_imports(source), f"<{kernel}>", "exec"), namespace)
+    fn = namespace[kernel]
+    dims = list(grid) + [1] * (3 - len(grid))
+    for x in range(dims[0]):
+        for y in range(dims[1]):
+            for z in range(dims[2]):
+                m.pid = (x, y, z)
+                fn(*args)

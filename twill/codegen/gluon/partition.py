@@ -1,0 +1,852 @@
+"""The emitter of one partition function of the Gluon kernel (see :mod:`twill.codegen.gluon.emit`)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from twill.codegen.gluon.errors import CodegenError
+from twill.codegen.gluon.facts import (
+    KernelFacts,
+    all_of,
+    any_of,
+    descriptor_block,
+    is_zero_constant,
+    negate,
+    py_name,
+    tile_bytes,
+)
+from twill.codegen.gluon.layouts import gluon_layout, parse_encoding
+from twill.codegen.gluon.ops import BINARY, CASTS, UNARY, constant_value, dtype_of, reduce_combiner
+from twill.codegen.gluon.plan import LOADS, MMAS, Partition
+from twill.frontend.ttgir import Op, Value
+
+__all__ = ["PartitionEmitter"]
+
+
+class PartitionEmitter:
+    """Emits one partition function: its preamble (``pre``) and body (``out``) lines, from :meth:`body`."""
+
+    def __init__(self, k: KernelFacts, part: Partition) -> None:
+        self.k, self.p = k, part
+        self.pre: list[str] = []
+        self.out: list[str] = []
+        self.ind = 1
+        self.outer: dict[int, str] = {}
+        self.tag = ""
+        self.local: dict[tuple[int, str], str] = {}
+        self.waited: set[tuple[str, str]] = set()
+        self.kinds: dict[str, str] = {}
+        self.outstanding: list[dict[str, Any]] = []   # wgmmas issued and not known complete, oldest first
+        self.pushed: set[int] = set()
+        self.tc_log: list[str] = []
+        self.uses_turn = False
+        self.notes: list[str] = []
+        self.invariant_issue: list[tuple[int, dict[str, Any]]] = []
+        self.ran: set[int] = set()
+        self.defined: set[str] = set()
+        self.trip_expr = "0"
+        self.counter = 0
+        self.mine = set(part.order)
+        self.pos = {}
+        order = 0
+        for n in part.order:
+            for m in sorted(k.lowering.members[n], key=lambda m: k.body_index.get(id(m), 0)):
+                self.pos[id(m)] = order
+                order += 1
+        self.chains = self._chain_lengths()
+
+    # ------------------------------------------------------------------ helpers
+    def _emit(self, line: str) -> None:
+        self.out.append("    " * self.ind + line)
+
+    def _fresh(self, hint: str) -> str:
+        self.counter += 1
+        return f"{hint}_{self.tag}{self.counter}"
+
+    def _stage(self, node: str) -> int:
+        return self.k.plan.stage[node]
+
+    def _layout(self, value: Value) -> str:
+        try:
+            return gluon_layout(parse_encoding(value.type.encoding), value.type.shape, self.p.warps,
+                                self.k.mma_columns)
+        except ValueError as exc:
+            raise CodegenError(f"{value.name or 'a value'} of {value.owner.name if value.owner else '?'}"
+                               f" at TTGIR line {value.owner.line if value.owner else '?'}: {exc}") from exc
+
+    def _producer_member(self, value: Value) -> Op | None:
+        """The graph-op member that defines ``value`` in the loop (None for folded / outside)."""
+        op = value.owner
+        return op if op is not None and id(op) in self.k.node_of else None
+
+    def _reads(self) -> list[tuple[Value, Op | None, int]]:
+        """(value, reading member or None for after-the-loop, distance) for every in-loop register value read
+        by this partition from a member of its own ops."""
+        out = []
+        for n in self.p.order:
+            for m in self.k.lowering.members[n]:
+                for v in self.operand_sources(m):
+                    out.append((v[0], m, v[1]))
+        for i, v in enumerate(self.k.yield_op.operands):
+            if self._owner_part(v) == self.p.position and self._loop_result_read(i):
+                out.append((v, None, 0))
+        return out
+
+    def _loop_result_read(self, i: int) -> bool:
+        return any(True for _ in self.k.users(self.k.loop.results[i]))
+
+    def operand_sources(self, op: Op, depth: int = 0) -> list[tuple[Value, int]]:
+        """In-loop member values ``op`` reads (through folded ops and iter_args) with their distance."""
+        found = []
+        for v in op.operands:
+            found += self._sources(v, 0)
+        for region in op.regions:
+            for block in region:
+                for inner in block.ops:
+                    if inner is not op:
+                        for v in inner.operands:
+                            if v.block is None or v.block.parent is not op:
+                                found += self._sources(v, 0)
+        return found
+
+    def _sources(self, v: Value, dist: int, seen: frozenset[int] = frozenset()) -> list[tuple[Value, int]]:
+        if v.key in seen:
+            return []
+        seen = seen | {v.key}
+        if v.owner is None:
+            if v.block is self.k.loop.body and v.index > 0:
+                return self._sources(self.k.yield_op.operands[v.index - 1], dist + 1, seen)
+            return []
+        if not self.k.in_loop(v.owner):
+            return []
+        if id(v.owner) in self.k.node_of:
+            return [(v, dist)]
+        out = []
+        for u in v.owner.operands:
+            out += self._sources(u, dist, seen)
+        return out
+
+    def _owner_part(self, v: Value) -> int | None:
+        op = v.owner
+        if op is None or id(op) not in self.k.node_of:
+            return None
+        return self.k.plan.part(self.k.node_of[id(op)], self.k.schedule)
+
+    def _chain_lengths(self) -> dict[int, int]:
+        """Loop-carried slots each value of this partition needs (see the module docstring)."""
+        chains: dict[int, int] = {}
+        for v, reader, dist in self._reads():
+            src = v.owner
+            if id(src) not in self.pos:
+                continue
+            sp = self._stage(self.k.node_of[id(src)])
+            if reader is None:
+                need = 1
+            else:
+                sc = self._stage(self.k.node_of[id(reader)])
+                before = self.pos[id(src)] < self.pos[id(reader)]
+                k = sc - sp + dist - (0 if before else 1)
+                if k < 0:
+                    raise CodegenError(f"{self.k.where(reader)} reads {v.name} of iteration i - {dist} "
+                                       "before "
+                                       f"the schedule produces it (stage {sp} after stage {sc})")
+                need = 0 if before and k == 0 else k + 1
+            chains[v.key] = max(chains.get(v.key, 0), need)
+        return chains
+
+    # ------------------------------------------------------------------ outer (before-the-loop) values
+    def _outer_value(self, v: Value) -> str:
+        if v.key in self.outer:
+            return self.outer[v.key]
+        if v.owner is None:
+            if v.key in self.k.args:
+                return self.k.args[v.key]
+            raise CodegenError(f"block argument {v} outside the loop is not lowered")
+        op = v.owner
+        if v.key in self.k.invariant:
+            name = self._invariant(v)
+        elif op.name in LOADS:
+            raise CodegenError(f"{self.k.where(op)}: a TMA load read in registers is not lowered")
+        else:
+            expr = self._pure(op, [self._outer_value(u) for u in op.operands], v, 0)
+            name = f"{py_name(v)}_o"
+            self.pre.append(f"    {name} = {expr}")
+        self.outer[v.key] = name
+        return name
+
+    def _invariant(self, v: Value) -> str:
+        info = self.k.invariant[v.key]
+        idx = info["index"]
+        self.pre.append(f"    mbarrier.wait(inv_bar.index({idx}), 0)")
+        return f"inv{idx}"
+
+    # ------------------------------------------------------------------ pure op table
+    def _pure(self, op: Op, args: list[str], result: Value, _j: int | str) -> str:
+        name = op.name
+        if name == "arith.constant":
+            value = constant_value(self.k.line(op))
+            t = result.type
+            if t.kind == "tensor":
+                return (f"gl.full({list(t.shape)}, {value}, {dtype_of(t.element, self.k.where(op))}, "
+                        f"{self._layout(result)})")
+            return value
+        if name == "tt.get_program_id":
+            axis = "xyz".index(re.search(r"tt\.get_program_id\s+(\w)", self.k.line(op)).group(1))
+            return f"gl.program_id({axis})"
+        if name in BINARY:
+            return BINARY[name](args[0], args[1])
+        if name in UNARY:
+            return UNARY[name](args[0])
+        if name in CASTS:
+            return f"{args[0]}.to({dtype_of(result.type.element, self.k.where(op))})"
+        if name == "tt.splat":
+            return args[0]
+        if name == "tt.expand_dims":
+            return f"gl.expand_dims({args[0]}, {op.attrs['axis']})"
+        if name == "tt.broadcast":
+            # Gluon's binary ops broadcast size-1 dimensions themselves (as Triton's do)
+            if all(u.name in BINARY for u in self.k.users(result)):
+                return args[0]
+            return f"{args[0]}.broadcast_to({list(result.type.shape)})"
+        if name == "ttg.convert_layout":
+            src, dst = self._layout(op.operands[0]), self._layout(result)
+            return args[0] if src == dst else f"gl.convert_layout({args[0]}, {dst})"
+        if name == "tt.reduce":
+            fn = reduce_combiner(op)
+            if fn is None:
+                raise CodegenError(f"{self.k.where(op)}: a reduction whose combiner is not one max/sum/min "
+                                   "op has no lowering")
+            return f"{fn}({args[0]}, axis={op.attrs['axis']})"
+        if name == "ttg.memdesc_trans":
+            return f"{args[0]}.permute({tuple(op.attrs['order'])})"
+        raise CodegenError(f"no Gluon lowering for {self.k.where(op)}: {self.k.line(op).strip()[:200]} "
+                           "(the backend lowers TMA descriptor loads and stores, wgmma, and elementwise, "
+                           "reduction, exp and conversion ops; pointer loads and stores are not lowered)")
+
+    # ------------------------------------------------------------------ in-loop values
+    def _iv(self, j: str) -> str:
+        lb, step = (self._outer_value(self.k.loop.operands[i]) for i in (0, 2))
+        return f"({lb} + ({j}) * {step})"
+
+    def _slot_name(self, v: Value, k: int) -> str:
+        return f"{py_name(v)}_c{k}"
+
+    def _value(self, v: Value, j: str, dist: int, reader: Op | None, complete: bool = True) -> str:
+        """Expression of ``v`` for iteration ``j`` read by member ``reader`` (None: after the loop).
+        ``complete=False``: the reader is a wgmma accumulating into ``v`` (the Tensor Cores apply wgmmas on
+        one accumulator in issue order, so it need not be complete)."""
+        if v.owner is None:
+            if v.block is self.k.loop.body:
+                if v.index == 0:
+                    return self._iv(j)
+                y = self.k.yield_op.operands[v.index - 1]
+                return self._value(y, f"({j}) - 1", dist + 1, reader, complete)
+            return self._outer_value(v)
+        op = v.owner
+        if not self.k.in_loop(op):
+            return self._outer_value(v)
+        if id(op) in self.k.node_of:
+            node = self.k.node_of[id(op)]
+            if self.k.plan.part(node, self.k.schedule) != self.p.position:
+                return self._remote(v, node, j, reader)
+            return self._chain_read(v, dist, reader, complete)
+        # folded op: recompute for this iteration, once per trip
+        key = (v.key, j)
+        if key in self.local:
+            return self.local[key]
+        if op.name == "ttg.local_alloc" and op.operands and op.operands[0].owner is not None \
+                and op.operands[0].owner.name in LOADS:
+            return self._remote(v, self.k.node_of[id(op.operands[0].owner)], j, reader)
+        args = [self._value(u, j, dist, reader) for u in op.operands]
+        expr = self._pure(op, args, v, j)
+        name = self._fresh(py_name(v))
+        self._emit(f"{name} = {expr}")
+        self.local[key] = name
+        return name
+
+    def _chain_read(self, v: Value, dist: int, reader: Op | None, complete: bool = True) -> str:
+        src = v.owner
+        if reader is not None and id(reader) in self.pos and self.k.node_of[id(reader)] == \
+                self.k.node_of[id(src)] and dist == 0:
+            return self._fresh_read(v, complete)
+        if reader is None:
+            k = 0
+        else:
+            sp = self._stage(self.k.node_of[id(src)])
+            sc = self._stage(self.k.node_of[id(reader)])
+            # made earlier in this trip? (not only by trip order: an epilogue trip skips the early stages)
+            before = id(src) in self.ran
+            k = sc - sp + dist - (0 if before else 1)
+            if before and k == 0:
+                return self._fresh_read(v, complete)
+        name = self._slot_name(v, k)
+        if complete:
+            self._ensure_complete(name, self.k.node_of[id(src)])
+        return name
+
+    def _fresh_read(self, v: Value, complete: bool) -> str:
+        """The value made earlier in this trip."""
+        name = self.local[(v.key, "node")]
+        if complete:
+            self._ensure_complete(name, None)
+        return self.local[(v.key, "node")]
+
+    def _ensure_complete(self, name: str, node: str | None) -> None:
+        """Wait for the wgmma whose result ``name`` holds, if it may still be running."""
+        for _i, entry in enumerate(self.outstanding):
+            if entry["var"] == name and name is not None:
+                # all of them (ptxas serializes every wgmma of a kernel in which registers of a wgmma are
+                # read while another one issued with it may still run: its C7514 "Potential Performance
+                # Loss", seen on the FA forward with wait(1))
+                self._wait_through(len(self.outstanding) - 1)
+                return
+
+    def _wait_through(self, i: int, keep: str | None = None) -> None:
+        """``warpgroup_mma_wait`` so that outstanding wgmmas ``0 .. i`` are complete. ``keep``: an operand of
+        a wgmma in flight to name as the wait's dependence when no completed result is read later (Triton
+        wants at least one)."""
+        done, rest = self.outstanding[:i + 1], self.outstanding[i + 1:]
+        deps = [e["var"] for e in done if e["var"] is not None and self.kinds.get(e["var"]) == "token"]
+        deps = list(dict.fromkeys(deps))
+        if len(deps) == 1:
+            self._emit(f"{deps[0]} = warpgroup_mma_wait(num_outstanding={len(rest)}, deps=[{deps[0]}])")
+        elif deps:
+            self._emit(f"{', '.join(deps)} = warpgroup_mma_wait(num_outstanding={len(rest)}, "
+                      f"deps=[{', '.join(deps)}])")
+        elif keep is not None:
+            # the newest wgmma's own token keeps the wait anchored; it stays in flight (re-wrapped)
+            self._emit(f"{keep} = warpgroup_mma_init(warpgroup_mma_wait(num_outstanding={len(rest)}, "
+                      f"deps=[{keep}]))")
+        else:
+            raise CodegenError(f"partition {self.p.position}: a wgmma wait with nothing to depend on")
+        for d in deps:
+            self.kinds[d] = "tensor"
+        self.outstanding = rest
+        for e in done:
+            for node in e["releases"]:
+                self._emit(self._release(node, e["age"]))
+
+    # ------------------------------------------------------------------ rings
+    def _ring_slot(self, node: str, j: str) -> tuple[str, str]:
+        depth = self.k.plan.rings[node].depth
+        return f"(({j}) % {depth})", f"((({j}) // {depth}) & 1)"
+
+    def _remote(self, v: Value, node: str, j: str, reader: Op | None) -> str:
+        """A value made by another partition (or a ring slot): a loaded tile's slot after its ready wait."""
+        ring = self.k.plan.rings.get(node)
+        if ring is None:
+            return self._staged_read(v, node, j, reader)
+        slot, phase = self._ring_slot(node, j)
+        key = (node, j)
+        if key not in self.waited:
+            self._emit(f"mbarrier.wait(ready_{node}.index({slot}), {phase})")
+            self.waited.add(key)
+        return f"ring_{node}.index({slot})"
+
+    def _release(self, node: str, age: int) -> str:
+        """Arrive on the empty barrier of ``node``'s slot of iteration ``trip - age``, predicated on that
+        iteration existing when the trip's region does not decide it (the first steady trip)."""
+        j = f"({self.trip_expr}) - {age}"
+        region, t = self.region
+        low = {"pro": t, "steady": self.p.stages - 1 + t, "epi": self.p.stages - 1 + t,
+               "after": self.p.stages - 1}[region]
+        stmt = self._release_stmt(node, j)
+        if region == "pro" and t - age < 0:
+            raise CodegenError(f"partition {self.p.position}: a release of iteration {t - age} of {node}")
+        if low - age >= 0:
+            return stmt
+        return stmt[:-1] + f", pred=({j}) >= 0)"
+
+    # ------------------------------------------------------------------ hand-offs between partitions
+    def _staged_read(self, v: Value, node: str, j: str, reader: Op | None) -> str:
+        """A register value of another partition: wait for its staging slot, load it in this partition's
+        layout, free the slot."""
+        st = self.k.staging.get(v.key)
+        if st is None or self.p.position not in st["readers"]:
+            raise CodegenError(f"{v.name} of graph op {node!r} is read by partition {self.p.position} "
+                               "through a path the hand-off planner did not see (a loop-carried value read "
+                               "on another warp group is not lowered)")
+        key = (v.key, "staged", j)
+        if key in self.local:
+            return self.local[key]
+        d = st["depth"]
+        slot, phase = f"(({j}) % {d})", f"((({j}) // {d}) & 1)"
+        name = self._fresh(f"{py_name(v)}_in")
+        self._emit(f"mbarrier.wait(sready_{st['id']}.index({slot}), {phase})")
+        self._emit(f"{name} = stage_{st['id']}.index({slot}).load({self._layout(v)})")
+        self._emit(f"mbarrier.arrive(sempty_{st['id']}.index({slot}))")
+        self.kinds[name] = "tensor"
+        self.local[key] = name
+        return name
+
+    def _staged_write(self, v: Value, name: str, j: str) -> None:
+        """Hand ``v`` (just made here) to the partitions that read it."""
+        st = self.k.staging.get(v.key)
+        if st is None:
+            return
+        self._ensure_complete(self.local[(v.key, "node")], None)
+        value = self.local[(v.key, "node")]
+        d = st["depth"]
+        slot, phase = f"(({j}) % {d})", f"((({j}) // {d}) & 1)"
+        self._emit(f"mbarrier.wait(sempty_{st['id']}.index({slot}), {phase} ^ 1)")
+        self._emit(f"stage_{st['id']}.index({slot}).store({value})")
+        self._emit("fence_async_shared()")
+        self._emit(f"mbarrier.arrive(sready_{st['id']}.index({slot}))")
+
+    def _release_stmt(self, node: str, j: str) -> str:
+        slot, _ = self._ring_slot(node, j)
+        return f"mbarrier.arrive(empty_{node}.index({slot}))"
+
+    # ------------------------------------------------------------------ graph ops
+    def _run_node(self, node: str, j: str) -> None:
+        members = sorted(self.k.lowering.members[node], key=lambda m: self.k.body_index.get(id(m), 0))
+        for m in members:
+            if m.name not in MMAS and m.name not in LOADS and m.name != "ttg.local_alloc" and any(
+                    self._ring_reads(u) for u in m.operands):
+                raise CodegenError(f"{self.k.where(m)} reads a TMA ring slot other than as a wgmma operand; "
+                                   "only wgmmas release ring slots here (not lowered)")
+            if m.name in LOADS:
+                self._issue_load(node, m, j)
+            elif m.name == "ttg.local_alloc":
+                continue
+            elif m.name in MMAS:
+                self._issue_mma(node, m, j)
+                self.ran.add(id(m))
+            else:
+                args = [self._value(u, j, 0, m) for u in m.operands]
+                expr = self._pure(m, args, m.results[0], j)
+                name = self._fresh(py_name(m.results[0]))
+                self._emit(f"{name} = {expr}")
+                self.kinds[name] = "tensor"
+                self._define(m.results[0], name)
+                self.ran.add(id(m))
+                self._staged_write(m.results[0], name, j)
+
+    def _define(self, v: Value, name: str) -> None:
+        self.local[(v.key, "node")] = name
+        n = self.chains.get(v.key, 0)
+        if n:
+            for e in self.outstanding:
+                if e["var"] == self._slot_name(v, n - 1):
+                    e["var"] = None   # the value leaves its chain: nothing reads it any more
+            for i in range(n - 1, 0, -1):
+                if self._slot_name(v, i - 1) not in self.defined:
+                    continue
+                self.defined.add(self._slot_name(v, i))
+                self._emit(f"{self._slot_name(v, i)} = {self._slot_name(v, i - 1)}")
+                self.kinds[self._slot_name(v, i)] = self.kinds.get(self._slot_name(v, i - 1), "tensor")
+                for e in self.outstanding:
+                    if e["var"] == self._slot_name(v, i - 1):
+                        e["var"] = self._slot_name(v, i)
+            self._emit(f"{self._slot_name(v, 0)} = {name}")
+            self.defined.add(self._slot_name(v, 0))
+            self.kinds[self._slot_name(v, 0)] = self.kinds.get(name, "tensor")
+            for e in self.outstanding:
+                if e["var"] == name:
+                    e["var"] = self._slot_name(v, 0)
+            self.local[(v.key, "node")] = self._slot_name(v, 0)
+
+    def _issue_load(self, node: str, m: Op, j: str) -> None:
+        ring = self.k.plan.rings[node]
+        slot, phase = self._ring_slot(node, j)
+        desc = self._value(m.operands[0], j, 0, m)
+        coords = [self._value(u, j, 0, m) for u in m.operands[1:]]
+        self._emit(f"mbarrier.wait(empty_{node}.index({slot}), {phase} ^ 1)")
+        self._emit(f"mbarrier.expect(ready_{node}.index({slot}), {ring.nbytes})")
+        self._emit(f"tma.async_copy_global_to_shared({desc}, [{', '.join(coords)}], "
+                  f"ready_{node}.index({slot}), ring_{node}.index({slot}))  # twill: {node} j={j}")
+
+    def _issue_mma(self, node: str, m: Op, j: str) -> None:
+        a, b = (self._value(u, j, 0, m) for u in m.operands[:2])
+        if len(m.operands) > 2:
+            acc = self._value(m.operands[2], j, 0, m, complete=False)
+        else:
+            raise CodegenError(f"{self.k.where(m)} without an accumulator operand is not lowered")
+        # which ring slots this wgmma reads, to release them once it is complete
+        releases = []
+        for u in m.operands[:2]:
+            for src, _d in self._sources(u, 0) + self._ring_reads(u):
+                ring_node = self.k.node_of.get(id(src.owner))
+                if ring_node in self.k.plan.rings and self._last_reader(ring_node, m):
+                    releases.append(ring_node)
+        if any(e["read"] and self._read_before(e, node) for e in self.outstanding):
+            # a wgmma in flight whose result this partition reads before it needs this one's: complete it
+            # now, or reading it would wait for this one too (ensure_complete waits for all)
+            self._wait_through(len(self.outstanding) - 1)
+        turn = self.k.plan.turns.get(node)
+        self.cur_stage, self.cur_j = self._stage(node), j
+        if turn is not None:
+            self._turn_wait(turn)
+        name = self._fresh(py_name(m.results[0]))
+        zero = is_zero_constant(m.operands[2], self.k)
+        flag = ", use_acc=False" if zero else ""
+        self._emit(f"{name} = warpgroup_mma({a}, {b}, {acc}{flag}, is_async=True)  # twill: {node} j={j}")
+        self.kinds[name] = "token"
+        self.tc_log.append(node)
+        if turn is not None:
+            self._turn_arrive(turn)
+        # at most one wgmma in flight behind the newest; those whose result is read in registers are left
+        # to the full wait before that read (a partial wait that names them makes ptxas serialize)
+        older = [i for i, e in enumerate(self.outstanding) if not e["read"]]
+        self.outstanding.append({"node": node, "var": name, "releases": list(dict.fromkeys(releases)),
+                                 "age": self._stage(node), "read": self._read_in_registers(m)})
+        self._define(m.results[0], name)
+        if older:
+            self._wait_through(older[-1], keep=self.outstanding[-1]["var"])
+        self._staged_write(m.results[0], name, j)
+
+    def _first_read(self, node: str, shift: int) -> tuple[int, int] | None:
+        """(trips from now, trip-order position) of the first read in registers of ``node``'s result by an op
+        of this partition, for the iteration issued ``shift`` trips ago (chained accumulations excluded)."""
+        reads = []
+        for e in self.k.lowering.graph.out_edges(node):
+            if e.carrier != "register" or e.dst not in self.mine or e.inplace:
+                continue
+            trips = -shift + e.distance + self._stage(e.dst) - self._stage(node)
+            reads.append((trips, self.p.order.index(e.dst)))
+        return min(reads) if reads else None
+
+    def _read_before(self, entry: dict[str, Any], node: str) -> bool:
+        """The in-flight wgmma ``entry`` is read before the first read of ``node``'s (about to be issued)."""
+        mine = self._first_read(node, 0)
+        theirs = self._first_read(entry["node"], entry["age"] - self._stage(entry["node"]))
+        if theirs is None:
+            return False
+        return mine is None or theirs < mine
+
+    def _read_in_registers(self, mma: Op) -> bool:
+        """Whether the loop reads ``mma``'s result with anything but a wgmma accumulating into it."""
+        todo, seen = [mma.results[0]], set()
+        while todo:
+            v = todo.pop()
+            if v.key in seen:
+                continue
+            seen.add(v.key)
+            for u in self.k.users(v):
+                if not self.k.in_loop(u) or u is self.k.loop:
+                    continue
+                if u.name == "scf.yield":
+                    todo += [self.k.loop.body.args[i + 1] for i, w in enumerate(u.operands) if w is v]
+                elif u.name in MMAS and len(u.operands) > 2 and u.operands[2] is v \
+                        and v not in u.operands[:2]:
+                    continue
+                else:
+                    return True
+        return False
+
+    def _ring_reads(self, v: Value) -> list[tuple[Value, int]]:
+        op = v.owner
+        if op is None or not self.k.in_loop(op):
+            return []
+        if op.name == "ttg.local_alloc" and op.operands and op.operands[0].owner is not None \
+                and op.operands[0].owner.name in LOADS:
+            return [(op.operands[0], 0)]
+        if id(op) in self.k.node_of:
+            return []   # another graph op's value: not a shared-memory operand of this wgmma
+        out = []
+        for u in op.operands:
+            out += self._ring_reads(u)
+        return out
+
+    def _last_reader(self, ring_node: str, mma: Op) -> bool:
+        """``mma`` is the last op of this partition (in trip order) that reads the ring of ``ring_node``."""
+        readers = [e.dst for e in self.k.lowering.graph.out_edges(ring_node) if e.dst in self.mine]
+        last = max(readers, key=lambda n: (self._stage(n), self.p.order.index(n)))
+        return last == self.k.node_of[id(mma)]
+
+    # ------------------------------------------------------------------ turns (cross-partition TC order)
+    def _exists(self, d: int) -> bool | str:
+        """Whether iteration ``j + d`` exists, for the op being emitted (iteration ``j``, stage ``s``): a
+        constant where the trip's region decides it (the loop runs at least ``S - 1`` iterations), else the
+        runtime test."""
+        S, s = self.p.stages, self.cur_stage
+        region, t = self.region
+        j = self.cur_j
+        if region == "pro":
+            jd = t - s + d
+            if jd < 0:
+                return False
+            return True if jd < S - 1 else f"({jd} < n_iter)"
+        if region == "steady":
+            low = True if S - 1 + t - s + d >= 0 else f"(({j}) + {d} >= 0)"
+            high = True if d <= s else f"(({j}) + {d} < n_iter)"
+        else:
+            if t - s + d >= 0:
+                return False
+            return True if S - 1 + t - s + d >= 0 else f"(({j}) + {d} >= 0)"
+        return all_of([low, high])
+
+    def _nearest_is(self, chain: tuple[tuple[str, int, int], ...], want: Any) -> bool | str:
+        """Condition that the nearest existing neighbour in ``chain`` is on a partition ``want(part)``."""
+        terms: list[bool | str] = []
+        missing: list[bool | str] = []
+        for _op, d, part in chain:
+            ex = self._exists(d)
+            if want(part):
+                terms.append(all_of([ex] + [negate(m) for m in missing]))
+            missing.append(ex)
+            if ex is True:
+                break
+        return any_of(terms)
+
+    def _turn_wait(self, turn: Any) -> None:
+        cond = self._nearest_is(turn.pred, lambda part: part != self.p.position)
+        if cond is False:
+            return
+        self.uses_turn = True
+        self._emit(f"mbarrier.wait(turn.index({self.p.position}), tphase, pred={cond})")
+        self._emit("tphase = tphase ^ 1" if cond is True else f"tphase = tphase ^ ({cond}).to(gl.int32)")
+
+    def _turn_arrive(self, turn: Any) -> None:
+        for target in sorted({part for _, _, part in turn.succ if part != self.p.position}):
+            cond = self._nearest_is(turn.succ, lambda part, target=target: part == target)
+            if cond is False:
+                continue
+            self.uses_turn = True
+            self._emit(f"mbarrier.arrive(turn.index({target}), pred={cond})")
+
+    # ------------------------------------------------------------------ trips
+    def define_carried(self) -> None:
+        """Give every loop-carried slot a value before the loop (Triton carries only variables defined before
+        it). A slot the prologue has not reached yet is read only after the loop has written it (the
+        schedule makes every value before it is read), so it starts as a copy of the newer slot, or as zeros
+        of its type when the value has not been made at all yet; that start value is never read."""
+        values = {v.key: v for v, _r, _d in self._reads()}
+        for key, n in self.chains.items():
+            if not n or key not in values:
+                continue
+            v = values[key]
+            for i in range(n):
+                name = self._slot_name(v, i)
+                if name in self.defined:
+                    continue
+                if i and self._slot_name(v, i - 1) in self.defined:
+                    self._emit(f"{name} = {self._slot_name(v, i - 1)}  # start value, never read")
+                    self.kinds[name] = self.kinds.get(self._slot_name(v, i - 1), "tensor")
+                else:
+                    t = v.type
+                    self._emit(f"{name} = gl.full({list(t.shape)}, 0, {dtype_of(t.element, v.name)}, "
+                              f"{self._layout(v)})  # start value, never read")
+                    self.kinds[name] = "tensor"
+                self.defined.add(name)
+
+    def _snapshot(self) -> dict[str, Any]:
+        import copy
+        return {"kinds": dict(self.kinds), "outstanding": copy.deepcopy(self.outstanding),
+                "defined": set(self.defined), "trip_expr": self.trip_expr,
+                "region": getattr(self, "region", None),
+                "counter": self.counter, "out": len(self.out), "uses_turn": self.uses_turn,
+                "tc_log": list(self.tc_log), "pre": len(self.pre)}
+
+    def _restore(self, snap: dict[str, Any]) -> None:
+        self.kinds = snap["kinds"]
+        self.defined = snap["defined"]
+        self.trip_expr = snap["trip_expr"]
+        self.region = snap["region"]
+        self.outstanding = snap["outstanding"]
+        self.counter = snap["counter"]
+        self.out = self.out[:snap["out"]]
+        self.uses_turn = snap["uses_turn"]
+        self.tc_log = snap["tc_log"]
+
+    def _trip(self, ops: list[str], t: str) -> None:
+        self.trip_expr = t
+        for e in self.outstanding:
+            e["age"] += 1
+        self.local = {}
+        self.waited = set()
+        self.ran: set[int] = set()
+        first = t == "0" and self.invariant_issue
+        for node in self.p.order:
+            if node not in ops:
+                continue
+            if first:
+                self._issue_invariant(self.k.schedule.slots[node].start)
+            self._run_node(node, f"({t}) - {self._stage(node)}" if self._stage(node) else t)
+        if first:
+            self._issue_invariant(None)
+
+    def _issue_invariant(self, before: int | None) -> None:
+        """Issue the loop-invariant TMA loads needed (by iteration 0's schedule) before ``before``."""
+        while self.invariant_issue and (before is None or self.invariant_issue[0][0] < before):
+            _need, info = self.invariant_issue.pop(0)
+            load, idx = info["load"], info["index"]
+            desc = self.k.args[load.operands[0].key]
+            coords = [self._outer_value(u) for u in load.operands[1:]]
+            self._emit(f"mbarrier.expect(inv_bar.index({idx}), {load.results[0].type.nbytes})")
+            self._emit(f"tma.async_copy_global_to_shared({desc}, [{', '.join(coords)}], "
+                       f"inv_bar.index({idx}), inv{idx})")
+
+    def body(self) -> list[str]:
+        """The partition function's source lines."""
+        S = self.p.stages
+        lb, ub, step = (self._outer_value(self.k.loop.operands[i]) for i in range(3))
+        self.pre.append(f"    n_iter = gl.cdiv({ub} - {lb}, {step})")
+        # chains of loop-carried values start at their initial values
+        for i, y in enumerate(self.k.yield_op.operands):
+            if self._owner_part(y) != self.p.position or not self.chains.get(y.key):
+                continue
+            init = self._outer_value(self.k.loop.operands[3 + i])
+            for c in range(self.chains[y.key]):
+                self.pre.append(f"    {self._slot_name(y, c)} = {init}")
+                self.defined.add(self._slot_name(y, c))
+                self.kinds[self._slot_name(y, c)] = "tensor"
+        self.tag = "p"
+        for t in range(S - 1):
+            self.region = ("pro", t)
+            self._emit(f"# prologue trip {t}")
+            self._trip([n for n in self.p.order if self._stage(n) <= t], str(t))
+        self.define_carried()
+        peeled = 0
+        if self.invariant_issue and S == 1:
+            # the loop-invariant loads go into iteration 0's trip at their place: write that trip out
+            self.tag = "f0"
+            self.region = ("pro", 0)
+            self._emit("# first trip, written out: the loop-invariant loads are issued in it")
+            self._trip(list(self.p.order), "0")
+            peeled = 1
+        adopted = False
+        entry_kinds = dict(self.kinds)
+        while True:
+            snap = self._snapshot()
+            entry_out = [(e["node"], e["var"], e["age"]) for e in self.outstanding]
+            head = len(self.out)
+            self.tag = "s"
+            self.ind += 1
+            self.region = ("steady", peeled)
+            self._trip(list(self.p.order), "t")
+            self.ind -= 1
+            end_out = [(e["node"], e["var"], e["age"]) for e in self.outstanding]
+            if end_out == entry_out:
+                break
+            if adopted:
+                raise CodegenError(f"partition {self.p.position}: the wgmmas in flight at the end of a "
+                                   f"steady trip ({end_out}) differ from those at its start ({entry_out}); "
+                                   "the steady state is not periodic")
+            # The first steady trip has fewer wgmmas in flight than the others (those of iterations before
+            # the first): emit the loop for the steady pattern; waits on fewer wgmmas return at once, and the
+            # slot releases of iterations that do not exist are predicated off (_release).
+            final = [dict(e) for e in self.outstanding]
+            self._restore(snap)
+            self.out = self.out[:head]
+            # wgmmas the prologue leaves in flight that the steady pattern has completed at the loop's top:
+            # wait for them before the loop (in order, so through the newest of them)
+            pattern = {(e["node"], e["age"]) for e in final}
+            extra = [i for i, e in enumerate(self.outstanding) if (e["node"], e["age"]) not in pattern]
+            if extra:
+                self._wait_through(extra[-1], keep=self.outstanding[-1]["var"] if
+                                  extra[-1] + 1 < len(self.outstanding) else None)
+            head = len(self.out)
+            entry_kinds = dict(self.kinds)
+            keep = {(e["node"], e["var"], e["age"]) for e in self.outstanding}
+            for e in final:
+                if (e["node"], e["var"], e["age"]) not in keep and e["var"] is not None:
+                    self.kinds[e["var"]] = "token"
+            self.outstanding = final
+            adopted = True
+        if adopted:
+            self.notes.append(f"partition {self.p.position}: the loop's first steady trip waits on fewer "
+                              "wgmmas than the others (the steady pattern is emitted; the ring releases of "
+                              "iterations before the first are predicated off)")
+        fix = []
+        for name, kind in self.kinds.items():
+            if kind == "token" and entry_kinds.get(name) == "tensor" and re.search(r"_c\d+$", name):
+                fix.append(f"    {'    ' * (self.ind - 1)}{name} = warpgroup_mma_init({name})")
+        loop_lines = self.out[head:]
+        self.out = self.out[:head]
+        self.out += fix
+        if self.uses_turn and "    tphase = gl.to_tensor(0)" not in self.pre:
+            self.pre.append("    tphase = gl.to_tensor(0)")
+        if loop_lines:   # (a warp group without ops has nothing to run)
+            self._emit(f"for t in range({S - 1 + peeled}, n_iter):")
+            self.out += loop_lines
+        self.tag = "e"
+        for e in range(S - 1):
+            self.region = ("epi", e)
+            self._emit(f"# epilogue trip {e}")
+            self._trip([n for n in self.p.order if self._stage(n) >= e + 1], f"n_iter + {e}")
+        if self.uses_turn and "    tphase = gl.to_tensor(0)" not in self.pre:
+            self.pre.append("    tphase = gl.to_tensor(0)")
+        self.trip_expr = f"n_iter + {S - 1}"
+        self.region = ("after", 0)
+        for e in self.outstanding:
+            e["age"] += 1
+        self._after_loop()
+        if self.outstanding:
+            self._wait_through(len(self.outstanding) - 1)
+        return self.pre + self.out
+
+    # ------------------------------------------------------------------ after the loop
+    def _after_loop(self) -> None:
+        self.local = {}
+        for op in self.k.func.body.ops:
+            if self.k.body_index.get(id(op)) is not None or op is self.k.loop:
+                continue
+            if op.name not in ("tt.descriptor_store",) or self.k.in_loop(op):
+                continue
+            data = op.operands[-1] if op.name != "tt.descriptor_store" else op.operands[1]
+            owner = self._after_owner(data)
+            if owner != self.p.position:
+                continue
+            value = self._after_value(data)
+            desc = self._outer_value(op.operands[0])
+            coords = [self._outer_value(u) for u in op.operands[2:]]
+            shape, elem = self.k.desc_params[desc]
+            reuse = self._reusable(shape, elem)
+            if reuse:
+                self._emit(f"{reuse}.store({value})")
+                buf = reuse
+            else:
+                buf = self._fresh("obuf")
+                self._emit(f"{buf} = gl.allocate_shared_memory({dtype_of(elem, 'the store')}, {list(shape)}, "
+                          f"{desc}.layout, {value})")
+                self.k.buffers.append({"name": buf, "bytes": tile_bytes(shape, elem), "what": "store staging",
+                                       "partition": self.p.position})
+            self._emit("fence_async_shared()")
+            self._emit(f"tma.async_copy_shared_to_global({desc}, [{', '.join(coords)}], {buf})")
+            self._emit("tma.store_wait(0)")
+
+    def _reusable(self, shape: tuple[int, ...], elem: str) -> str | None:
+        """A loop-invariant TMA buffer of this partition with the same block (dead after the loop)."""
+        for key, info in self.k.invariant.items():
+            if key in self.outer and self.outer[key].startswith("inv") and not info.get("reused"):
+                load = info["load"]
+                lshape, lelem = descriptor_block(load.operands[0].type.text)
+                if lshape == shape and lelem == elem:
+                    info["reused"] = True
+                    return self.outer[key]
+        return None
+
+    def _after_owner(self, v: Value) -> int | None:
+        op = v.owner
+        if op is None:
+            return None
+        if op is self.k.loop:
+            return self._owner_part(self.k.yield_op.operands[v.index])
+        owners = {o for u in op.operands if (o := self._after_owner(u)) is not None}
+        return min(owners) if owners else None
+
+    def _after_value(self, v: Value) -> str:
+        op = v.owner
+        if op is None:
+            return self._outer_value(v)
+        if op is self.k.loop:
+            y = self.k.yield_op.operands[v.index]
+            return self._chain_read(y, 0, None)
+        if self._after_owner(v) is None:
+            return self._outer_value(v)
+        key = (v.key, "after")
+        if key in self.local:
+            return self.local[key]
+        if op.name == "ttg.convert_layout" and all(u.name == "tt.descriptor_store" for u in self.k.users(v)):
+            # the TMA store goes through shared memory, where the register layout does not matter
+            return self._after_value(op.operands[0])
+        args = [self._after_value(u) for u in op.operands]
+        expr = self._pure(op, args, v, 0)
+        name = self._fresh(py_name(v))
+        self._emit(f"{name} = {expr}")
+        self.local[key] = name
+        return name
+
+
