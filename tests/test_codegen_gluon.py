@@ -22,7 +22,7 @@ pytest.importorskip("triton.experimental.gluon")
 import twill
 from twill.codegen.gluon import CodegenError, generate, load
 from twill.codegen.gluon.cpu_sim import Descriptor, SimulationError, run_kernel
-from twill.machine import load_machine
+from twill.ir.machine import load_machine
 from twill.schedule import OpSlot, WarpGroup
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ from twill.render.terminal import make_console
 
 __all__ = ["add_parser", "run"]
 
-HELP = "apply a schedule to the kernel through Triton and build the cubin"
+HELP = "apply a schedule to the kernel: through Triton's compile, or as a generated Gluon kernel"
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -19,12 +19,17 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     machine = machine_options(default=None, help="machine to solve for (default h100; with --schedule, the "
                                                  "schedule's machine)")
     p = sub.add_parser("apply", help=HELP, parents=[machine],
-                       description="Solve (or read --schedule), write twill's stages, order and (sm_100) "
-                                   "warp groups into Triton's scheduled TTGIR, finish the compile to a cubin "
-                                   "and save it as a launchable kernel; prints what was kept and what was "
-                                   "dropped.")
+                       description="Solve (or read --schedule), then either write twill's stages, order "
+                                   "and (sm_100) warp groups into Triton's scheduled TTGIR and finish the "
+                                   "compile to a cubin (--backend triton), or generate a warp-specialized "
+                                   "Gluon kernel that executes the schedule (--backend gluon: one partition "
+                                   "per warp group, TMA rings, mbarriers, async wgmma; Hopper); save it as a "
+                                   "launchable kernel and print what was kept and what was dropped.")
     p.add_argument("file", help="FILE.py[::KERNEL] with a TWILL_KERNELS entry")
     p.add_argument("--schedule", metavar="JSON", help="use this saved schedule instead of solving")
+    p.add_argument("--backend", choices=("triton", "gluon"), default="triton",
+                   help="triton: re-enter Triton's compile (default); gluon: generate a Gluon kernel "
+                        "(docs/gluon.md; load it on a GPU with twill.codegen.gluon.load(DIR))")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="folder for the compiled kernel")
     p.add_argument("--prefetch", type=int, help="stages between a streaming load and its consumer")
     p.add_argument("--time-limit", type=float, metavar="S", help="seconds for the solve")
@@ -58,6 +63,15 @@ def run(args: argparse.Namespace) -> int:
         apart = triton_apart(graph) if target == "sm_100" else ()
         with console.status(f"solving {graph.name} for {machine}..."):
             sched = solve(graph, machine, time_limit=args.time_limit, apart=apart)
+    if args.backend == "gluon":
+        from twill.codegen.gluon import generate
+
+        with console.status(f"generating and compiling the Gluon kernel of {sched.problem.name}..."):
+            kernel = generate(sched, args.file, machine, out, compile=not args.no_compile)
+        (out / "schedule.json").write_text(sched.to_json())
+        print(kernel.report.render())
+        print(f"wrote {out}/")
+        return 0
     result = apply(sched, args.file, prefetch=args.prefetch, output_dir=args.output,
                    compile=not args.no_compile, baseline=not args.no_baseline, peel=not args.no_peel,
                    machine=machine)

@@ -25,8 +25,8 @@ from typing import Any
 from twill.codegen.gluon.emit import KernelSource, check_lowerable, emit_kernel
 from twill.codegen.gluon.errors import CodegenError
 from twill.codegen.gluon.plan import Plan, default_budget, default_candidates, make_plan
-from twill.liveness import fold, memory_intervals
-from twill.machine import Machine, load_machine
+from twill.model.liveness import fold, memory_intervals
+from twill.ir.machine import Machine, load_machine
 from twill.schedule import Schedule
 
 __all__ = ["GluonKernel", "GluonReport", "PartitionReport", "compile_source", "generate"]
@@ -165,7 +165,7 @@ def compile_source(fn: Any, signature: dict[str, str], constexprs: dict[str, Any
 
 
 def _ptxas(ptx: str) -> dict[str, Any]:
-    from twill.regs import parse_ptxas_log, triton_tool
+    from twill.calibrate.regs import parse_ptxas_log, triton_tool
 
     with tempfile.TemporaryDirectory(prefix="twill-gluon-") as tmp:
         src = Path(tmp) / "k.ptx"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from twill.apply_map import ApplyError
+from twill.apply.map import ApplyError
 
 __all__ = ["CodegenError"]
 
