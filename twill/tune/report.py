@@ -1,0 +1,147 @@
+"""The results of a sweep: ranking, the terminal table, the JSON file and the plot.
+
+JSON (``write_json``)::
+
+    {"configs": [{"constexprs": {...}, "num_warps": 8, "num_stages": 3, "fits": true, "reason": null,
+                  "predicted_ms": 11.3, "predicted_tflops": 389.1, "schedule": {...} | null,
+                  "details": {...}}, ...],
+     "kernel": ..., "machine": ..., "problem": {...}, "interrupted": false, "cut": 0, ...}
+
+``configs`` are ranked: the configs that fit by predicted time (fastest first, ties by grid order), then
+those that cannot run, in grid order.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["PUBLIC_KEYS", "rank", "render_table", "short_reason", "to_document", "write_json", "write_plot"]
+
+PUBLIC_KEYS = ("constexprs", "num_warps", "num_stages", "fits", "reason", "predicted_ms", "predicted_tflops",
+               "schedule")
+"""The keys every config of the JSON has (``details`` and ``error`` come after them)."""
+
+
+def rank(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Results ranked: fitting configs by predicted time, then the rest in grid order."""
+    def key(r: Mapping[str, Any]) -> tuple[int, float, int]:
+        index = r.get("index")
+        index = index if isinstance(index, int) else 1 << 30
+        if r.get("fits") and r.get("predicted_ms") is not None:
+            return (0, float(r["predicted_ms"]), index)
+        return (1, 0.0, index)
+
+    return [dict(r) for r in sorted(results, key=key)]
+
+
+def _clean(result: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: result.get(k) for k in PUBLIC_KEYS}
+    for k in ("predicted_ms", "predicted_tflops"):
+        if out[k] is not None:
+            out[k] = round(float(out[k]), 6)
+    out["details"] = result.get("details", {})
+    out["error"] = result.get("error")
+    return out
+
+
+def to_document(results: Sequence[Mapping[str, Any]], **meta: Any) -> dict[str, Any]:
+    """The JSON document: ranked configs and ``meta`` (kernel, machine, problem, interrupted, cut ...)."""
+    return {"configs": [_clean(r) for r in rank(results)], **meta}
+
+
+def write_json(path: str | Path, results: Sequence[Mapping[str, Any]], **meta: Any) -> None:
+    """Write :func:`to_document` to ``path`` (through a temporary file, so a reader never sees half)."""
+    target = Path(path)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(json.dumps(to_document(results, **meta), indent=1, default=str) + "\n", encoding="utf-8")
+    tmp.replace(target)
+
+
+def _label(r: Mapping[str, Any], names: Sequence[str]) -> str:
+    ce = r.get("constexprs", {})
+    return " ".join(f"{n}={ce.get(n)}" for n in names)
+
+
+def render_table(results: Sequence[Mapping[str, Any]], names: Sequence[str], *, top: int | None = None,
+                 title: str = "") -> Any:
+    """A :class:`rich.table.Table`: rank, the grid's constexprs, warps, stages, predicted time and TFLOP/s,
+    registers, SMEM, CTAs/SM, twill's II, and for a config that cannot run, why."""
+    from rich.table import Table
+
+    table = Table(title=title or None)
+    for col in ("#", *names, "warps", "stages", "pred ms", "TFLOP/s", "regs", "SMEM KB", "CTA/SM",
+                "cyc/trip", "twill II", "note"):
+        table.add_column(col, justify="left" if col in ("note",) else "right", overflow="fold")
+    ranked = rank(results)
+    fitting = [r for r in ranked if r.get("fits")]
+    rest = [r for r in ranked if not r.get("fits")]
+    shown = fitting[:top] if top else fitting
+    for i, r in enumerate(shown, 1):
+        d = r.get("details", {})
+        s = r.get("schedule") or {}
+        note = []
+        if d.get("wgmma_serialized"):
+            note.append(f"spills {d.get('spill_bytes', 0)} B: wgmma serialized")
+        if s and not s.get("proven_optimal"):
+            note.append("twill II not proven")
+        table.add_row(str(i), *(str(r["constexprs"].get(n)) for n in names), str(r["num_warps"]),
+                      str(r["num_stages"]), f"{r['predicted_ms']:.3f}", f"{r['predicted_tflops']:.0f}",
+                      str(d.get("registers", "")), f"{d.get('shared_bytes', 0) / 1024:.0f}",
+                      str(d.get("ctas_per_sm", "")), f"{d.get('cycles_per_trip', 0):.0f}",
+                      f"{s['ii_cycles']:.0f}" if s else "-", "; ".join(note))
+    for r in rest:
+        d = r.get("details", {})
+        table.add_row("-", *(str(r["constexprs"].get(n)) for n in names), str(r["num_warps"]),
+                      str(r["num_stages"]), "-", "-", str(d.get("registers", "-")),
+                      f"{d['shared_bytes'] / 1024:.0f}" if "shared_bytes" in d else "-", "-", "-", "-",
+                      f"cannot run: {short_reason(r.get('reason'))}", style="red")
+    return table
+
+
+def short_reason(reason: str | None) -> str:
+    """The head of a reason (up to its first ``:`` and the numbers after it) for a table cell; the whole
+    reason is in the JSON and printed below the table.
+
+    >>> short_reason("shared memory: Triton allocates 294976 B per CTA, more than the 232448 B a CTA may use")
+    'shared memory: Triton allocates 294976 B per CTA, more than the 232448 B'
+    """
+    if not reason:
+        return ""
+    text = str(reason)
+    head, _, rest = text.partition(",")
+    more = rest.split(" a CTA", 1)[0] if " a CTA" in rest else ""
+    out = f"{head},{more}" if more else head
+    return out if len(out) <= 90 else out[:87] + "..."
+
+
+def write_plot(path: str | Path, results: Sequence[Mapping[str, Any]], names: Sequence[str], *,
+               title: str = "") -> None:
+    """Predicted time of every config in grid order (a bar each; configs that cannot run marked x)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = sorted(results, key=lambda r: r.get("index") if isinstance(r.get("index"), int) else 1 << 30)
+    labels = [f"{_label(r, names)} w{r['num_warps']} s{r['num_stages']}" for r in rows]
+    times = [r["predicted_ms"] if r.get("fits") and r.get("predicted_ms") is not None else 0.0 for r in rows]
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.28 * len(rows) + 2), 4.8))
+    colors = ["tab:blue" if t > 0 else "lightgray" for t in times]
+    ax.bar(range(len(rows)), times, color=colors)
+    top = max(times) if any(times) else 1.0
+    for i, t in enumerate(times):
+        if t == 0:
+            ax.text(i, top * 0.02, "x", ha="center", va="bottom", color="tab:red", fontsize=8)
+    if any(times):
+        best = min(range(len(times)), key=lambda i: times[i] if times[i] > 0 else float("inf"))
+        ax.bar([best], [times[best]], color="tab:green")
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels(labels, rotation=90, fontsize=7)
+    ax.set_ylabel("predicted time (ms)")
+    ax.set_title(title or "twill tune: predicted time per config (x: cannot run, green: fastest)")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
