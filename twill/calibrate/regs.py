@@ -268,14 +268,17 @@ _SASS_ADDRESSED = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[T\d]+\s+)?([
 def parse_sass_loop(text: str) -> int | None:
     """Instructions of the main loop of a disassembled kernel (``cuobjdump -sass``), per warp per trip.
 
-    The main loop is taken to be the backward branch (``BRA`` to a lower address) whose span holds the
-    most instructions; the count is every instruction from its target to the branch, both included.
-    ptxas places the retry paths of barrier waits (short backward branches) out of line, after the
-    kernel's ``EXIT``, so they do not fall inside the main loop's span; a spin loop that does is counted
-    once (its trip count is not known statically). Returns None when there is no backward branch.
+    The main loop is taken to be the backward branch (``BRA`` to a lower address) placed before the
+    kernel's first ``EXIT`` whose span holds the most instructions; the count is every instruction from
+    its target to the branch, both included. ptxas places the retry paths of barrier waits out of line,
+    after the ``EXIT``, each ending in a branch back into the body: those are not loops of the kernel
+    and are skipped (counting from one of them would take in the whole kernel). A spin loop inside the
+    main loop is counted once (its trip count is not known statically). Returns None when there is no
+    such branch.
 
     >>> parse_sass_loop("        /*0010*/  MOV R1, R2 ;\\n        /*0020*/  FMUL R3, R1, R1 ;\\n"
-    ...                 "        /*0030*/  @P0 BRA 0x10 ;\\n        /*0040*/  EXIT ;")
+    ...                 "        /*0030*/  @P0 BRA 0x10 ;\\n        /*0040*/  EXIT ;\\n"
+    ...                 "        /*0050*/  @!P0 BRA 0x50 ;\\n        /*0060*/  BRA 0x0 ;")
     3
     """
     rows: list[tuple[int, str, str]] = []
@@ -284,8 +287,10 @@ def parse_sass_loop(text: str) -> int | None:
         if match:
             rows.append((int(match.group(1), 16), match.group(2), match.group(3)))
     best: int | None = None
+    exits = [a for a, opcode, _ in rows if opcode == "EXIT"]
+    first_exit = min(exits) if exits else None
     for address, opcode, rest in rows:
-        if opcode != "BRA":
+        if opcode != "BRA" or (first_exit is not None and address > first_exit):
             continue
         target = re.search(r"0x([0-9a-f]+)", rest)
         if target is None or int(target.group(1), 16) >= address:

@@ -84,7 +84,7 @@ def tune(kernel: str, machine: str, grid: Mapping[str, Sequence[Any]], *,
          num_warps: Sequence[int] | None = None, num_stages: Sequence[int] | None = None,
          problem: Mapping[str, int] | None = None, backend: str = "triton", time_limit: float = 5.0,
          jobs: int | None = None, ray: str | None = None, cache_dir: str | None = "default",
-         worker: Callable[[Task], dict[str, Any]] = tune_config,
+         worker: Callable[[Task], dict[str, Any]] | None = None,
          on_start: Callable[[int], None] | None = None,
          on_result: Callable[[dict[str, Any]], None] | None = None) -> TuneOutcome:
     """Predict every config of ``grid`` x ``num_warps`` x ``num_stages`` for ``kernel`` on ``machine``.
@@ -108,8 +108,9 @@ def tune(kernel: str, machine: str, grid: Mapping[str, Sequence[Any]], *,
     jobs, ray : see :func:`twill.tune.runner.run_sweep`.
     cache_dir : str or None
         Compile cache folder; ``"default"``: :func:`twill.tune.worker.default_cache_dir`; None: no cache.
-    worker : callable
-        The per-config function (a test can pass another).
+    worker : callable, optional
+        The per-config function (default :func:`twill.tune.worker.tune_config`; a module-level function,
+        so that worker processes can import it).
     on_start, on_result : callable, optional
         Called with the number of configs before the sweep, and with each result.
 
@@ -130,7 +131,7 @@ def tune(kernel: str, machine: str, grid: Mapping[str, Sequence[Any]], *,
                   backend, cache, c.index) for c in configs]
     if on_start is not None:
         on_start(len(tasks))
-    sweep = run_sweep(tasks, worker, jobs=jobs, ray=ray, on_result=on_result)
+    sweep = run_sweep(tasks, worker or tune_config, jobs=jobs, ray=ray, on_result=on_result)
     meta = {"kernel": kernel, "kernel_entry": spec.name, "machine": machine, "backend": backend,
             "problem": sizes, "grid": {k: list(v) for k, v in grid.items()},
             "num_warps": sorted({c.num_warps for c in configs}),

@@ -23,9 +23,21 @@ from twill.ir.costmodel import CostModel
 from twill.ir.graph import Graph
 from twill.ir.machine import Machine
 
-__all__ = ["HardwareTerms", "TritonSlots", "effective_cycles", "gemm_operands", "hardware_terms",
-           "register_demand", "replicate", "serialize_gemms", "simulate_triton", "triton_schedule",
-           "triton_slots", "waves"]
+__all__ = [
+    "HardwareTerms",
+    "TritonSlots",
+    "effective_cycles",
+    "gemm_operands",
+    "hardware_terms",
+    "register_demand",
+    "replicate",
+    "serialize_gemms",
+    "simulate_triton",
+    "trips_needed",
+    "triton_schedule",
+    "triton_slots",
+    "waves",
+]
 
 
 @dataclass(frozen=True)
@@ -135,13 +147,20 @@ def simulate_triton(schedule: Any, num_stages: int, iterations: int, *, latency:
     """Simulate with Triton's ``num_stages`` buffers for every variable-latency load (a SimResult).
 
     ``latency``: every TMA load takes exactly that many cycles instead of the default draw around
-    ``cost.tma_latency``. ``iterations`` loop trips; the steady state is read over the middle half.
+    ``cost.tma_latency``. ``iterations`` loop trips (at least :func:`trips_needed`); the steady state is
+    read over the middle half.
     """
     from twill.analysis.simulate import simulate
 
     loads = {n: max(1, num_stages) for n in schedule.problem.names if schedule.problem.op(n).variable_latency}
-    return simulate(schedule, iterations, None if latency is None else {"tma_load": latency}, seed=seed,
-                    buffers=loads, unit_order="greedy")
+    return simulate(schedule, trips_needed(schedule, iterations), None if latency is None else {
+        "tma_load": latency}, seed=seed, buffers=loads, unit_order="greedy")
+
+
+def trips_needed(schedule: Any, iterations: int) -> int:
+    """``iterations``, raised to the ``2 * stages + 4`` trips the simulator needs for a steady state (the
+    stages of the laid-out schedule: a loop of few short ops, such as a GEMM, spans many)."""
+    return max(iterations, 2 * schedule.stages + 4)
 
 
 def register_demand(schedule: Any, result: Any, iterations: int) -> int:
@@ -156,7 +175,7 @@ def register_demand(schedule: Any, result: Any, iterations: int) -> int:
 
     p = schedule.problem
     ii = max(1, round(result.cycles_per_iteration))
-    i0 = iterations // 2
+    i0 = trips_needed(schedule, iterations) // 2
     issue = {r.name: r.issue for r in result.trace if r.iteration == i0}
     first = min(issue.values())
     start = {n: round(issue[n] - first) for n in p.names}
@@ -272,6 +291,8 @@ def hardware_terms(graph: Graph, operands: Mapping[str, tuple[int, int, int, boo
     stretched to its shared-memory operand reads when those take longer (Hopper; on Blackwell
     ``tcgen05.mma`` reads operands the same way, so the same rate applies).
     """
+    tma_scale = float(cm.machine.const("cost.tma_bytes_per_cycle")) / float(
+        cm.machine.const("cost.tma_kernel_bytes_per_cycle"))
     units: dict[str, float] = {}
     raw: dict[str, float] = {}
     gemms: list[tuple[str, float, int]] = []
@@ -292,6 +313,8 @@ def hardware_terms(graph: Graph, operands: Mapping[str, tuple[int, int, int, boo
             reads += smem
             busy["tc"] = max(busy.get("tc", 0.0), smem)
             busy["smem"] = busy.get("smem", 0.0) + smem
+        if "tma" in busy:  # the L2 rate the kernel's loads get at its concurrency
+            busy["tma"] *= tma_scale
         for unit, cycles in busy.items():
             units[unit] = units.get(unit, 0.0) + cycles
         if op.variable_latency or op.kind == "gemm":

@@ -30,6 +30,8 @@ from twill.errors import FrontendError, InfeasibleError, ResourceError, TwillErr
 
 __all__ = ["ITERATIONS", "Task", "default_cache_dir", "predict_from_parts", "tune_config"]
 
+CACHE_VERSION = 2
+"""Bumped when what the compile cache holds changes (2: the main-loop SASS count skips retry paths)."""
 ITERATIONS = 16
 """Loop trips simulated per config (the steady state is read over the middle half; 16 and 48 give the
 same cycles per trip on the FA forward configs, and 16 is 3x faster)."""
@@ -96,7 +98,8 @@ def _cache_key(task: Task, signature: dict[str, str]) -> str:
     import twill
 
     text = Path(task.kernel.partition("::")[0]).read_text(encoding="utf-8")
-    blob = json.dumps({"file": text, "kernel": task.kernel.partition("::")[2], "constexprs": task.constexprs,
+    blob = json.dumps({"cache": CACHE_VERSION, "file": text, "kernel": task.kernel.partition("::")[2],
+                       "constexprs": task.constexprs,
                        "signature": signature, "w": task.num_warps, "s": task.num_stages,
                        "machine": task.machine, "triton": triton.__version__,
                        "twill": getattr(twill, "__version__", "")}, sort_keys=True, default=str)
