@@ -250,3 +250,27 @@ def test_rank_study_predict_says_why_instead_of_crashing():
     assert big["fits"] is False and big["ctas_per_sm"] == 0
     assert big["smem_bytes"] == 128 * 128 * 2 + 4 * 2 * 128 * 128 * 2
     assert f"{big['smem_bytes']} B" in big["reason"] and "232448 B" in big["reason"]
+
+
+# ------------------------------------------------------------------------------------------- cost terms
+def test_cost_terms_arithmetic():
+    from twill.calibrate.regs import parse_sass_loop
+    from twill.ir.costmodel import CostModel
+
+    cm = CostModel(H200)
+    # 4 schedulers x 1 instruction per cycle: 300 instructions x 8 warps x 2 CTAs / 4
+    assert cm.issue_cycles(300, 8, ctas=2) == 1200
+    # m64 tile at 8 warps: 2 warp groups split N, each reads its own copy of A (64 x 128 fp16)
+    assert cm.wgmma_smem_bytes(64, 64, 128, a_in_smem=True, warps=8) == 2 * 64 * 128 * 2 + 128 * 64 * 2
+    assert cm.wgmma_smem_bytes(64, 64, 128, a_in_smem=True, warps=4) == 64 * 128 * 2 + 128 * 64 * 2
+    assert cm.wgmma_smem_bytes(128, 128, 64, a_in_smem=False, warps=8) == 2 * 64 * 128 * 2
+    rate = float(H200.const("cost.wgmma_smem_bytes_per_cycle"))
+    assert cm.wgmma_smem_cycles(128, 32, 128, a_in_smem=True) == (128 * 128 * 2 + 2 * 128 * 32 * 2) / rate
+    assert cm.iteration_fixed_cycles(4) == 4 * float(H200.const("cost.barrier_wait"))
+    with pytest.raises(ValueError):
+        cm.issue_cycles(10, 0)
+    # the main loop is 0x20-0x40 (3 instructions); the retry stub after EXIT branches back to 0x0
+    sass = "\n".join(f"        /*{a:04x}*/  {op} ;" for a, op in (
+        (0x0, "MOV R1, R2"), (0x10, "SYNCS.PHASECHK P0"), (0x20, "FMUL R3, R1, R1"), (0x30, "HGMMA"),
+        (0x40, "@P1 BRA 0x20"), (0x50, "EXIT"), (0x60, "@!P0 BRA 0x60"), (0x70, "BRA 0x10")))
+    assert parse_sass_loop(sass) == 3

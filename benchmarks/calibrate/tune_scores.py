@@ -10,7 +10,8 @@ cycles per trip of Triton's own schedule with the co-resident CTAs, issue cycles
 SASS, per-unit busy cycles, each GEMM's Tensor Core cycles and shared-memory operand bytes, waits,
 waves), so the estimated constants can be varied without compiling again:
 
-    per_trip = max(shared + waits * barrier_wait, k * max(issue, tc', smem', tma', other units))
+    per_trip = max(shared + waits * barrier_wait + stretch, k * max(issue, tc', smem', tma', other units))
+    stretch  = sum over GEMMs of max(0, smem_bytes / wgmma_smem_bytes_per_cycle - tc)
     tc'      = sum over GEMMs of max(tc, smem_bytes / wgmma_smem_bytes_per_cycle)
     smem'    = smem of the tile model + sum of smem_bytes / wgmma_smem_bytes_per_cycle
     tma'     = TMA busy of the tile model x tma_bytes_per_cycle / tma_kernel_bytes_per_cycle
@@ -116,6 +117,7 @@ def model_ms(row: Mapping[str, Any], machine: Any, *, barrier_wait: float | None
         edge = float(machine.const("cost.tma_latency"))
         latency = max(latency, (edge + units["tma"]) / (p["num_stages"] - 1))
     if wgmma_rate is not None:
+        latency += sum(max(0.0, g["smem_bytes"] / wgmma_rate - g["tc"]) for g in t["gemms"])
         tc = units.get("tc", 0.0) - sum(g["tc"] for g in t["gemms"])
         tc += sum(max(g["tc"], g["smem_bytes"] / wgmma_rate) for g in t["gemms"])
         units["tc"] = tc
@@ -246,6 +248,23 @@ def render(result: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def group_errors(result: Mapping[str, Any], model: str) -> str:
+    """Mean signed and mean absolute relative error of ``model``'s time per tile shape (markdown)."""
+    groups: dict[str, list[float]] = {}
+    for r in result["per_config"]:
+        if r["measured_ms"] is None or r[model] is None:
+            continue
+        family, tiles, *_ = r["config"].split(":")
+        tiles = ",".join(t for t in tiles.split(",") if not t.startswith("HEAD_DIM"))
+        groups.setdefault(f"{family} {tiles}", []).append(r[model] / r["measured_ms"] - 1)
+    lines = ["| tile | configs | mean error (signed) | mean abs error | worst |", "|---|---|---|---|---|"]
+    for name, errs in groups.items():
+        worst = max(errs, key=abs)
+        lines.append(f"| {name} | {len(errs)} | {sum(errs) / len(errs):+.0%} | "
+                     f"{sum(abs(e) for e in errs) / len(errs):.0%} | {worst:+.0%} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Score (and with ``--predict`` first predict); write ``results/tune_scores.json``; print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -258,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     result = study()
     args.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     print(render(result))
+    print(group_errors(result, "all terms, machine file"))
     print(json.dumps({"fitted": result["fitted"], "feasibility": result["feasibility"]}, indent=1))
     return 0
 

@@ -402,29 +402,42 @@ class CostModel:
                 total += 1.0
         return total
 
-    def wgmma_smem_bytes(self, m: int, n: int, k: int, *, a_in_smem: bool, dtype: str = "fp16") -> int:
+    def wgmma_smem_bytes(self, m: int, n: int, k: int, *, a_in_smem: bool, dtype: str = "fp16",
+                         warps: int | None = None) -> int:
         """Bytes a Hopper tile GEMM ``[m, k] x [k, n]`` reads from shared memory for its operands.
 
-        ``wgmma`` works on 64-row slices (one per warp group, ``cost.tc_min_m``): each slice reads the
-        whole ``B`` tile (``k x n``) and, when ``A`` is in shared memory (the ``SS`` form; Triton's
-        Q K^T), its own ``64 x k`` rows of ``A``; an ``A`` in registers (the ``RS`` form, P V) costs
-        none. So ``ceil(m / 64) * k * n * e + [a_in_smem] * m * k * e`` with ``e`` bytes per element
-        (PTX ISA, wgmma.mma_async operand descriptors).
+        ``wgmma`` works on 64-row slices (``cost.tc_min_m``) of ``A``, one warp group each. With more warp
+        groups than slices (``warps`` / 4 > ``ceil(m / 64)``: a 64-row tile at 8 warps), Triton gives the
+        extra groups parts of ``N`` (its wgmma ``warpsPerCTA`` fills M first, then N), and each of those
+        groups reads its slice of ``A`` again. Per slice: the whole ``B`` tile (``k x n``, split between
+        the N groups) and, when ``A`` is in shared memory (the ``SS`` form; Triton's Q K^T), ``64 x k`` of
+        ``A`` once per N group; an ``A`` in registers (``RS``, P V) costs none. So, with ``s =
+        ceil(m / 64)`` and ``g_n = max(1, groups // s)``: ``s (k n e + [a_in_smem] g_n 64 k e)``, ``e``
+        bytes per element (PTX ISA, wgmma.mma_async operand descriptors). ``warps`` None: one group per
+        slice.
 
             >>> from twill.ir.machine import load_machine
-            >>> CostModel(load_machine("h200")).wgmma_smem_bytes(128, 64, 128, a_in_smem=True)
+            >>> cm = CostModel(load_machine("h200"))
+            >>> cm.wgmma_smem_bytes(128, 64, 128, a_in_smem=True)              # 2 x (16 KB + 16 KB)
             65536
+            >>> cm.wgmma_smem_bytes(64, 64, 128, a_in_smem=True, warps=8)      # A read by both groups
+            49152
         """
         e = DTYPE_BYTES.get(dtype, 2)
         rows = int(self._rate("tc_min_m"))
-        return ceil(m / rows) * k * n * e + (m * k * e if a_in_smem else 0)
+        slices = ceil(m / rows)
+        groups = slices if warps is None else max(1, warps // self.machine.warps_per_group)
+        n_groups = max(1, groups // slices)
+        a_bytes = min(rows, m) * k * e * n_groups if a_in_smem else 0
+        return slices * (k * n * e + a_bytes)
 
-    def wgmma_smem_cycles(self, m: int, n: int, k: int, *, a_in_smem: bool, dtype: str = "fp16") -> float:
+    def wgmma_smem_cycles(self, m: int, n: int, k: int, *, a_in_smem: bool, dtype: str = "fp16",
+                          warps: int | None = None) -> float:
         """Cycles of the shared-memory operand reads of :meth:`wgmma_smem_bytes`, at
         ``cost.wgmma_smem_bytes_per_cycle`` (source in the machine file). A GEMM whose reads take longer
         than its Tensor Core time (``2 m n k / tc_flops``) runs at the read rate: small-N tiles
         (``m64n32k16`` reads 3 KB per 16 Tensor Core cycles)."""
-        return self.wgmma_smem_bytes(m, n, k, a_in_smem=a_in_smem, dtype=dtype) / self._rate(
+        return self.wgmma_smem_bytes(m, n, k, a_in_smem=a_in_smem, dtype=dtype, warps=warps) / self._rate(
             "wgmma_smem_bytes_per_cycle")
 
     def iteration_fixed_cycles(self, waits: int) -> float:

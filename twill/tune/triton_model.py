@@ -251,6 +251,9 @@ class HardwareTerms:
         Blocking waits per trip (one per TMA load and per GEMM whose result is waited).
     fixed : float
         Their latency, :meth:`CostModel.iteration_fixed_cycles`.
+    stretch : float
+        Cycles the GEMMs whose operand reads outlast their Tensor Core time add to the trip: the sum of
+        ``max(0, reads - tensor core time)`` (the in-order stream waits for each GEMM's result).
     raw_units : mapping of str to float
         Busy cycles per trip of each unit as the tile model has them (no operand reads).
     gemms : tuple of (str, float, int)
@@ -264,6 +267,7 @@ class HardwareTerms:
     wgmma_smem: float
     waits: int
     fixed: float
+    stretch: float = 0.0
     raw_units: Mapping[str, float] = field(default_factory=dict)
     gemms: tuple[tuple[str, float, int], ...] = ()
 
@@ -278,6 +282,7 @@ class HardwareTerms:
                 "instructions_source": self.instructions_source,
                 "units": {u: round(c, 1) for u, c in sorted(self.units.items())},
                 "wgmma_smem": round(self.wgmma_smem, 1), "waits": self.waits, "fixed": round(self.fixed, 1),
+                "stretch": round(self.stretch, 1),
                 "raw_units": {u: round(c, 1) for u, c in sorted(self.raw_units.items())},
                 "gemms": [{"name": n, "tc": round(c, 1), "smem_bytes": b} for n, c, b in self.gemms]}
 
@@ -297,6 +302,7 @@ def hardware_terms(graph: Graph, operands: Mapping[str, tuple[int, int, int, boo
     raw: dict[str, float] = {}
     gemms: list[tuple[str, float, int]] = []
     reads = 0.0
+    stretch = 0.0
     waits = 0
     estimated = 0.0
     for op in graph.ops:
@@ -308,9 +314,10 @@ def hardware_terms(graph: Graph, operands: Mapping[str, tuple[int, int, int, boo
         if op.kind == "gemm" and op.name in operands:
             m, n, k, a_smem, dtype = operands[op.name]
             gemms.append((op.name, busy.get("tc", 0.0), cm.wgmma_smem_bytes(m, n, k, a_in_smem=a_smem,
-                                                                              dtype=dtype)))
-            smem = cm.wgmma_smem_cycles(m, n, k, a_in_smem=a_smem, dtype=dtype)
+                                                                              dtype=dtype, warps=warps)))
+            smem = cm.wgmma_smem_cycles(m, n, k, a_in_smem=a_smem, dtype=dtype, warps=warps)
             reads += smem
+            stretch += max(0.0, smem - busy.get("tc", 0.0))
             busy["tc"] = max(busy.get("tc", 0.0), smem)
             busy["smem"] = busy.get("smem", 0.0) + smem
         if "tma" in busy:  # the L2 rate the kernel's loads get at its concurrency
@@ -325,16 +332,16 @@ def hardware_terms(graph: Graph, operands: Mapping[str, tuple[int, int, int, boo
     else:
         per_warp, source = estimated, "model"
     return HardwareTerms(cm.issue_cycles(per_warp, warps), per_warp, source, units, reads, waits,
-                         cm.iteration_fixed_cycles(waits), raw, tuple(gemms))
+                         cm.iteration_fixed_cycles(waits), stretch, raw, tuple(gemms))
 
 
 def effective_cycles(latency_cycles: float, terms: HardwareTerms, ctas_per_sm: int) -> float:
     """Cycles one CTA's loop trip takes with ``ctas_per_sm`` CTAs sharing the SM.
 
-    ``max(latency_cycles + terms.fixed, ctas_per_sm * terms.throughput)``: a trip takes at least its own
-    schedule's length per trip plus its barrier waits, and the co-resident CTAs' trips together cannot
-    issue or use a unit faster than the SM does. ``latency_cycles`` is the single-CTA (or already
-    shared, simulated) cycles per trip.
+    ``max(latency_cycles + terms.fixed + terms.stretch, ctas_per_sm * terms.throughput)``: a trip takes
+    at least its own schedule's length per trip plus its barrier waits and the GEMMs' operand-read
+    stretch, and the co-resident CTAs' trips together cannot issue or use a unit faster than the SM does.
+    ``latency_cycles`` is the single-CTA (or already shared, simulated) cycles per trip.
 
     Raises
     ------
@@ -343,7 +350,7 @@ def effective_cycles(latency_cycles: float, terms: HardwareTerms, ctas_per_sm: i
     """
     if ctas_per_sm < 1:
         raise ValueError(f"ctas_per_sm must be >= 1, got {ctas_per_sm}")
-    return max(latency_cycles + terms.fixed, ctas_per_sm * terms.throughput)
+    return max(latency_cycles + terms.fixed + terms.stretch, ctas_per_sm * terms.throughput)
 
 
 def waves(ctas: int, sms: int, ctas_per_sm: int) -> int:
