@@ -224,7 +224,7 @@ def predict(block_n: int, stages: int, warps: int, *, ctas: int) -> dict[str, An
                    for label, lat in tma_latencies().items()}
     sms = int(machine.const("chip.sms"))
     terms = tm.hardware_terms(model_graph, operands, warps, cm,
-                              loop_instructions=loop_instructions(block_n, stages, warps))
+                              loop_instructions=loop_instructions(block_n, stages, warps), num_stages=stages)
     with_terms = tm.effective_cycles(shared.cycles_per_iteration, terms, k)
 
     def per_iteration(cycles: float, copies: int) -> float:

@@ -254,6 +254,10 @@ class HardwareTerms:
     stretch : float
         Cycles the GEMMs whose operand reads outlast their Tensor Core time add to the trip: the sum of
         ``max(0, reads - tensor core time)`` (the in-order stream waits for each GEMM's result).
+    round_trip : float
+        The load round trip a trip cannot beat with ``num_stages - 1`` loads in flight ahead (Little's
+        law): ``(cost.tma_latency + the trip's TMA busy time) / (num_stages - 1)``; 0 at ``num_stages``
+        <= 1 (no prefetch: the simulated schedule waits for every load itself).
     raw_units : mapping of str to float
         Busy cycles per trip of each unit as the tile model has them (no operand reads).
     gemms : tuple of (str, float, int)
@@ -268,6 +272,7 @@ class HardwareTerms:
     waits: int
     fixed: float
     stretch: float = 0.0
+    round_trip: float = 0.0
     raw_units: Mapping[str, float] = field(default_factory=dict)
     gemms: tuple[tuple[str, float, int], ...] = ()
 
@@ -282,17 +287,19 @@ class HardwareTerms:
                 "instructions_source": self.instructions_source,
                 "units": {u: round(c, 1) for u, c in sorted(self.units.items())},
                 "wgmma_smem": round(self.wgmma_smem, 1), "waits": self.waits, "fixed": round(self.fixed, 1),
-                "stretch": round(self.stretch, 1),
+                "stretch": round(self.stretch, 1), "round_trip": round(self.round_trip, 1),
                 "raw_units": {u: round(c, 1) for u, c in sorted(self.raw_units.items())},
                 "gemms": [{"name": n, "tc": round(c, 1), "smem_bytes": b} for n, c, b in self.gemms]}
 
 
 def hardware_terms(graph: Graph, operands: Mapping[str, tuple[int, int, int, bool, str]], warps: int,
-                   cm: CostModel, *, loop_instructions: int | None = None) -> HardwareTerms:
+                   cm: CostModel, *, loop_instructions: int | None = None,
+                   num_stages: int = 1) -> HardwareTerms:
     """The costs the hardware adds per trip of one CTA of ``warps`` warps (see :class:`HardwareTerms`).
 
     ``loop_instructions`` (warp instructions per trip, counted in the SASS) prices the issue slots; without
-    it they are estimated from the graph's reservation tables. A GEMM's Tensor Core reservation is
+    it they are estimated from the graph's reservation tables. ``num_stages``: Triton's buffers per load
+    (for the round trip). A GEMM's Tensor Core reservation is
     stretched to its shared-memory operand reads when those take longer (Hopper; on Blackwell
     ``tcgen05.mma`` reads operands the same way, so the same rate applies).
     """
@@ -327,20 +334,24 @@ def hardware_terms(graph: Graph, operands: Mapping[str, tuple[int, int, int, boo
         if op.variable_latency or op.kind == "gemm":
             waits += 1
         estimated += cm.estimated_instructions(op.rrt, max(1, op.warps))
+    round_trip = 0.0
+    if num_stages >= 2 and units.get("tma"):
+        round_trip = (float(cm.machine.const("cost.tma_latency")) + units["tma"]) / (num_stages - 1)
     if loop_instructions is not None:
         per_warp, source = float(loop_instructions), "sass"
     else:
         per_warp, source = estimated, "model"
     return HardwareTerms(cm.issue_cycles(per_warp, warps), per_warp, source, units, reads, waits,
-                         cm.iteration_fixed_cycles(waits), stretch, raw, tuple(gemms))
+                         cm.iteration_fixed_cycles(waits), stretch, round_trip, raw, tuple(gemms))
 
 
 def effective_cycles(latency_cycles: float, terms: HardwareTerms, ctas_per_sm: int) -> float:
     """Cycles one CTA's loop trip takes with ``ctas_per_sm`` CTAs sharing the SM.
 
-    ``max(latency_cycles + terms.fixed + terms.stretch, ctas_per_sm * terms.throughput)``: a trip takes
-    at least its own schedule's length per trip plus its barrier waits and the GEMMs' operand-read
-    stretch, and the co-resident CTAs' trips together cannot issue or use a unit faster than the SM does.
+    ``max(latency_cycles + terms.fixed + terms.stretch, terms.round_trip, ctas_per_sm * terms.throughput)``:
+    a trip takes at least its own schedule's length per trip plus its barrier waits and the GEMMs'
+    operand-read stretch, no less than its loads' round trip over the buffers in flight, and the
+    co-resident CTAs' trips together cannot issue or use a unit faster than the SM does.
     ``latency_cycles`` is the single-CTA (or already shared, simulated) cycles per trip.
 
     Raises
@@ -350,7 +361,8 @@ def effective_cycles(latency_cycles: float, terms: HardwareTerms, ctas_per_sm: i
     """
     if ctas_per_sm < 1:
         raise ValueError(f"ctas_per_sm must be >= 1, got {ctas_per_sm}")
-    return max(latency_cycles + terms.fixed + terms.stretch, ctas_per_sm * terms.throughput)
+    return max(latency_cycles + terms.fixed + terms.stretch, terms.round_trip,
+               ctas_per_sm * terms.throughput)
 
 
 def waves(ctas: int, sms: int, ctas_per_sm: int) -> int:

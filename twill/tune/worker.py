@@ -287,7 +287,7 @@ def _tune(task: Task) -> dict[str, Any]:
     shared = single if k == 1 else tm.simulate_triton(
         tm.triton_schedule(model_graph, slots, warps, machine, k), task.num_stages, ITERATIONS)
     terms = tm.hardware_terms(model_graph, operands, warps, cm, loop_instructions=report.get(
-        "loop_sass_instructions"))
+        "loop_sass_instructions"), num_stages=task.num_stages)
     per_trip = tm.effective_cycles(shared.cycles_per_iteration, terms, k)
     sms = int(machine.const("chip.sms"))
     clock = float(machine.const("chip.clock_ghz"))
