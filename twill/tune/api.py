@@ -64,8 +64,7 @@ def plan(kernel: str, grid: Mapping[str, Sequence[Any]], num_warps: Sequence[int
     from twill.frontend.compile import load_kernel
 
     spec = load_kernel(kernel)
-    holder = type("M", (), {"TWILL_TUNE": spec.fn.__globals__.get("TWILL_TUNE"), "__file__": spec.source})
-    tp = load_tune_problem(holder, spec.name, source=spec.source)
+    tp = load_tune_problem(spec.fn.__globals__.get("TWILL_TUNE"), spec.name, source=spec.source)
     sizes = dict(tp.problem)
     for name, value in (problem or {}).items():
         if name not in sizes:

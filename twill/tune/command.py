@@ -130,10 +130,12 @@ def run(args: argparse.Namespace) -> int:
         label = " ".join(f"{k}={v}" for k, v in r["constexprs"].items() if k in names)
         err.print(f"[yellow]config {escape(label)} w{r['num_warps']} s{r['num_stages']}[/]: "
                   f"{escape(str(r['reason']))}", soft_wrap=True)
-    unproven = sum(1 for r in results if r.get("schedule") and not r["schedule"].get("proven_optimal"))
+    unproven = [r for r in results if r.get("schedule") and not r["schedule"].get("proven_optimal")]
     if unproven:
-        console.print(f"{unproven} twill schedule(s) not proven optimal within --time-limit "
-                      f"{args.time_limit:g} s (the predicted times use Triton's own schedule)")
+        why = "; ".join(sorted({r["schedule"]["not_proven"] for r in unproven}))[:300]
+        console.print(f"{len(unproven)} of twill's schedules are not proven optimal ({why}); "
+                      "the predicted times are of the kernel Triton builds, with its own schedule",
+                      soft_wrap=True)
     if outcome.sweep.interrupted:
         err.print(f"[yellow]interrupted[/]: {meta['finished']} of {meta['total']} configs finished; "
                   f"{meta['cut']} cut (not run or not finished)")

@@ -24,9 +24,8 @@ from __future__ import annotations
 import ast
 import itertools
 import math
-import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from twill.errors import TwillError
@@ -207,16 +206,16 @@ class TuneProblem:
         return out
 
 
-def load_tune_problem(module: Any, kernel: str, *, source: str = "") -> TuneProblem:
-    """The ``TWILL_TUNE[kernel]`` entry of an imported kernel file.
+def load_tune_problem(table: Any, kernel: str, *, source: str = "the kernel file") -> TuneProblem:
+    """The ``TWILL_TUNE[kernel]`` entry of a kernel file (``table``: its ``TWILL_TUNE`` value, or None).
 
     Raises
     ------
     GridError
-        No ``TWILL_TUNE`` dict or no entry for ``kernel``; a missing or malformed field.
+        No ``TWILL_TUNE`` dict or no entry for ``kernel``; a missing or malformed field. The message
+        names ``source`` (the file).
     """
-    table = getattr(module, "TWILL_TUNE", None)
-    where = f"{source or getattr(module, '__file__', 'the kernel file')}"
+    where = source
     if not isinstance(table, Mapping):
         raise GridError(f"{where} has no TWILL_TUNE dict: twill tune needs the problem size, the CTA count, "
                         "the loop trips and the FLOPs of the kernel (twill/tune/grid.py says how)")
@@ -245,7 +244,6 @@ class Config:
     num_warps: int
     num_stages: int
     index: int = 0
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -285,8 +283,3 @@ def expand(grid: Mapping[str, Sequence[Any]], num_warps: Sequence[int], num_stag
         values = dict(zip(names, combo[:len(names)], strict=True))
         out.append(Config({**values, **base}, int(combo[-2]), int(combo[-1]), i))
     return out
-
-
-def kernel_file(spec: str) -> str:
-    """The file part of ``FILE.py[::KERNEL]``."""
-    return os.fspath(spec).partition("::")[0]

@@ -68,53 +68,47 @@ def _label(r: Mapping[str, Any], names: Sequence[str]) -> str:
 def render_table(results: Sequence[Mapping[str, Any]], names: Sequence[str], *, top: int | None = None,
                  title: str = "") -> Any:
     """A :class:`rich.table.Table`: rank, the grid's constexprs, warps, stages, predicted time and TFLOP/s,
-    registers, SMEM, CTAs/SM, twill's II, and for a config that cannot run, why."""
+    registers, SMEM, CTAs per SM, and a short note (spills; for a config that cannot run, what refused
+    it: the whole reason is printed below the table and is in the JSON). Cycles per trip and twill's II
+    are in the JSON (``details``, ``schedule``)."""
     from rich.table import Table
 
     table = Table(title=title or None)
-    for col in ("#", *names, "warps", "stages", "pred ms", "TFLOP/s", "regs", "SMEM KB", "CTA/SM",
-                "cyc/trip", "twill II", "note"):
-        table.add_column(col, justify="left" if col in ("note",) else "right", overflow="fold")
+    for col in ("#", *names, "warps", "stages", "ms", "TFLOP/s", "regs", "SMEM KB", "CTAs/SM", "note"):
+        if col == "note":
+            table.add_column(col, justify="left", overflow="fold", min_width=10)
+        else:
+            table.add_column(col, justify="right", no_wrap=True)
     ranked = rank(results)
     fitting = [r for r in ranked if r.get("fits")]
     rest = [r for r in ranked if not r.get("fits")]
     shown = fitting[:top] if top else fitting
     for i, r in enumerate(shown, 1):
         d = r.get("details", {})
-        s = r.get("schedule") or {}
-        note = []
-        if d.get("wgmma_serialized"):
-            note.append(f"spills {d.get('spill_bytes', 0)} B: wgmma serialized")
-        if s and not s.get("proven_optimal"):
-            note.append("twill II not proven")
+        note = f"spills {d.get('spill_bytes', 0)} B" if d.get("wgmma_serialized") else ""
         table.add_row(str(i), *(str(r["constexprs"].get(n)) for n in names), str(r["num_warps"]),
                       str(r["num_stages"]), f"{r['predicted_ms']:.3f}", f"{r['predicted_tflops']:.0f}",
                       str(d.get("registers", "")), f"{d.get('shared_bytes', 0) / 1024:.0f}",
-                      str(d.get("ctas_per_sm", "")), f"{d.get('cycles_per_trip', 0):.0f}",
-                      f"{s['ii_cycles']:.0f}" if s else "-", "; ".join(note))
+                      str(d.get("ctas_per_sm", "")), note)
     for r in rest:
         d = r.get("details", {})
         table.add_row("-", *(str(r["constexprs"].get(n)) for n in names), str(r["num_warps"]),
                       str(r["num_stages"]), "-", "-", str(d.get("registers", "-")),
-                      f"{d['shared_bytes'] / 1024:.0f}" if "shared_bytes" in d else "-", "-", "-", "-",
+                      f"{d['shared_bytes'] / 1024:.0f}" if "shared_bytes" in d else "-", "-",
                       f"cannot run: {short_reason(r.get('reason'))}", style="red")
     return table
 
 
 def short_reason(reason: str | None) -> str:
-    """The head of a reason (up to its first ``:`` and the numbers after it) for a table cell; the whole
-    reason is in the JSON and printed below the table.
+    """The head of a reason, the resource or the stage that refused the config (the text before its first
+    ``:``), for a table cell; the whole reason is in the JSON and printed below the table.
 
     >>> short_reason("shared memory: Triton allocates 294976 B per CTA, more than the 232448 B a CTA may use")
-    'shared memory: Triton allocates 294976 B per CTA, more than the 232448 B'
+    'shared memory'
     """
     if not reason:
         return ""
-    text = str(reason)
-    head, _, rest = text.partition(",")
-    more = rest.split(" a CTA", 1)[0] if " a CTA" in rest else ""
-    out = f"{head},{more}" if more else head
-    return out if len(out) <= 90 else out[:87] + "..."
+    return str(reason).split(":", 1)[0][:40]
 
 
 def write_plot(path: str | Path, results: Sequence[Mapping[str, Any]], names: Sequence[str], *,

@@ -22,7 +22,7 @@ import json
 import os
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -87,9 +87,7 @@ def _kernel(kernel: str) -> tuple[Any, Any]:
     from twill.tune.grid import load_tune_problem
 
     spec = load_kernel(kernel)
-    module = spec.fn.__globals__
-    holder = type("M", (), {"TWILL_TUNE": module.get("TWILL_TUNE"), "__file__": spec.source})
-    return spec, load_tune_problem(holder, spec.name, source=spec.source)
+    return spec, load_tune_problem(spec.fn.__globals__.get("TWILL_TUNE"), spec.name, source=spec.source)
 
 
 def _cache_key(task: Task, signature: dict[str, str]) -> str:
@@ -218,6 +216,14 @@ def _twill_schedule(graph: Any, machine: Any, task: Task) -> tuple[Any, list[str
             return None, notes
 
 
+def _why_not_proven(sched: Any, task: Task) -> str:
+    """Why twill's schedule of a config is not a proven optimum, from its certificate."""
+    reasons = [n for n in sched.certificate.notes if "not a joint optimum" in n or "not proven" in n]
+    if any(a.status == "timeout" for a in sched.certificate.attempts):
+        reasons.append(f"the --time-limit of {task.time_limit:g} s left an II undecided")
+    return "; ".join(reasons) or "the certificate does not prove it optimal"
+
+
 def tune_config(task: Task) -> dict[str, Any]:
     """Compile, check, solve and predict one config; a plain-data result (see the module docstring).
 
@@ -312,9 +318,7 @@ def _tune(task: Task) -> dict[str, Any]:
         summary = {"strategy": sched.strategy, "ii": sched.ii, "ii_cycles": round(sched.ii_cycles, 1),
                    "length": sched.length, "cycles_per_unit": round(cpu, 4), "stages": sched.stages,
                    "proven_optimal": sched.certificate.proven_optimal,
-                   "not_proven": None if sched.certificate.proven_optimal else (
-                       f"not proven optimal within {task.time_limit:g} s (or by the swp strategy's "
-                       "fixed split)"),
+                   "not_proven": None if sched.certificate.proven_optimal else _why_not_proven(sched, task),
                    "warp_groups": [{"index": g.index, "ops": list(g.ops), "warps": g.warps,
                                     "registers": g.registers, "role": g.role} for g in sched.warp_groups],
                    "predicted_ms_if_applied": round(twill["ms"], 5), "notes": notes}
@@ -322,13 +326,3 @@ def _tune(task: Task) -> dict[str, Any]:
         details["twill_notes"] = notes
     return _result(task, fits=True, predicted_ms=pred["ms"], predicted_tflops=pred["tflops"],
                    schedule=summary, details=details)
-
-
-def task_from_dict(data: dict[str, Any]) -> Task:
-    """Inverse of :func:`dataclasses.asdict` on a :class:`Task`."""
-    return Task(**data)
-
-
-def task_to_dict(task: Task) -> dict[str, Any]:
-    """A :class:`Task` as plain data."""
-    return asdict(task)
