@@ -8,7 +8,7 @@ JSON (``write_json``)::
      "kernel": ..., "machine": ..., "problem": {...}, "interrupted": false, "cut": 0, ...}
 
 ``configs`` are ranked: the configs that fit by predicted time (fastest first, ties by grid order), then
-those that cannot run, in grid order.
+those that cannot run, in grid order; ``index`` is a config's position in the grid.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ def _clean(result: Mapping[str, Any]) -> dict[str, Any]:
             out[k] = round(float(out[k]), 6)
     out["details"] = result.get("details", {})
     out["error"] = result.get("error")
+    out["index"] = result.get("index")
     return out
 
 
