@@ -274,3 +274,12 @@ def test_cost_terms_arithmetic():
         (0x0, "MOV R1, R2"), (0x10, "SYNCS.PHASECHK P0"), (0x20, "FMUL R3, R1, R1"), (0x30, "HGMMA"),
         (0x40, "@P1 BRA 0x20"), (0x50, "EXIT"), (0x60, "@!P0 BRA 0x60"), (0x70, "BRA 0x10")))
     assert parse_sass_loop(sass) == 3
+
+
+def test_blackwell_config_runs_through(cache):
+    # sm_100: tcgen05 MMAs (no tensor result, accumulator in TMEM), ptxas-blackwell; no Hopper-only path.
+    out = tune(FA, "b200", {"BLOCK_N": [64]}, num_warps=[4], num_stages=[2], jobs=1, cache_dir=cache,
+               time_limit=3.0)
+    (r,) = out.results
+    assert r["error"] is None and r["fits"] and r["predicted_ms"] > 0
+    assert {g["name"] for g in r["details"]["terms"]["gemms"]} and r["details"]["shared_bytes"] > 0

@@ -197,26 +197,33 @@ def register_demand(schedule: Any, result: Any, iterations: int) -> int:
 def gemm_operands(lowering: Any) -> dict[str, tuple[int, int, int, bool, str]]:
     """Per GEMM op of a lowering: ``(m, n, k, a_in_smem, dtype)`` from its TTGIR dot.
 
-    ``a_in_smem`` is True when the dot's first operand is a ``!ttg.memdesc`` (wgmma ``SS``: Q K^T),
-    False when it is a register tensor (``RS``: P V); ``dtype`` is the operand element type.
+    The shapes come from the operands, ``A [m, k]`` and ``B [k, n]`` (a Hopper ``warp_group_dot`` and a
+    Blackwell ``tc_gen5_mma``, whose accumulator is a TMEM operand and which has no tensor result, alike).
+    ``a_in_smem`` is True when ``A`` is a ``!ttg.memdesc`` in shared memory (wgmma ``SS``: Q K^T), False
+    when it is a register tensor (``RS``: P V) or in tensor memory; ``dtype`` is ``A``'s element type.
     """
     out: dict[str, tuple[int, int, int, bool, str]] = {}
     for op in lowering.graph.ops:
         if op.kind != "gemm":
             continue
         dot = lowering.members[op.name][0]
-        m, n = dot.results[0].type.shape[-2:]
-        a = dot.operands[0].type
-        k = a.shape[-1]
+        a, b = dot.operands[0].type, dot.operands[1].type
+        m, k = a.shape[-2:]
+        n = b.shape[-1]
         text = getattr(a, "text", str(a))
         dtype = next((d for d in ("f16", "bf16", "f8E4M3FN", "f8E5M2", "f32") if f"x{d}" in text), "f16")
-        out[op.name] = (int(m), int(n), int(k), "memdesc" in text, dtype)
+        out[op.name] = (int(m), int(n), int(k), "memdesc" in text and "tensor_memory" not in text, dtype)
     return out
 
 
 def serialize_gemms(graph: Graph, operands: Mapping[str, tuple[int, int, int, bool, str]], warps: int,
                     cm: CostModel) -> Graph:
-    """The graph with every wgmma serialized (ptxas C7511): :meth:`CostModel.gemm` ``serialized=True``."""
+    """The graph with every wgmma serialized (ptxas C7511): :meth:`CostModel.gemm` ``serialized=True``.
+
+    Hopper only (a serialized wgmma pipeline is an sm_90 mode); on another family the graph is returned
+    as it is."""
+    if cm.machine.family != "hopper":
+        return graph
 
     def fix(op: Any) -> Any:
         if op.kind != "gemm":
