@@ -80,6 +80,19 @@ TWILL_KERNELS = {
 }
 """How twill compiles each kernel of this file (argument types in Triton signature form)."""
 
+TWILL_TUNE = {
+    "attn_fwd": {
+        "descriptors": {"q_desc": ["BLOCK_M", "HEAD_DIM"], "k_desc": ["BLOCK_N", "HEAD_DIM"],
+                        "v_desc": ["BLOCK_N", "HEAD_DIM"], "o_desc": ["BLOCK_M", "HEAD_DIM"]},
+        "problem": {"batch": 4, "heads": 32, "seq_len": 8192},
+        "ctas": "ceil(seq_len / BLOCK_M) * batch * heads",
+        "trips": "ceil(seq_len / BLOCK_N)",
+        "flops": "4 * batch * heads * seq_len * seq_len * HEAD_DIM",
+    },
+}
+"""What ``twill tune`` needs: descriptor blocks in constexpr names, the problem size, the launch grid's
+CTA count, loop trips per CTA and FLOPs (non-causal: two GEMMs of 2 N^2 D per head)."""
+
 
 def run_attention(q, k, v, sm_scale: float):  # pragma: no cover - needs a GPU
     """Run :func:`attn_fwd` on ``[batch, heads, seq, 128]`` fp16 CUDA tensors; returns O like ``q``."""

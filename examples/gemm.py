@@ -92,6 +92,19 @@ TWILL_KERNELS = {
 }
 """How twill compiles each kernel of this file (argument types in Triton signature form)."""
 
+TWILL_TUNE = {
+    "matmul": {
+        "descriptors": {"a_desc": ["BLOCK_M", "BLOCK_K"], "b_desc": ["BLOCK_N", "BLOCK_K"],
+                        "c_desc": ["BLOCK_M", "BLOCK_N"]},
+        "problem": {"M": 8192, "N": 8192, "K": 8192},
+        "ctas": "ceil(M / BLOCK_M) * ceil(N / BLOCK_N)",
+        "trips": "ceil(K / BLOCK_K)",
+        "flops": "2 * M * N * K",
+    },
+}
+"""What ``twill tune`` needs (``twill/tune/grid.py``): descriptor blocks in constexpr names, the problem
+size, the launch grid's CTA count, loop trips per CTA and FLOPs."""
+
 
 def run_matmul(a, b_nk):  # pragma: no cover - needs a GPU
     """``a @ b_nk.T`` with :func:`matmul` for fp16 CUDA tensors whose sizes are multiples of the tile."""

@@ -47,7 +47,6 @@ import json
 import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -147,87 +146,20 @@ def lower_config(block_n: int, stages: int, warps: int) -> Any:
 
 
 def triton_slots(lowering: Any) -> dict[str, tuple[int, int, int]]:
-    """Per graph op: Triton's ``(loop.stage, loop.cluster, position)``.
+    """Per graph op: Triton's ``(loop.stage, loop.cluster, position)``
+    (:func:`twill.tune.triton_model.triton_slots`; every op in stage 0, cluster 0 when Triton did not
+    pipeline the loop, ``num_stages`` = 1)."""
+    from twill.tune.triton_model import triton_slots as slots_of
 
-    The stage and cluster are those of the op's first TTGIR op (the ``tt.descriptor_load`` of a load,
-    whose ``ttg.local_alloc`` Triton places with the consumer); the position is the body index of its
-    last TTGIR op in that stage and cluster (a merged elementwise chain is emitted where it completes).
-    """
-    body = {op: i for i, op in enumerate(lowering.loop.body.ops)}
-
-    def top(op: Any) -> Any:
-        while op not in body and op.parent is not None:
-            op = op.parent
-        return op
-
-    out: dict[str, tuple[int, int, int]] = {}
-    for name, members in lowering.members.items():
-        first = members[0]
-        stage, cluster = int(first.attrs["loop.stage"]), int(first.attrs["loop.cluster"])
-        same = [m for m in members if int(m.attrs.get("loop.stage", stage)) == stage
-                and int(m.attrs.get("loop.cluster", cluster)) == cluster]
-        out[name] = (stage, cluster, max(body.get(top(m), 0) for m in same))
-    return out
-
-
-def replicate(graph: Any, copies: int) -> Any:
-    """``copies`` independent copies of the loop (co-resident CTAs), ops named ``c<i>.<op>``."""
-    from twill.ir.graph import Graph
-
-    if copies == 1:
-        return graph
-    data = graph.to_dict()
-    ops, edges = [], []
-    for c in range(copies):
-        ops += [{**o, "name": f"c{c}.{o['name']}"} for o in data["ops"]]
-        edges += [{**e, "src": f"c{c}.{e['src']}", "dst": f"c{c}.{e['dst']}"} for e in data["edges"]]
-    return Graph.from_dict({**data, "name": f"{graph.name}_x{copies}",
-                            "fixed_smem": copies * graph.fixed_smem, "ops": ops, "edges": edges})
-
-
-def triton_schedule(graph: Any, slots: Mapping[str, tuple[int, int, int]], warps: int,
-                    copies: int = 1) -> Any:
-    """Triton's software pipeline as a twill Schedule on the raw problem (cycles), ``copies`` CTAs.
-
-    Each copy is one warp group of ``warps`` warps issuing every op in Triton's emitted order; an op of
-    stage ``s`` of iteration ``i`` runs in loop trip ``i + s``. Start times are that order laid out by
-    issue cycles (only the order, the groups and the stages matter to the simulation).
-    """
-    from twill.ir.machine import load_machine
-    from twill.model.problem import build_problem
-    from twill.schedule import Certificate, Schedule, make_groups, slots_from
-
-    machine = load_machine(MACHINE)
-    full = replicate(graph, copies)
-    p = build_problem(full, machine)
-
-    def base(name: str) -> str:
-        return name.split(".", 1)[1] if copies > 1 else name
-
-    order = sorted(p.names, key=lambda n: (slots[base(n)][1], slots[base(n)][2], n))
-    offset: dict[str, int] = {}
-    t = 0
-    for name in order:
-        offset[name] = t
-        t += max(1, p.op(name).issue_cycles)
-    ii = max(1, t)
-    start = {n: slots[base(n)][0] * ii + offset[n] for n in p.names}
-    group = {n: (int(n[1:n.index(".")]) if copies > 1 else 0) for n in p.names}
-    length = max(start[n] + p.op(n).cycles for n in p.names)
-    cert = Certificate(0, 0, 0, False, (), 0, ("Triton 3.6's own schedule (loop.stage / loop.cluster)",))
-    groups = make_groups(p, start, group, dict.fromkeys(range(copies), warps),
-                         dict.fromkeys(range(copies), p.resources.setmaxnreg_min))
-    return Schedule(p, ii, length, slots_from(start, group, ii, p.names), groups, cert, (), "triton")
+    return dict(slots_of(lowering).slots)
 
 
 def run(schedule: Any, stages: int, latency: float | None = None) -> Any:
     """Simulate with Triton's ``num_stages`` buffers for every load (a SimResult); ``latency``: every TMA
     load takes exactly that many cycles instead of the default draw around ``cost.tma_latency``."""
-    from twill.analysis.simulate import simulate
+    from twill.tune.triton_model import simulate_triton
 
-    loads = {n: stages for n in schedule.problem.names if schedule.problem.op(n).variable_latency}
-    return simulate(schedule, ITERATIONS, None if latency is None else {"tma_load": latency}, seed=SEED,
-                    buffers=loads, unit_order="greedy")
+    return simulate_triton(schedule, stages, ITERATIONS, latency=latency, seed=SEED)
 
 
 def tma_latencies() -> dict[str, float]:
@@ -238,55 +170,14 @@ def tma_latencies() -> dict[str, float]:
             "HBM median": cases["32KB_all_sms_hbm"]["median"]}
 
 
-def register_demand(schedule: Any, result: Any) -> int:
-    """Peak registers per thread of one CTA's warp group in the simulated steady state, as ptxas holds them.
+def loop_instructions(block_n: int, stages: int, warps: int) -> int | None:
+    """Warp instructions per trip of the compiled main loop (ptxas + cuobjdump on the CPU,
+    :func:`twill.calibrate.regs.parse_sass_loop`)."""
+    from twill.calibrate.regs import compile_registers
 
-    The model's liveness (:func:`twill.model.liveness.register_intervals`) on the simulated timeline, with one
-    change: an asynchronous op that reads registers (the P V wgmma reading P) holds them until the wait
-    for its result, which Triton places before the result's first use (``out * alpha`` of the next
-    iteration), not only until the Tensor Cores finish. ptxas allocates registers over the program, so
-    P stays allocated while the next iteration's Q K^T accumulator is live, whatever the timing.
-    """
-    from twill.model.liveness import Interval, fold, register_intervals
-
-    p = schedule.problem
-    ii = max(1, round(result.cycles_per_iteration))
-    i0 = ITERATIONS // 2
-    issue = {r.name: r.issue for r in result.trace if r.iteration == i0}
-    first = min(issue.values())
-    start = {n: round(issue[n] - first) for n in p.names}
-    group = dict.fromkeys(p.names, 0)
-    intervals = []
-    for iv in register_intervals(p, ii, start, group):
-        end = iv.end
-        for e in p.out_edges(iv.what) if iv.what in p.names else ():
-            reader = p.op(e.dst)
-            if e.carrier != "register" or e.inplace or e.dst == e.src or not reader.is_async:
-                continue
-            waits = [start[d.dst] + d.distance * ii for d in p.out_edges(e.dst) if d.dst != e.dst]
-            if waits:
-                end = max(end, min(waits) + e.distance * ii)
-        intervals.append(Interval(iv.what, iv.start, end, iv.weight, iv.group))
-    return max(fold(intervals, ii, p.resources.group_overhead))
-
-
-def serialize_gemms(graph: Any, lowering: Any, warps: int) -> Any:
-    """The graph with every wgmma serialized (ptxas C7511): :meth:`CostModel.gemm` ``serialized=True``."""
-    from twill.ir.costmodel import CostModel
-    from twill.ir.machine import load_machine
-
-    cm = CostModel(load_machine(MACHINE))
-
-    def fix(op: Any) -> Any:
-        if op.kind != "gemm":
-            return op
-        dot = lowering.members[op.name][0]
-        m, n = dot.results[0].type.shape[-2:]
-        k = dot.operands[0].type.shape[-1]
-        cost = cm.gemm(m, n, k, warps=warps, serialized=True)
-        return replace(op, rrt=cost.rrt, latency=cost.latency, issue_cycles=cost.issue_cycles)
-
-    return graph.map_ops(fix)
+    report = compile_registers(str(ROOT / KERNEL), target="sm_90", constexprs={"BLOCK_N": block_n},
+                               signature=_signature(block_n), num_warps=warps, num_stages=stages, sass=True)
+    return report.loop_sass_instructions
 
 
 def predict(block_n: int, stages: int, warps: int, *, ctas: int) -> dict[str, Any]:
@@ -294,38 +185,56 @@ def predict(block_n: int, stages: int, warps: int, *, ctas: int) -> dict[str, An
 
     Cycles are SM clock cycles; ``per_cta_cycles`` is one CTA's steady-state cycles per loop iteration,
     ``cycles_per_iteration`` the SM cycles per CTA iteration over the whole grid (with the waves).
+    ``with_terms`` adds the costs the hardware pays that the tile model leaves out
+    (:func:`twill.tune.triton_model.hardware_terms`: issue slots from the compiled loop's SASS, wgmma
+    operand reads from shared memory, barrier waits; docs/calibration.md §7).
+
+    A configuration that cannot run says why instead of a prediction: ``{"fits": False, "reason": ...}``
+    (its shared memory exceeds what a CTA may have, so no CTA fits on an SM). At ``num_stages`` = 1
+    Triton does not pipeline the loop (no ``loop.stage``): every op is then in stage 0.
     """
     from twill.ir.costmodel import CostModel
     from twill.ir.machine import load_machine
+    from twill.tune import triton_model as tm
 
     machine = load_machine(MACHINE)
     cm = CostModel(machine)
     lowering = lower_config(block_n, stages, warps)
     graph = lowering.graph
-    slots = triton_slots(lowering)
-    one = triton_schedule(graph, slots, warps)
+    slots = tm.triton_slots(lowering)
+    one = tm.triton_schedule(graph, slots, warps, machine)
     plain = run(one, stages)
-    demand = register_demand(one, plain)
+    demand = tm.register_demand(one, plain, ITERATIONS)
     threads = 32 * warps
     cap = cm.register_cap(threads)
     spills = demand > cap
-    model_graph = serialize_gemms(graph, lowering, warps) if spills else graph
-    single = run(triton_schedule(model_graph, slots, warps), stages) if spills else plain
     smem = graph.fixed_smem + stages * sum(op.smem for op in graph.ops if graph.is_streaming(op.name))
     k = cm.ctas_per_sm(threads, min(demand, cap), smem)
-    final = triton_schedule(model_graph, slots, warps, k)
+    if k < 1 or smem > int(machine.const("memory.smem_per_cta")):
+        limit = int(machine.const("memory.smem_per_cta"))
+        return {"fits": False, "smem_bytes": smem, "register_demand": demand, "register_cap": cap,
+                "ctas_per_sm": 0, "reason": f"shared memory: Q + {stages} x (K + V) = {smem} B per CTA, more "
+                                            f"than the {limit} B a CTA may use (memory.smem_per_cta)"}
+    operands = tm.gemm_operands(lowering)
+    model_graph = tm.serialize_gemms(graph, operands, warps, cm) if spills else graph
+    single = run(tm.triton_schedule(model_graph, slots, warps, machine), stages) if spills else plain
+    final = tm.triton_schedule(model_graph, slots, warps, machine, k)
     shared = run(final, stages) if k > 1 else single
     sensitivity = {label: round(run(final, stages, lat).cycles_per_iteration, 1)
                    for label, lat in tma_latencies().items()}
     sms = int(machine.const("chip.sms"))
+    terms = tm.hardware_terms(model_graph, operands, warps, cm,
+                              loop_instructions=loop_instructions(block_n, stages, warps), num_stages=stages)
+    with_terms = tm.effective_cycles(shared.cycles_per_iteration, terms, k)
 
     def per_iteration(cycles: float, copies: int) -> float:
         """SM cycles per CTA iteration: waves x iterations x cycles, spread over the CTAs' iterations."""
         return math.ceil(ctas / (sms * copies)) * cycles * sms / ctas
 
     return {
+        "fits": True,
         "ops": len(graph.ops),
-        "triton_stages": sorted({s for s, _, _ in slots.values()}),
+        "triton_stages": slots.stages, "triton_pipelined": slots.pipelined,
         "single_cta_cycles": round(plain.cycles_per_iteration, 1),
         "register_demand": demand, "register_cap": cap, "spills": spills,
         "serialized_single_cta_cycles": round(single.cycles_per_iteration, 1) if spills else None,
@@ -334,6 +243,8 @@ def predict(block_n: int, stages: int, warps: int, *, ctas: int) -> dict[str, An
         "cycles_per_iteration_before": round(per_iteration(plain.cycles_per_iteration, 1), 1),
         "cycles_per_iteration": round(per_iteration(shared.cycles_per_iteration, k), 1),
         "per_cta_cycles_at_fixed_tma_latency": sensitivity,
+        "with_terms": {"per_cta_cycles": round(with_terms, 1),
+                       "cycles_per_iteration": round(per_iteration(with_terms, k), 1), **terms.to_dict()},
     }
 
 
@@ -371,14 +282,17 @@ def study() -> dict[str, Any]:
 def kernel_cycles(row: Mapping[str, Any], key: str) -> float:
     """``key`` (a cycles-per-iteration figure) times the iterations per CTA: the quantity ranked."""
     section = row["measured"] if key == "measured" else row["predicted"]
-    value = section["cycles_per_iteration"] if key in ("measured", "model") else section[
-        "cycles_per_iteration_before"]
+    if key == "with_terms":
+        value = section["with_terms"]["cycles_per_iteration"]
+    else:
+        value = section["cycles_per_iteration"] if key in ("measured", "model") else section[
+            "cycles_per_iteration_before"]
     return value * row["measured"]["iterations"]
 
 
 def score(rows: list[dict[str, Any]]) -> None:
     """Add the ranks (1 = fastest) of the measured and predicted kernel times to each row."""
-    for key in ("measured", "model", "before"):
+    for key in ("measured", "model", "before", "with_terms"):
         for row, rank in zip(rows, ranks([kernel_cycles(r, key) for r in rows]), strict=True):
             row.setdefault("rank", {})[key] = rank
 
@@ -387,9 +301,12 @@ def correlation_table(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, 
     """Correlations of the measured kernel times with the model's and with the model before the study."""
     meas = [kernel_cycles(r, "measured") for r in rows]
     out = {key: {k: round(v, 4) for k, v in correlations([kernel_cycles(r, key) for r in rows], meas).items()}
-           for key in ("model", "before")}
-    for key, field in (("model", "cycles_per_iteration"), ("before", "cycles_per_iteration_before")):
-        errors = [r["predicted"][field] / r["measured"]["cycles_per_iteration"] - 1 for r in rows]
+           for key in ("model", "before", "with_terms")}
+    for key, field in (("model", "cycles_per_iteration"), ("before", "cycles_per_iteration_before"),
+                       ("with_terms", "with_terms")):
+        value = [r["predicted"][field]["cycles_per_iteration"] if field == "with_terms"
+                 else r["predicted"][field] for r in rows]
+        errors = [v / r["measured"]["cycles_per_iteration"] - 1 for v, r in zip(value, rows, strict=True)]
         out[key]["mean_abs_rel_error"] = round(sum(abs(e) for e in errors) / len(errors), 4)
         out[key]["max_abs_rel_error"] = round(max(abs(e) for e in errors), 4)
     per_iter = [r["predicted"]["cycles_per_iteration"] for r in rows]

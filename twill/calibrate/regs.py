@@ -42,7 +42,8 @@ from typing import Any
 from twill.errors import FrontendError
 
 __all__ = ["Cliff", "RegReport", "compile_registers", "find_cliffs", "parse_ptx", "parse_ptxas_log",
-           "parse_resource_usage", "parse_sass", "render_table", "run_triton_tool", "sweep", "triton_tool"]
+           "parse_resource_usage", "parse_sass", "parse_sass_loop", "render_table", "run_triton_tool",
+           "sweep", "triton_tool"]
 
 _TARGETS = {90: ("sm_90a", "ptxas", "h100"), 100: ("sm_100a", "ptxas-blackwell", "b200")}
 """Per compute capability (:data:`twill.frontend.targets.CAPABILITIES`): the ptxas ``--gpu-name``, the
@@ -89,6 +90,10 @@ class RegReport:
         Virtual registers the PTX declares (``.reg`` counts summed).
     sass_instructions : int or None
         Instructions in the SASS (None when not read).
+    loop_sass_instructions : int or None
+        Instructions one warp issues per trip of the kernel's main loop: the SASS between the target of
+        the backward branch that spans the most instructions and that branch
+        (:func:`parse_sass_loop`); None when the SASS was not read or has no backward branch.
     cubin_bytes : int
         Size of the cubin.
     ptxas_notes : tuple of str
@@ -124,6 +129,7 @@ class RegReport:
     ptxas_notes: tuple[str, ...] = ()
     compile_seconds: float = 0.0
     constexprs: Mapping[str, Any] = field(default_factory=dict)
+    loop_sass_instructions: int | None = None
 
     @property
     def spills(self) -> bool:
@@ -255,6 +261,45 @@ def parse_sass(text: str) -> Counter[str]:
     return counts
 
 
+_SASS_ADDRESSED = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[T\d]+\s+)?([A-Z][A-Z0-9_]*)([^;]*)")
+
+
+def parse_sass_loop(text: str) -> int | None:
+    """Instructions of the main loop of a disassembled kernel (``cuobjdump -sass``), per warp per trip.
+
+    The main loop is taken to be the backward branch (``BRA`` to a lower address) placed before the
+    kernel's first ``EXIT`` whose span holds the most instructions; the count is every instruction from
+    its target to the branch, both included. ptxas places the retry paths of barrier waits out of line,
+    after the ``EXIT``, each ending in a branch back into the body: those are not loops of the kernel
+    and are skipped (counting from one of them would take in the whole kernel). A spin loop inside the
+    main loop is counted once (its trip count is not known statically). Returns None when there is no
+    such branch.
+
+    >>> parse_sass_loop("        /*0010*/  MOV R1, R2 ;\\n        /*0020*/  FMUL R3, R1, R1 ;\\n"
+    ...                 "        /*0030*/  @P0 BRA 0x10 ;\\n        /*0040*/  EXIT ;\\n"
+    ...                 "        /*0050*/  @!P0 BRA 0x50 ;\\n        /*0060*/  BRA 0x0 ;")
+    3
+    """
+    rows: list[tuple[int, str, str]] = []
+    for line in text.splitlines():
+        match = _SASS_ADDRESSED.match(line)
+        if match:
+            rows.append((int(match.group(1), 16), match.group(2), match.group(3)))
+    best: int | None = None
+    exits = [a for a, opcode, _ in rows if opcode == "EXIT"]
+    first_exit = min(exits) if exits else None
+    for address, opcode, rest in rows:
+        if opcode != "BRA" or (first_exit is not None and address > first_exit):
+            continue
+        target = re.search(r"0x([0-9a-f]+)", rest)
+        if target is None or int(target.group(1), 16) >= address:
+            continue
+        low = int(target.group(1), 16)
+        count = sum(1 for a, _, _ in rows if low <= a <= address)
+        best = count if best is None else max(best, count)
+    return best
+
+
 _REG_DECL = re.compile(r"^\s*\.reg\s+\.\w+\s+%\w+<(\d+)>;", re.M)
 
 
@@ -383,7 +428,9 @@ def compile_registers(kernel: Any, *, target: str = "sm_90", num_warps: int | No
         ptxas_info = parse_ptxas_log(log.stdout + log.stderr)
         dumped = run_triton_tool("cuobjdump", ["--dump-resource-usage", str(cubin_path)])
         usage = parse_resource_usage(dumped.stdout)
-        ops = parse_sass(run_triton_tool("cuobjdump", ["-sass", str(cubin_path)]).stdout) if sass else None
+        sass_text = run_triton_tool("cuobjdump", ["-sass", str(cubin_path)]).stdout if sass else None
+        ops = parse_sass(sass_text) if sass_text is not None else None
+        loop = parse_sass_loop(sass_text) if sass_text is not None else None
         cubin_bytes = cubin_path.stat().st_size
     seconds = time.perf_counter() - t0
     info = parse_ptx(ptx)
@@ -403,7 +450,7 @@ def compile_registers(kernel: Any, *, target: str = "sm_90", num_warps: int | No
         ptx_virtual_registers=info["virtual_registers"],
         sass_instructions=None if ops is None else sum(ops.values()),
         cubin_bytes=cubin_bytes, ptxas_notes=ptxas_info["ptxas_notes"], compile_seconds=round(seconds, 3),
-        constexprs=values)
+        constexprs=values, loop_sass_instructions=loop)
 
 
 def sweep(kernel: Any, *, target: str = "sm_90", num_warps: Iterable[int] = (2, 4, 8, 16),

@@ -27,12 +27,12 @@ from collections.abc import Sequence
 
 from rich.markup import escape
 
-from twill.cli import apply, common, explain, machines, plot, regs, schedule, show, simulate, verify
+from twill.cli import apply, common, explain, machines, plot, regs, schedule, show, simulate, tune, verify
 from twill.errors import InfeasibleError, InterruptedSolveError, TwillError
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
-COMMANDS = (schedule, show, verify, machines, explain, simulate, plot, apply, regs)
+COMMANDS = (schedule, show, verify, machines, explain, simulate, plot, apply, tune, regs)
 """The command modules, in the order ``twill --help`` lists them; each has ``add_parser`` and ``run``."""
 
 

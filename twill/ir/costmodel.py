@@ -344,6 +344,116 @@ class CostModel:
         return OpCost("tmem_store", (Reservation("tmem", 0, busy),), latency=busy, issue_cycles=busy,
                       warps=warps)
 
+    # ------------------------------------------------------------------------------------ hardware terms
+    def issue_cycles(self, instructions_per_warp: float, warps: int, *, ctas: int = 1) -> float:
+        """Cycles the SM's warp schedulers need to issue ``instructions_per_warp`` warp instructions from each
+        of ``warps`` warps of each of ``ctas`` co-resident CTAs.
+
+        Every instruction a warp issues (arithmetic, address math, barrier tests, the wgmma and its fence)
+        takes one issue slot of its scheduler; the SM has ``issue.slots`` schedulers (4 on Hopper and
+        Blackwell) that each issue ``cost.issue_per_scheduler_per_cycle`` (1) instruction per cycle, so::
+
+            cycles = instructions_per_warp * warps * ctas / (slots * per_slot_per_cycle)
+
+        Independent of which unit runs the instruction: the ALU, MUFU and SMEM work of one warp group
+        share this one budget. Sources in the machine file.
+
+            >>> from twill.ir.machine import load_machine
+            >>> CostModel(load_machine("h200")).issue_cycles(910, 8)     # 8 warps, 910 SASS per trip
+            1820.0
+
+        Raises
+        ------
+        ValueError
+            A negative count, or ``warps`` / ``ctas`` below 1.
+        """
+        if instructions_per_warp < 0 or warps < 1 or ctas < 1:
+            raise ValueError(f"need instructions_per_warp >= 0, warps >= 1, ctas >= 1; got "
+                             f"{instructions_per_warp}, {warps}, {ctas}")
+        const = self.machine.const
+        rate = float(const("issue.slots")) * float(const("cost.issue_per_scheduler_per_cycle"))
+        return instructions_per_warp * warps * ctas / rate
+
+    def estimated_instructions(self, rrt: Iterable[Reservation], warps: int) -> float:
+        """Warp instructions per warp that an op's reservation table implies, for when no SASS is at hand.
+
+        Each unit's busy cycles times its SM-wide rate is the op's lane operations (``alu_per_cycle``
+        lanes, ``mufu_per_cycle`` results, ``smem_bytes_per_cycle`` / 16 bytes per thread per
+        ``STS.128``/``LDS.128``, ``lsu_bytes_per_cycle`` / 16 likewise); 32 lanes make one warp
+        instruction, spread over ``warps`` warps. Tensor Core, TMA and TMEM work is a handful of
+        instructions per op (counted as 1 per warp). A lower bound: ptxas adds address arithmetic,
+        moves and predicates (the FA forward's main loop has 2-3x this count, ``parse_sass_loop``).
+
+        Raises
+        ------
+        ValueError
+            ``warps`` below 1.
+        """
+        if warps < 1:
+            raise ValueError(f"warps must be >= 1, got {warps}")
+        lanes = {"alu": self._rate("alu_per_cycle"), "mufu": self._rate("mufu_per_cycle"),
+                 "smem": self._rate("smem_bytes_per_cycle") / 16,
+                 "lsu": self._rate("lsu_bytes_per_cycle") / 16}
+        total = 0.0
+        for r in rrt:
+            if r.unit in lanes:
+                total += r.cycles * r.count * lanes[r.unit] / 32 / warps
+            else:
+                total += 1.0
+        return total
+
+    def wgmma_smem_bytes(self, m: int, n: int, k: int, *, a_in_smem: bool, dtype: str = "fp16",
+                         warps: int | None = None) -> int:
+        """Bytes a Hopper tile GEMM ``[m, k] x [k, n]`` reads from shared memory for its operands.
+
+        ``wgmma`` works on 64-row slices (``cost.tc_min_m``) of ``A``, one warp group each. With more warp
+        groups than slices (``warps`` / 4 > ``ceil(m / 64)``: a 64-row tile at 8 warps), Triton gives the
+        extra groups parts of ``N`` (its wgmma ``warpsPerCTA`` fills M first, then N), and each of those
+        groups reads its slice of ``A`` again. Per slice: the whole ``B`` tile (``k x n``, split between
+        the N groups) and, when ``A`` is in shared memory (the ``SS`` form; Triton's Q K^T), ``64 x k`` of
+        ``A`` once per N group; an ``A`` in registers (``RS``, P V) costs none. So, with ``s =
+        ceil(m / 64)`` and ``g_n = max(1, groups // s)``: ``s (k n e + [a_in_smem] g_n 64 k e)``, ``e``
+        bytes per element (PTX ISA, wgmma.mma_async operand descriptors). ``warps`` None: one group per
+        slice.
+
+            >>> from twill.ir.machine import load_machine
+            >>> cm = CostModel(load_machine("h200"))
+            >>> cm.wgmma_smem_bytes(128, 64, 128, a_in_smem=True)              # 2 x (16 KB + 16 KB)
+            65536
+            >>> cm.wgmma_smem_bytes(64, 64, 128, a_in_smem=True, warps=8)      # A read by both groups
+            49152
+        """
+        e = DTYPE_BYTES.get(dtype, 2)
+        rows = int(self._rate("tc_min_m"))
+        slices = ceil(m / rows)
+        groups = slices if warps is None else max(1, warps // self.machine.warps_per_group)
+        n_groups = max(1, groups // slices)
+        a_bytes = min(rows, m) * k * e * n_groups if a_in_smem else 0
+        return slices * (k * n * e + a_bytes)
+
+    def wgmma_smem_cycles(self, m: int, n: int, k: int, *, a_in_smem: bool, dtype: str = "fp16",
+                          warps: int | None = None) -> float:
+        """Cycles of the shared-memory operand reads of :meth:`wgmma_smem_bytes`, at
+        ``cost.wgmma_smem_bytes_per_cycle`` (source in the machine file). A GEMM whose reads take longer
+        than its Tensor Core time (``2 m n k / tc_flops``) runs at the read rate: small-N tiles
+        (``m64n32k16`` reads 3 KB per 16 Tensor Core cycles)."""
+        return self.wgmma_smem_bytes(m, n, k, a_in_smem=a_in_smem, dtype=dtype, warps=warps) / self._rate(
+            "wgmma_smem_bytes_per_cycle")
+
+    def iteration_fixed_cycles(self, waits: int) -> float:
+        """Latency one loop trip pays besides its ops: ``waits`` blocking barrier waits (an mbarrier test
+        for each TMA load, the ``wgmma`` wait), each ``cost.barrier_wait`` cycles, with the loop's
+        branch and counter folded into that constant (source in the machine file).
+
+        Raises
+        ------
+        ValueError
+            ``waits`` is negative.
+        """
+        if waits < 0:
+            raise ValueError(f"waits must be >= 0, got {waits}")
+        return waits * self._rate("barrier_wait")
+
     # ------------------------------------------------------------------------------------ control flow
     def divergent(self, paths: Sequence[OpCost], *, kind: str = "divergent") -> OpCost:
         """An op whose lanes take ``k = len(paths)`` different paths in one warp (a lane-dependent branch).

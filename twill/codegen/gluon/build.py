@@ -25,8 +25,8 @@ from typing import Any
 from twill.codegen.gluon.emit import KernelSource, check_lowerable, emit_kernel
 from twill.codegen.gluon.errors import CodegenError
 from twill.codegen.gluon.plan import Plan, default_budget, default_candidates, make_plan
-from twill.model.liveness import fold, memory_intervals
 from twill.ir.machine import Machine, load_machine
+from twill.model.liveness import fold, memory_intervals
 from twill.schedule import Schedule
 
 __all__ = ["GluonKernel", "GluonReport", "PartitionReport", "compile_source", "generate"]

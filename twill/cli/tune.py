@@ -1,0 +1,147 @@
+"""The ``twill tune`` command line: ``add_parser(subparsers)`` and ``run(args) -> int``.
+
+    twill tune examples/flash_attention_fwd.py --machine h200 --grid BLOCK_M=64,128 \\
+        --grid BLOCK_N=32,64,128 --num-warps 4,8 --num-stages 1,2,3,4 --seq-len 8192 --top 10 \\
+        --json tune.json --plot tune.png
+
+Exit codes: 0 done (also when some configs cannot run: the table says why), 2 bad input (nothing tuned),
+130 interrupted (the finished configs are printed and written).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``tune`` subcommand to an :mod:`argparse` subparsers object (``func=run``)."""
+    p = subparsers.add_parser(
+        "tune", help="predict the time of every config of a grid (CPU only) and rank them",
+        description="Compile every config of a constexpr x num_warps x num_stages grid on the CPU, check "
+                    "that it fits (shared memory, registers), solve twill's schedule for it, predict its "
+                    "time on the machine (waves, CTAs per SM, cycles per trip) and print them ranked.")
+    p.add_argument("file", help="FILE.py[::KERNEL] with TWILL_KERNELS and TWILL_TUNE entries")
+    p.add_argument("--machine", required=True, help="machine name (h100, h200, b200) or TOML file")
+    p.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2",
+                   help="constexpr values to try (repeatable)")
+    p.add_argument("--num-warps", metavar="W,W", help="num_warps values (default the kernel entry's)")
+    p.add_argument("--num-stages", metavar="S,S", help="num_stages values (default the kernel entry's)")
+    p.add_argument("--seq-len", type=int, metavar="N", help="problem size seq_len (same as --size seq_len=N)")
+    p.add_argument("--size", action="append", default=[], metavar="NAME=N",
+                   help="a problem size of the kernel's TWILL_TUNE entry (M, N, K, batch, heads ...)")
+    p.add_argument("--backend", default="triton", choices=["triton"], help="what runs each config")
+    p.add_argument("--top", type=int, metavar="K", help="show the K fastest configs (all are in --json)")
+    p.add_argument("--json", metavar="OUT", help="write every config's result as JSON")
+    p.add_argument("--plot", metavar="OUT", help="plot the predicted time across the grid (PNG/SVG/PDF)")
+    p.add_argument("--jobs", type=int, metavar="N", help="worker processes (default: every core)")
+    p.add_argument("--ray", metavar="ADDRESS", help="run the configs as Ray tasks ('local' starts Ray here)")
+    p.add_argument("--time-limit", type=float, default=5.0, metavar="S",
+                   help="seconds for twill's solve of each config (default 5)")
+    p.add_argument("--cache-dir", metavar="DIR", help="compile cache (default ~/.cache/twill/tune)")
+    p.add_argument("--no-cache", action="store_true", help="compile every config again")
+    p.set_defaults(func=run)
+    return p
+
+
+def _sizes(args: argparse.Namespace) -> dict[str, int]:
+    from twill.tune.grid import GridError
+
+    sizes: dict[str, int] = {}
+    for item in args.size:
+        name, sep, value = item.partition("=")
+        try:
+            sizes[name.strip()] = int(value)
+        except ValueError:
+            raise GridError(f"--size {item!r} must look like NAME=INTEGER") from None
+        if not sep or not name.strip():
+            raise GridError(f"--size {item!r} must look like NAME=INTEGER")
+    if args.seq_len is not None:
+        sizes["seq_len"] = args.seq_len
+    return sizes
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``twill tune``; returns the exit code (see the module docstring)."""
+    from rich.markup import escape
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from twill.errors import TwillError
+    from twill.render.terminal import make_console
+    from twill.tune.api import tune
+    from twill.tune.grid import parse_grid, parse_list
+    from twill.tune.report import render_table, write_json, write_plot
+
+    console = make_console()
+    err = make_console(stderr=True)
+    for out in (args.json, args.plot):
+        if out and not Path(out).resolve().parent.is_dir():
+            err.print(f"[red]error[/]: the folder of {escape(out)} does not exist")
+            return 2
+    if args.top is not None and args.top < 1:
+        err.print(f"[red]error[/]: --top {args.top} must be >= 1")
+        return 2
+    progress = Progress(TextColumn("tuning"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        TextColumn("{task.fields[last]}"), console=err, transient=True)
+    bar: dict[str, Any] = {}
+
+    def start(n: int) -> None:
+        progress.start()
+        bar["id"] = progress.add_task("tune", total=n, last="")
+
+    def step(result: dict[str, Any]) -> None:
+        label = " ".join(f"{k}={v}" for k, v in result.get("constexprs", {}).items())
+        progress.update(bar["id"], advance=1, last=f"{label} w{result.get('num_warps')} "
+                                                   f"s{result.get('num_stages')}")
+
+    try:
+        grid = parse_grid(args.grid)
+        warps = parse_list(args.num_warps, "--num-warps") if args.num_warps is not None else None
+        stages = parse_list(args.num_stages, "--num-stages") if args.num_stages is not None else None
+        cache = None if args.no_cache else (args.cache_dir or "default")
+        outcome = tune(args.file, args.machine, grid, num_warps=warps, num_stages=stages,
+                       problem=_sizes(args), backend=args.backend, time_limit=args.time_limit,
+                       jobs=args.jobs, ray=args.ray, cache_dir=cache, on_start=start, on_result=step)
+    except TwillError as exc:
+        progress.stop()
+        err.print(f"[red]error[/] ({type(exc).__name__}): {escape(str(exc))}")
+        return 2
+    finally:
+        progress.stop()
+    results = outcome.results
+    names = list(grid) or [k for k in (outcome.configs[0].constexprs if outcome.configs else {})]
+    meta = outcome.meta
+    title = (f"{meta['kernel_entry']} on {args.machine}: "
+             f"{', '.join(f'{k}={v}' for k, v in meta['problem'].items())} "
+             f"({meta['finished']} of {meta['total']} configs, {meta['engine']})")
+    console.print(render_table(results, names, top=args.top, title=title))
+    for r in results:
+        if r.get("fits") or r.get("error"):
+            continue
+        label = " ".join(f"{k}={v}" for k, v in r["constexprs"].items() if k in names)
+        console.print(f"cannot run {escape(label)} w{r['num_warps']} s{r['num_stages']}: "
+                      f"{escape(str(r['reason']))}", soft_wrap=True)
+    bad = [r for r in results if r.get("error") in ("compile", "input", "internal")]
+    for r in bad:
+        label = " ".join(f"{k}={v}" for k, v in r["constexprs"].items() if k in names)
+        err.print(f"[yellow]config {escape(label)} w{r['num_warps']} s{r['num_stages']}[/]: "
+                  f"{escape(str(r['reason']))}", soft_wrap=True)
+    unproven = [r for r in results if r.get("schedule") and not r["schedule"].get("proven_optimal")]
+    if unproven:
+        why = "; ".join(sorted({r["schedule"]["not_proven"] for r in unproven}))[:300]
+        console.print(f"{len(unproven)} of twill's schedules are not proven optimal ({why}); "
+                      "the predicted times are of the kernel Triton builds, with its own schedule",
+                      soft_wrap=True)
+    if outcome.sweep.interrupted:
+        err.print(f"[yellow]interrupted[/]: {meta['finished']} of {meta['total']} configs finished; "
+                  f"{meta['cut']} cut (not run or not finished)")
+    if args.json:
+        write_json(args.json, results, **meta)
+        console.print(f"wrote {escape(args.json)} ({len(results)} configs)")
+    if args.plot and results:
+        write_plot(args.plot, results, names, title=title)
+        console.print(f"wrote {escape(args.plot)}")
+    return 130 if outcome.sweep.interrupted else 0

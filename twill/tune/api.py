@@ -1,0 +1,141 @@
+"""``tune()``: expand a grid over a kernel and run every config (the library form of ``twill tune``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from twill.tune.grid import Config, GridError, expand, load_tune_problem
+from twill.tune.runner import SweepResult, run_sweep
+from twill.tune.worker import Task, default_cache_dir, tune_config
+
+__all__ = ["TuneOutcome", "kernel_constexprs", "plan", "tune"]
+
+
+@dataclass
+class TuneOutcome:
+    """A finished (or interrupted) sweep: results ranked later by :mod:`twill.tune.report`.
+
+    Attributes
+    ----------
+    configs : list of Config
+        The grid, in grid order.
+    sweep : SweepResult
+        What came back (``results``, ``interrupted``, ``cut``, ``engine``).
+    meta : dict
+        Kernel, machine, problem sizes, grid, options: the JSON's top-level keys.
+    """
+
+    configs: list[Config]
+    sweep: SweepResult
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def results(self) -> list[dict[str, Any]]:
+        """Results of the finished configs."""
+        return self.sweep.results
+
+
+def kernel_constexprs(spec: Any) -> list[str]:
+    """Names of the ``tl.constexpr`` arguments of a loaded kernel (in argument order)."""
+    fn = spec.fn
+    indices = getattr(fn, "constexprs", None)
+    if indices:
+        return [fn.arg_names[i] for i in sorted(indices)]
+    return [a for a in fn.arg_names if a in spec.constexprs]
+
+
+def plan(kernel: str, grid: Mapping[str, Sequence[Any]], num_warps: Sequence[int] | None,
+         num_stages: Sequence[int] | None, problem: Mapping[str, int] | None = None) -> tuple[Any, Any,
+                                                                                          list[Config],
+                                                                                          dict[str, int]]:
+    """Load the kernel and its ``TWILL_TUNE`` entry, check the problem sizes, expand the grid.
+
+    Returns ``(spec, tune_problem, configs, problem_sizes)``.
+
+    Raises
+    ------
+    FrontendError
+        The kernel cannot be loaded.
+    GridError
+        Unknown constexpr or problem size, an empty grid, no ``TWILL_TUNE`` entry.
+    """
+    from twill.frontend.compile import load_kernel
+
+    spec = load_kernel(kernel)
+    tp = load_tune_problem(spec.fn.__globals__.get("TWILL_TUNE"), spec.name, source=spec.source)
+    sizes = dict(tp.problem)
+    for name, value in (problem or {}).items():
+        if name not in sizes:
+            raise GridError(f"problem size {name!r} is not one of {spec.name}'s ({', '.join(sorted(sizes))})")
+        if not isinstance(value, int) or value < 1:
+            raise GridError(f"problem size {name}={value!r} must be a positive integer")
+        sizes[name] = value
+    warps = list(num_warps) if num_warps is not None else [spec.num_warps]
+    stages = list(num_stages) if num_stages is not None else [spec.num_stages]
+    configs = expand(grid, warps, stages, kernel_constexprs=kernel_constexprs(spec), defaults=spec.constexprs,
+                     kernel=spec.name)
+    return spec, tp, configs, sizes
+
+
+def tune(kernel: str, machine: str, grid: Mapping[str, Sequence[Any]], *,
+         num_warps: Sequence[int] | None = None, num_stages: Sequence[int] | None = None,
+         problem: Mapping[str, int] | None = None, backend: str = "triton", time_limit: float = 5.0,
+         jobs: int | None = None, ray: str | None = None, cache_dir: str | None = "default",
+         worker: Callable[[Task], dict[str, Any]] | None = None,
+         on_start: Callable[[int], None] | None = None,
+         on_result: Callable[[dict[str, Any]], None] | None = None) -> TuneOutcome:
+    """Predict every config of ``grid`` x ``num_warps`` x ``num_stages`` for ``kernel`` on ``machine``.
+
+    Parameters
+    ----------
+    kernel : str
+        ``FILE.py[::KERNEL]`` with ``TWILL_KERNELS`` and ``TWILL_TUNE`` entries.
+    machine : str
+        Machine name or TOML path.
+    grid : mapping of str to sequence
+        Constexpr name -> values (:func:`twill.tune.grid.parse_grid`).
+    num_warps, num_stages : sequence of int, optional
+        Default: the kernel entry's one value.
+    problem : mapping of str to int, optional
+        Problem sizes overriding ``TWILL_TUNE``'s (``seq_len``, ``M`` ...).
+    backend : str
+        ``"triton"`` (the kernel Triton builds for each config).
+    time_limit : float
+        Seconds for twill's solve per config.
+    jobs, ray : see :func:`twill.tune.runner.run_sweep`.
+    cache_dir : str or None
+        Compile cache folder; ``"default"``: :func:`twill.tune.worker.default_cache_dir`; None: no cache.
+    worker : callable, optional
+        The per-config function (default :func:`twill.tune.worker.tune_config`; a module-level function,
+        so that worker processes can import it).
+    on_start, on_result : callable, optional
+        Called with the number of configs before the sweep, and with each result.
+
+    Raises
+    ------
+    FrontendError, GridError
+        As :func:`plan` (before any config runs).
+    TwillError
+        ``--ray`` without Ray installed, bad ``jobs``.
+    """
+    if backend != "triton":
+        raise GridError(f"--backend {backend!r} is not supported; use triton")
+    if not time_limit > 0:
+        raise GridError(f"--time-limit {time_limit!r} must be > 0 seconds")
+    spec, tp, configs, sizes = plan(kernel, grid, num_warps, num_stages, problem)
+    cache = default_cache_dir() if cache_dir == "default" else cache_dir
+    tasks = [Task(kernel, machine, dict(c.constexprs), c.num_warps, c.num_stages, dict(sizes), time_limit,
+                  backend, cache, c.index) for c in configs]
+    if on_start is not None:
+        on_start(len(tasks))
+    sweep = run_sweep(tasks, worker or tune_config, jobs=jobs, ray=ray, on_result=on_result)
+    meta = {"kernel": kernel, "kernel_entry": spec.name, "machine": machine, "backend": backend,
+            "problem": sizes, "grid": {k: list(v) for k, v in grid.items()},
+            "num_warps": sorted({c.num_warps for c in configs}),
+            "num_stages": sorted({c.num_stages for c in configs}), "time_limit_s": time_limit,
+            "engine": sweep.engine, "total": len(tasks), "finished": len(sweep.results),
+            "interrupted": sweep.interrupted, "cut": sweep.cut,
+            "expressions": {"ctas": tp.ctas, "trips": tp.trips, "flops": tp.flops}}
+    return TuneOutcome(configs, sweep, meta)

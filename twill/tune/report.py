@@ -1,0 +1,142 @@
+"""The results of a sweep: ranking, the terminal table, the JSON file and the plot.
+
+JSON (``write_json``)::
+
+    {"configs": [{"constexprs": {...}, "num_warps": 8, "num_stages": 3, "fits": true, "reason": null,
+                  "predicted_ms": 11.3, "predicted_tflops": 389.1, "schedule": {...} | null,
+                  "details": {...}}, ...],
+     "kernel": ..., "machine": ..., "problem": {...}, "interrupted": false, "cut": 0, ...}
+
+``configs`` are ranked: the configs that fit by predicted time (fastest first, ties by grid order), then
+those that cannot run, in grid order; ``index`` is a config's position in the grid.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["PUBLIC_KEYS", "rank", "render_table", "short_reason", "to_document", "write_json", "write_plot"]
+
+PUBLIC_KEYS = ("constexprs", "num_warps", "num_stages", "fits", "reason", "predicted_ms", "predicted_tflops",
+               "schedule")
+"""The keys every config of the JSON has (``details`` and ``error`` come after them)."""
+
+
+def rank(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Results ranked: fitting configs by predicted time, then the rest in grid order."""
+    def key(r: Mapping[str, Any]) -> tuple[int, float, int]:
+        index = r.get("index")
+        index = index if isinstance(index, int) else 1 << 30
+        if r.get("fits") and r.get("predicted_ms") is not None:
+            return (0, float(r["predicted_ms"]), index)
+        return (1, 0.0, index)
+
+    return [dict(r) for r in sorted(results, key=key)]
+
+
+def _clean(result: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: result.get(k) for k in PUBLIC_KEYS}
+    for k in ("predicted_ms", "predicted_tflops"):
+        if out[k] is not None:
+            out[k] = round(float(out[k]), 6)
+    out["details"] = result.get("details", {})
+    out["error"] = result.get("error")
+    out["index"] = result.get("index")
+    return out
+
+
+def to_document(results: Sequence[Mapping[str, Any]], **meta: Any) -> dict[str, Any]:
+    """The JSON document: ranked configs and ``meta`` (kernel, machine, problem, interrupted, cut ...)."""
+    return {"configs": [_clean(r) for r in rank(results)], **meta}
+
+
+def write_json(path: str | Path, results: Sequence[Mapping[str, Any]], **meta: Any) -> None:
+    """Write :func:`to_document` to ``path`` (through a temporary file, so a reader never sees half)."""
+    target = Path(path)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(json.dumps(to_document(results, **meta), indent=1, default=str) + "\n", encoding="utf-8")
+    tmp.replace(target)
+
+
+def _label(r: Mapping[str, Any], names: Sequence[str]) -> str:
+    ce = r.get("constexprs", {})
+    return " ".join(f"{n}={ce.get(n)}" for n in names)
+
+
+def render_table(results: Sequence[Mapping[str, Any]], names: Sequence[str], *, top: int | None = None,
+                 title: str = "") -> Any:
+    """A :class:`rich.table.Table`: rank, the grid's constexprs, warps, stages, predicted time and TFLOP/s,
+    registers, SMEM, CTAs per SM, and a short note (spills; for a config that cannot run, what refused
+    it: the whole reason is printed below the table and is in the JSON). Cycles per trip and twill's II
+    are in the JSON (``details``, ``schedule``)."""
+    from rich.table import Table
+
+    table = Table(title=title or None)
+    for col in ("#", *names, "warps", "stages", "ms", "TFLOP/s", "regs", "SMEM KB", "CTAs/SM", "note"):
+        if col == "note":
+            table.add_column(col, justify="left", overflow="fold", min_width=10)
+        else:
+            table.add_column(col, justify="right", no_wrap=True)
+    ranked = rank(results)
+    fitting = [r for r in ranked if r.get("fits")]
+    rest = [r for r in ranked if not r.get("fits")]
+    shown = fitting[:top] if top else fitting
+    for i, r in enumerate(shown, 1):
+        d = r.get("details", {})
+        note = f"spills {d.get('spill_bytes', 0)} B" if d.get("wgmma_serialized") else ""
+        table.add_row(str(i), *(str(r["constexprs"].get(n)) for n in names), str(r["num_warps"]),
+                      str(r["num_stages"]), f"{r['predicted_ms']:.3f}", f"{r['predicted_tflops']:.0f}",
+                      str(d.get("registers", "")), f"{d.get('shared_bytes', 0) / 1024:.0f}",
+                      str(d.get("ctas_per_sm", "")), note)
+    for r in rest:
+        d = r.get("details", {})
+        table.add_row("-", *(str(r["constexprs"].get(n)) for n in names), str(r["num_warps"]),
+                      str(r["num_stages"]), "-", "-", str(d.get("registers", "-")),
+                      f"{d['shared_bytes'] / 1024:.0f}" if "shared_bytes" in d else "-", "-",
+                      f"cannot run: {short_reason(r.get('reason'))}", style="red")
+    return table
+
+
+def short_reason(reason: str | None) -> str:
+    """The head of a reason, the resource or the stage that refused the config (the text before its first
+    ``:``), for a table cell; the whole reason is in the JSON and printed below the table.
+
+    >>> short_reason("shared memory: Triton allocates 294976 B per CTA, more than the 232448 B a CTA may use")
+    'shared memory'
+    """
+    if not reason:
+        return ""
+    return str(reason).split(":", 1)[0][:40]
+
+
+def write_plot(path: str | Path, results: Sequence[Mapping[str, Any]], names: Sequence[str], *,
+               title: str = "") -> None:
+    """Predicted time of every config in grid order (a bar each; configs that cannot run marked x)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = sorted(results, key=lambda r: r.get("index") if isinstance(r.get("index"), int) else 1 << 30)
+    labels = [f"{_label(r, names)} w{r['num_warps']} s{r['num_stages']}" for r in rows]
+    times = [r["predicted_ms"] if r.get("fits") and r.get("predicted_ms") is not None else 0.0 for r in rows]
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.28 * len(rows) + 2), 4.8))
+    colors = ["tab:blue" if t > 0 else "lightgray" for t in times]
+    ax.bar(range(len(rows)), times, color=colors)
+    top = max(times) if any(times) else 1.0
+    for i, t in enumerate(times):
+        if t == 0:
+            ax.text(i, top * 0.02, "x", ha="center", va="bottom", color="tab:red", fontsize=8)
+    if any(times):
+        best = min(range(len(times)), key=lambda i: times[i] if times[i] > 0 else float("inf"))
+        ax.bar([best], [times[best]], color="tab:green")
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels(labels, rotation=90, fontsize=7)
+    ax.set_ylabel("predicted time (ms)")
+    ax.set_title(title or "twill tune: predicted time per config (x: cannot run, green: fastest)")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

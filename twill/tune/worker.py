@@ -1,0 +1,328 @@
+"""One config of a tuning sweep: compile on the CPU, check it fits, solve, predict its time.
+
+:func:`tune_config` takes a :class:`Task` (plain data, so a process pool or a Ray task can carry it) and
+returns a plain-data result; a config that Triton rejects or that cannot run comes back with
+``fits = False`` and the reason, never as an exception (Ctrl-C excepted).
+
+For ``backend = "triton"`` the kernel that runs is the one Triton builds for the config: its own
+software pipeline (``loop.stage`` / ``loop.cluster``) in one instruction stream of ``num_warps`` warps
+(Triton 3.6 does not warp-specialize these loops on sm_90). So the predicted time is that schedule,
+simulated (:mod:`twill.tune.triton_model`), with the registers, spills and shared memory ptxas and Triton
+report for the config, the co-resident CTAs they allow, and the costs the tile model leaves out (issue
+slots counted in the compiled loop's SASS, wgmma operand reads, barrier waits). twill's own schedule for
+the config (software pipelining with Triton's ``num_stages`` buffers, ``strategy="swp"``, solved within
+``time_limit``) is reported beside it with the time it would give.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from twill.errors import FrontendError, InfeasibleError, ResourceError, TwillError
+
+__all__ = ["ITERATIONS", "Task", "default_cache_dir", "predict_from_parts", "tune_config"]
+
+CACHE_VERSION = 2
+"""Bumped when what the compile cache holds changes (2: the main-loop SASS count skips retry paths)."""
+ITERATIONS = 16
+"""Loop trips simulated per config (the steady state is read over the middle half; 16 and 48 give the
+same cycles per trip on the FA forward configs, and 16 is 3x faster)."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """Plain-data description of one config to tune (picklable).
+
+    Attributes
+    ----------
+    kernel : str
+        ``FILE.py[::KERNEL]``.
+    machine : str
+        Machine name or TOML path.
+    constexprs : dict
+        Constexpr values of the config (all of them).
+    num_warps, num_stages : int
+        Compile options.
+    problem : dict
+        Problem sizes (``TWILL_TUNE`` defaults with the command line's overrides).
+    time_limit : float
+        Seconds for twill's solve of this config.
+    backend : str
+        ``"triton"``.
+    cache_dir : str or None
+        Folder of the compile cache (None: no cache).
+    index : int
+        Position in the grid.
+    """
+
+    kernel: str
+    machine: str
+    constexprs: dict[str, Any]
+    num_warps: int
+    num_stages: int
+    problem: dict[str, int] = field(default_factory=dict)
+    time_limit: float = 5.0
+    backend: str = "triton"
+    cache_dir: str | None = None
+    index: int = 0
+
+
+def default_cache_dir() -> str:
+    """``$TWILL_CACHE_DIR/tune`` or ``~/.cache/twill/tune``."""
+    root = os.environ.get("TWILL_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "twill")
+    return os.path.join(root, "tune")
+
+
+@functools.lru_cache(maxsize=8)
+def _kernel(kernel: str) -> tuple[Any, Any]:
+    from twill.frontend.compile import load_kernel
+    from twill.tune.grid import load_tune_problem
+
+    spec = load_kernel(kernel)
+    return spec, load_tune_problem(spec.fn.__globals__.get("TWILL_TUNE"), spec.name, source=spec.source)
+
+
+def _cache_key(task: Task, signature: dict[str, str]) -> str:
+    import triton
+
+    import twill
+
+    text = Path(task.kernel.partition("::")[0]).read_text(encoding="utf-8")
+    blob = json.dumps({"cache": CACHE_VERSION, "file": text, "kernel": task.kernel.partition("::")[2],
+                       "constexprs": task.constexprs,
+                       "signature": signature, "w": task.num_warps, "s": task.num_stages,
+                       "machine": task.machine, "triton": triton.__version__,
+                       "twill": getattr(twill, "__version__", "")}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+def _compile(task: Task, spec: Any, signature: dict[str, str], target: str) -> dict[str, Any]:
+    """ptxas report and TTGIR snapshots of the config, from the cache when there."""
+    from twill.calibrate.regs import compile_registers
+    from twill.frontend.compile import compile_to_ttgir
+
+    path = None
+    if task.cache_dir:
+        path = Path(task.cache_dir) / f"{_cache_key(task, signature)}.json"
+        if path.is_file():
+            try:
+                return {**json.loads(path.read_text(encoding="utf-8")), "cached": True}
+            except (OSError, ValueError):
+                pass  # a torn cache file: compile again and overwrite it
+    report = compile_registers(spec, target=target, num_warps=task.num_warps, num_stages=task.num_stages,
+                               constexprs=task.constexprs, signature=signature, sass=True)
+    snaps = compile_to_ttgir(spec, target=target, signature={**spec.signature, **signature},
+                             constexprs=task.constexprs, num_warps=task.num_warps,
+                             num_stages=task.num_stages)
+    data = {"report": report.to_dict(), "scheduled": snaps.scheduled}
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data), encoding="utf-8")
+        os.replace(tmp, path)
+    return {**data, "cached": False}
+
+
+def _result(task: Task, **fields: Any) -> dict[str, Any]:
+    out = {"index": task.index, "constexprs": dict(task.constexprs), "num_warps": task.num_warps,
+           "num_stages": task.num_stages, "fits": False, "reason": None, "predicted_ms": None,
+           "predicted_tflops": None, "schedule": None, "details": {}, "error": None}
+    out.update(fields)
+    return out
+
+
+def _fits(report: dict[str, Any], machine: Any, cm: Any) -> tuple[str | None, int]:
+    """Why the compiled config cannot run on ``machine`` (None if it can), and its CTAs per SM.
+
+    The reason names the resource and both numbers: shared memory Triton allocates against
+    ``memory.smem_per_cta`` (and, with the reserved 1 KB, ``chip.smem_per_sm``), registers per thread x
+    threads against the register file, threads against ``chip.max_threads_per_sm``.
+    """
+    const = machine.const
+    threads = int(report["threads"])
+    shared = int(report["shared_bytes"])
+    regs = int(report["registers"])
+    limit = int(const("memory.smem_per_cta"))
+    if shared > limit:
+        return (f"shared memory: Triton allocates {shared} B per CTA, more than the {limit} B a CTA may use "
+                f"on {machine.name} (memory.smem_per_cta; {shared - limit} B too many)"), 0
+    file = machine.register_file
+    if regs * threads > file:
+        return (f"registers: {regs} per thread x {threads} threads = {regs * threads} > the {file}-register "
+                f"file of an SM"), 0
+    max_threads = int(const("chip.max_threads_per_sm"))
+    if threads > max_threads:
+        return f"threads: {threads} per CTA > {max_threads} per SM", 0
+    k = cm.ctas_per_sm(threads, regs, shared)
+    if k < 1:
+        per_sm = int(const("chip.smem_per_sm"))
+        reserved = int(const("chip.smem_reserved_per_cta"))
+        return (f"shared memory: {shared} B + {reserved} B reserved per CTA > the {per_sm} B of an SM "
+                f"(chip.smem_per_sm)"), 0
+    return None, k
+
+
+def predict_from_parts(*, per_trip_cycles: float, trips: int, ctas: int, ctas_per_sm: int, sms: int,
+                       clock_ghz: float, prologue: float, epilogue: float, flops: float) -> dict[str, float]:
+    """Kernel time from one CTA's cycles per trip (already shared with the co-resident CTAs).
+
+    ``waves = ceil(ctas / (sms * ctas_per_sm))``; per CTA ``prologue + trips * per_trip_cycles +
+    epilogue`` cycles; time ``waves * per_cta / clock``; TFLOP/s ``flops / time``.
+
+    >>> r = predict_from_parts(per_trip_cycles=1000, trips=128, ctas=264, ctas_per_sm=1, sms=132,
+    ...                        clock_ghz=1.6, prologue=0, epilogue=0, flops=1e12)
+    >>> r["waves"], round(r["ms"], 4)
+    (2, 0.16)
+    """
+    from twill.tune.triton_model import waves
+
+    w = waves(ctas, sms, ctas_per_sm)
+    per_cta = prologue + trips * per_trip_cycles + epilogue
+    ms = w * per_cta / (clock_ghz * 1e9) * 1e3
+    return {"waves": w, "per_cta_cycles": per_cta, "ms": ms, "tflops": flops / (ms * 1e-3) / 1e12}
+
+
+def _twill_schedule(graph: Any, machine: Any, task: Task) -> tuple[Any, list[str]]:
+    """twill's schedule with Triton's ``num_stages`` buffers (fewer if twill's ring needs more SMEM)."""
+    from twill.search import schedule
+
+    notes: list[str] = []
+    prefetch = max(0, task.num_stages - 1)
+    deadline = time.monotonic() + task.time_limit
+    while True:
+        left = max(0.5, deadline - time.monotonic())
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                sched = schedule(graph, machine, strategy="swp", prefetch=prefetch, time_limit=left)
+            notes.extend(f"twill: {w.message}" for w in caught)
+            return sched, notes
+        except ResourceError as exc:
+            if prefetch == 0:
+                notes.append(f"twill: no schedule fits ({exc})")
+                return None, notes
+            notes.append(f"twill: prefetch {prefetch} does not fit ({str(exc)[:160]}); tried {prefetch - 1}")
+            prefetch -= 1
+        except InfeasibleError as exc:
+            notes.append(f"twill: no schedule within {task.time_limit:g} s ({str(exc)[:200]})")
+            return None, notes
+
+
+def _why_not_proven(sched: Any, task: Task) -> str:
+    """Why twill's schedule of a config is not a proven optimum, from its certificate."""
+    reasons = [n for n in sched.certificate.notes if "not a joint optimum" in n or "not proven" in n]
+    if any(a.status == "timeout" for a in sched.certificate.attempts):
+        reasons.append(f"the --time-limit of {task.time_limit:g} s left an II undecided")
+    return "; ".join(reasons) or "the certificate does not prove it optimal"
+
+
+def tune_config(task: Task) -> dict[str, Any]:
+    """Compile, check, solve and predict one config; a plain-data result (see the module docstring).
+
+    Keys: ``constexprs``, ``num_warps``, ``num_stages``, ``fits``, ``reason``, ``predicted_ms``,
+    ``predicted_tflops``, ``schedule`` (twill's schedule for the config, or None), ``details`` (registers,
+    shared memory, CTAs per SM, waves, cycles per trip, the hardware terms), ``error`` (``"compile"``
+    when Triton rejects the config, ``"input"`` for a bad problem description, ``"internal"`` for a bug),
+    ``index``, ``seconds``.
+    """
+    t0 = time.perf_counter()
+    out = _tune(task)
+    out["seconds"] = round(time.perf_counter() - t0, 3)
+    out.setdefault("details", {})["seconds"] = out["seconds"]
+    return out
+
+
+def _tune(task: Task) -> dict[str, Any]:
+    from twill.frontend.compile import target_for
+    from twill.frontend.lower import lower_loop
+    from twill.frontend.ttgir import parse_ttgir
+    from twill.ir.costmodel import CostModel
+    from twill.ir.machine import load_machine
+    from twill.tune import triton_model as tm
+    from twill.tune.grid import GridError, evaluate
+
+    try:
+        spec, problem = _kernel(task.kernel)
+        machine = load_machine(task.machine)
+        names = problem.names(task.constexprs, task.problem)
+        ctas = int(evaluate(problem.ctas, names, where="TWILL_TUNE ctas"))
+        trips = int(evaluate(problem.trips, names, where="TWILL_TUNE trips"))
+        flops = float(evaluate(problem.flops, names, where="TWILL_TUNE flops"))
+        signature = problem.signature(spec.signature, {**spec.constexprs, **task.constexprs})
+    except (GridError, TwillError) as exc:
+        return _result(task, reason=f"bad input: {exc}", error="input")
+    if task.backend != "triton":
+        return _result(task, reason=f"backend {task.backend!r} is not supported (use triton)", error="input")
+    try:
+        built = _compile(task, spec, signature, target_for(machine))
+    except FrontendError as exc:
+        return _result(task, reason=f"Triton rejects this config: {exc}", error="compile")
+    report = built["report"]
+    cm = CostModel(machine)
+    details: dict[str, Any] = {
+        "registers": report["registers"], "register_cap": report["register_cap"],
+        "threads": report["threads"], "spills": report["spills"], "spill_bytes": report["spill_store_bytes"],
+        "shared_bytes": report["shared_bytes"],
+        "loop_sass_instructions": report.get("loop_sass_instructions"),
+        "ptxas_notes": report["ptxas_notes"], "ctas": ctas, "trips": trips, "flops": flops,
+        "compile_cached": built["cached"]}
+    reason, k = _fits(report, machine, cm)
+    details["ctas_per_sm"] = k
+    if reason is not None:
+        return _result(task, reason=reason, details=details)
+    try:
+        lowering = lower_loop(parse_ttgir(built["scheduled"]), machine, name=spec.name)
+    except TwillError as exc:
+        return _result(task, reason=f"twill cannot model this loop: {exc}", error="compile", details=details)
+    graph = lowering.graph
+    operands = tm.gemm_operands(lowering)
+    warps = task.num_warps
+    serialized = bool(report["spills"]) or any("C7511" in n for n in report["ptxas_notes"])
+    model_graph = tm.serialize_gemms(graph, operands, warps, cm) if serialized else graph
+    slots = tm.triton_slots(lowering)
+    one = tm.triton_schedule(model_graph, slots, warps, machine)
+    single = tm.simulate_triton(one, task.num_stages, ITERATIONS)
+    shared = single if k == 1 else tm.simulate_triton(
+        tm.triton_schedule(model_graph, slots, warps, machine, k), task.num_stages, ITERATIONS)
+    terms = tm.hardware_terms(model_graph, operands, warps, cm, loop_instructions=report.get(
+        "loop_sass_instructions"), num_stages=task.num_stages)
+    per_trip = tm.effective_cycles(shared.cycles_per_iteration, terms, k)
+    sms = int(machine.const("chip.sms"))
+    clock = float(machine.const("chip.clock_ghz"))
+    edge = float(machine.const("cost.tma_latency"))  # one TMA round trip in (Q, first K/V) and one out (O)
+    pred = predict_from_parts(per_trip_cycles=per_trip, trips=trips, ctas=ctas, ctas_per_sm=k, sms=sms,
+                              clock_ghz=clock, prologue=edge, epilogue=edge, flops=flops)
+    details.update({
+        "triton_pipelined": slots.pipelined, "triton_stages": slots.stages, "wgmma_serialized": serialized,
+        "model_register_demand": tm.register_demand(one, single, ITERATIONS),
+        "simulated_cycles_per_trip": round(single.cycles_per_iteration, 1),
+        "shared_cycles_per_trip": round(shared.cycles_per_iteration, 1),
+        "cycles_per_trip": round(per_trip, 1), "waves": pred["waves"],
+        "per_cta_cycles": round(pred["per_cta_cycles"], 1), "terms": terms.to_dict()})
+    sched, notes = _twill_schedule(model_graph, machine, task)
+    summary = None
+    if sched is not None:
+        cpu = sched.problem.cycles_per_unit
+        twill_trip = tm.effective_cycles(sched.ii_cycles, terms, k)
+        twill = predict_from_parts(per_trip_cycles=twill_trip, trips=trips, ctas=ctas, ctas_per_sm=k,
+                                   sms=sms, clock_ghz=clock, prologue=(sched.stages - 1) * twill_trip + edge,
+                                   epilogue=max(0.0, (sched.length - sched.ii) * cpu) + edge, flops=flops)
+        summary = {"strategy": sched.strategy, "ii": sched.ii, "ii_cycles": round(sched.ii_cycles, 1),
+                   "length": sched.length, "cycles_per_unit": round(cpu, 4), "stages": sched.stages,
+                   "proven_optimal": sched.certificate.proven_optimal,
+                   "not_proven": None if sched.certificate.proven_optimal else _why_not_proven(sched, task),
+                   "warp_groups": [{"index": g.index, "ops": list(g.ops), "warps": g.warps,
+                                    "registers": g.registers, "role": g.role} for g in sched.warp_groups],
+                   "predicted_ms_if_applied": round(twill["ms"], 5), "notes": notes}
+    elif notes:
+        details["twill_notes"] = notes
+    return _result(task, fits=True, predicted_ms=pred["ms"], predicted_tflops=pred["tflops"],
+                   schedule=summary, details=details)
