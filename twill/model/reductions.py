@@ -194,9 +194,10 @@ def stage_bound(problem: Problem, ii: int) -> int:
     lifetime grows, so it is a schedule too. Its largest stage is the weight of a simple path in the
     constraint graph, forward edges weighing ``w(e) <= ceil((D(e) + II - 1) / II)`` (``D(e)`` the most
     delay ``e`` can need: :meth:`Problem.crossing_delay` when its ends may be on different groups) and
-    backward edges ``δ(e) - y(e) <= δ(e)``. A simple path has at most ``|V| - 1`` edges, so the largest
-    stage is at most the sum of the ``|V| - 1`` largest ``max(ceil((D + II - 1) / II), δ)`` over the
-    edges between different ops, and ``L <= (k_max + 1) II + max cycles``.
+    backward edges ``δ(e) - y(e) <= δ(e)``. A simple path enters each op at most once, through one arc (a
+    forward arc of an edge into it or the backward arc of an edge out of it), so the largest stage is at
+    most the sum, over the ``|V| - 1`` ops with the largest such weight, of each op's largest entering
+    weight, and ``L <= (k_max + 1) II + max cycles``.
 
     Precondition: liveness is the only family whose constraints grow with stage gaps (true of every
     family in docs/model.md §4; a new family that rewards long gaps would break it).
@@ -213,13 +214,16 @@ def stage_bound(problem: Problem, ii: int) -> int:
     int
         Stage count ``>= 1``.
     """
-    weights = []
+    # a simple path enters each op at most once, through one arc: a forward arc of an edge into it, or
+    # the backward arc of an edge out of it; each op adds at most the largest of those weights
+    entering = {op.name: 0 for op in problem.ops}
     for e in problem.edges:
         if e.src == e.dst:
             continue
         delay = max(e.latency, problem.least_latency(e), problem.crossing_delay(e))
-        weights.append(max(-(-(delay + ii - 1) // ii), e.distance))
-    weights.sort(reverse=True)
+        entering[e.dst] = max(entering[e.dst], -(-(delay + ii - 1) // ii))
+        entering[e.src] = max(entering[e.src], e.distance)
+    weights = sorted(entering.values(), reverse=True)
     k_max = sum(weights[:max(0, len(problem.ops) - 1)])
     longest = max(op.cycles for op in problem.ops)
     return k_max + 1 + -(-longest // ii)
