@@ -942,7 +942,7 @@ def test_machine_file_of_another_schema(tmp_path: Path) -> None:
 def test_a_machine_with_smem_ports_needs_their_rate_to_price_hand_offs(tmp_path: Path) -> None:
     # A register value that may cross warp groups takes the SMEM ports for bytes / rate cycles, so a
     # machine with an smem unit must give the rate; the error names the key and the file.
-    path = _h100_with(tmp_path, "smem_bytes_per_cycle = {", "# smem_bytes_per_cycle = {")
+    path = _h100_with(tmp_path, "\nsmem_bytes_per_cycle = {", "\n# smem_bytes_per_cycle = {")
     g = Graph("hand_off")
     g.add_op("A", "alu", busy={"alu": 64}, warps=4, result_bytes=8192)
     g.add_op("B", "exp", busy={"mufu": 64}, warps=4)
@@ -958,7 +958,7 @@ def test_a_zero_smem_rate_is_named_and_cross_group_false_names_a_forced_crossing
     g.add_op("A", "alu", busy={"alu": 64}, warps=4, result_bytes=8192)
     g.add_op("B", "exp", busy={"mufu": 64}, warps=4)
     g.add_edge("A", "B")
-    rate = "smem_bytes_per_cycle = { value = "
+    rate = "\nsmem_bytes_per_cycle = { value = "
     path = _h100_with(tmp_path, rate + "128,", rate + "0,")
     with pytest.raises(MachineError, match=r"cost\.smem_bytes_per_cycle = 0 must be > 0"):
         twill.schedule(g, str(path))

@@ -305,9 +305,11 @@ def test_window_limit_skips_undecided_windows_and_says_so(monkeypatch: pytest.Mo
     undecided = [a for a in s.certificate.attempts if a.ii == exact.ii and a.phase == "joint"]
     # each window of the II gets its own limit: the window after an undecided one is still asked (the
     # search's windows, then the closing phase's re-decision of the II up to its stage bound)
-    assert len(seen) == len(undecided) >= 1 + s.certificate.stage_slack
-    assert [a.stages for a in undecided[:2]] == [2, 3]
-    assert all(a.status == "timeout" and "window_limit" in a.reason for a in undecided)
+    # (under load the 60 s limit can also stop the closing phase: that attempt names no window limit)
+    windows = [a for a in undecided if "window_limit" in a.reason]
+    assert len(seen) == len(windows) >= 1 + s.certificate.stage_slack
+    assert [a.stages for a in windows[:2]] == [2, 3]
+    assert all(a.status == "timeout" for a in undecided)
     twill.verify(s)
 
 

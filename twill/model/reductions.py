@@ -89,9 +89,9 @@ def budget_arrangements(problem: Problem, pool: int) -> list[BudgetArrangement]:
     >>> from twill.ir.machine import load_machine
     >>> from twill.model.problem import Options, build_problem
     >>> g = Graph("t")
-    >>> g.add_op("ld", "tma_load", busy={"tma": 1}, latency=2, variable_latency=True)
-    >>> g.add_op("a", "exp", busy={"mufu": 1}, latency=1)
-    >>> g.add_edge("ld", "a")
+    >>> _ = g.add_op("ld", "tma_load", busy={"tma": 1}, latency=2, variable_latency=True)
+    >>> _ = g.add_op("a", "exp", busy={"mufu": 1}, latency=1)
+    >>> _ = g.add_edge("ld", "a")
     >>> p = build_problem(g, load_machine("h100"), Options(register_plan=(240, 24, 240)))
     >>> [(a.budgets, a.blocks) for a in budget_arrangements(p, 3)]
     [((24, 240, 240), ((1, 2),)), ((240, 24, 240), ((1,), (2,)))]
