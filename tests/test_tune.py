@@ -15,10 +15,6 @@ import pytest
 from twill.cli.main import main as _twill_main
 from twill.ir.machine import load_machine
 from twill.tune.api import tune
-
-
-def tune_main(argv: list[str]) -> int:
-    return _twill_main(["tune", *argv])
 from twill.tune.grid import GridError, expand, parse_grid, parse_list
 from twill.tune.report import PUBLIC_KEYS, rank, write_json
 from twill.tune.runner import run_sweep
