@@ -348,3 +348,111 @@ def test_the_simulation_catches_a_missing_wait_and_a_missing_release(built):
     with pytest.raises(SimulationError, match="deadlock"):
         run_kernel(no_release, "attn_fwd_subtiled_sm90", [*descs, 0.1, 512, 64, 128, 128], (1, 1),
                    timeout=2.0)
+
+
+# ------------------------------------------------------------------------------------------ schedule variety
+def _relabelled(sched):
+    """``sched`` with its warp-group indices reversed (the same schedule, other labels)."""
+    idx = sorted(g.index for g in sched.warp_groups)
+    new = dict(zip(idx, reversed(idx), strict=True))
+    slots = {n: OpSlot(n, s.start, s.stage, new[s.warp_group]) for n, s in sched.slots.items()}
+    groups = tuple(dataclasses.replace(g, index=new[g.index]) for g in sched.warp_groups)
+    return dataclasses.replace(sched, slots=slots, warp_groups=groups)
+
+
+def _shifted(sched):
+    """``sched`` with one op moved: the first op (by name) that can start one cycle later, else one cycle
+    earlier, else one II later (a stage later), with the length grown by the move, that ``twill.verify``
+    accepts (its stage follows its start); None when no op can move."""
+    for delta in (1, -1, sched.ii):
+        for n in sorted(sched.slots):
+            s = sched.slots[n]
+            start = s.start + delta
+            if start < 0:
+                continue
+            slots = dict(sched.slots)
+            slots[n] = OpSlot(n, start, start // sched.ii, s.warp_group)
+            cand = dataclasses.replace(sched, slots=slots, length=sched.length + max(delta, 0))
+            try:
+                twill.verify(cand)
+            except Exception:   # any violated constraint (ScheduleError): try the next move
+                continue
+            return cand
+    return None
+
+
+def _staged(sched):
+    """``sched`` with its latest-starting op that ``twill.verify`` accepts one II later (a stage more: a
+    three-stage partition, an epilogue of two trips), the length one II longer; None when none can."""
+    for n in sorted(sched.slots, key=lambda n: (-sched.slots[n].start, n)):
+        s = sched.slots[n]
+        start = s.start + sched.ii
+        slots = dict(sched.slots)
+        slots[n] = OpSlot(n, start, start // sched.ii, s.warp_group)
+        cand = dataclasses.replace(sched, slots=slots, length=sched.length + sched.ii)
+        try:
+            twill.verify(cand)
+        except Exception:   # any violated constraint (ScheduleError): try the next op
+            continue
+        return cand
+    return None
+
+
+VARIANTS = {
+    "gemm": [("prefetch", {"prefetch": 2}), ("relabel", {}), ("shift", {}), ("stage", {})],
+    "fa_fwd": [("prefetch", {"prefetch": 2}), ("relabel", {}), ("shift", {}), ("stage", {})],
+    "fa_fwd_subtiled": [("relabel", {}), ("shift", {}), ("stage", {}), ("relabel", {"prefetch": 2}),
+                        ("shift", {"prefetch": 2}), ("stage", {"prefetch": 2})],
+}
+
+
+@pytest.mark.parametrize("name,variant,options",
+                         [(n, v, o) for n, vs in VARIANTS.items() for v, o in vs],
+                         ids=[f"{n}-{v}-{'p2' if o else 'p1'}" for n, vs in VARIANTS.items() for v, o in vs])
+def test_other_valid_schedules_generate_and_compute(tmp_path, name, variant, options):
+    """The generator against schedule variety: another solve (``prefetch``), the same schedule with its
+    warp groups relabelled, one op moved within its slack, one op moved a stage later; each is accepted by
+    ``twill.verify``, compiles, keeps the schedule's per-partition Tensor Core order, and computes the
+    kernel in the CPU simulation (one or two and three loop trips for the FA forwards, five K steps for
+    the GEMM) against numpy."""
+    spec, machine, _ = TARGETS[name]
+    graph = twill.graph_from_kernel(str(ROOT / spec), machine=machine)
+    sched = twill.schedule(graph, machine, **options)
+    if variant == "relabel":
+        sched = _relabelled(sched)
+    elif variant == "shift":
+        moved = _shifted(sched)
+        assert moved is not None, "no op of the schedule has a cycle of slack"
+        sched = moved
+    elif variant == "stage":
+        deeper = _staged(sched)
+        assert deeper is not None and deeper.stages == sched.stages + 1
+        sched = deeper
+    twill.verify(sched)
+    kernel = generate(sched, str(ROOT / spec), machine, tmp_path / "out")
+    ii = sched.ii
+    for fname, body in _functions(kernel.source).items():
+        m = re.match(r"_part\d+_g(\d+)", fname)
+        if not m:
+            continue
+        mine = [n for n, s in sched.slots.items() if s.warp_group == int(m.group(1))]
+        order = sorted(mine, key=lambda n: (sched.slots[n].start % ii, list(sched.slots).index(n)))
+        if "for t in range(" in body:
+            assert _tagged(_steady(body), "warpgroup_mma") == [n for n in order if graph.op(n).kind == "gemm"]
+    if name == "gemm":
+        rng = np.random.default_rng(1)
+        a = rng.standard_normal((128, 320)).astype(np.float16)
+        b = rng.standard_normal((128, 320)).astype(np.float16)
+        c = np.full((128, 128), np.nan, dtype=np.float16)
+        consts = kernel.manifest["constexprs"]
+        blocks = kernel.manifest["descriptors"]
+        args = [Descriptor(a, blocks["a_desc"]["block_shape"]),
+                Descriptor(b, blocks["b_desc"]["block_shape"]),
+                Descriptor(c, blocks["c_desc"]["block_shape"]), 320,
+                *(consts[x] for x in kernel.manifest["arg_names"] if x in consts)]
+        run_kernel(kernel.source, "matmul", args, (1, 1))
+        ref = a.astype(np.float32) @ b.astype(np.float32).T
+        assert np.abs(c.astype(np.float32) - ref).max() / np.abs(ref).max() < 1e-2
+    else:   # one trip (where the loop may run once: S - 1 <= 1) and three
+        for n in ((128, 384) if sched.stages <= 2 else (256, 384)):
+            assert _simulate_fa(kernel, n) < 1e-2

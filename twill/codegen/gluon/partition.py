@@ -133,25 +133,62 @@ class PartitionEmitter:
             return None
         return self.k.plan.part(self.k.node_of[id(op)], self.k.schedule)
 
+    def _slot_back(self, sp: int, sc: int, dist: int, ran: bool, region: tuple[str, int]) -> int:
+        """How many productions back (slot ``c<k>``) the value a reader of stage ``sc`` wants (iteration
+        ``j - dist``) lies from the newest value its producer of stage ``sp`` has made so far in trip ``T``
+        of ``region`` (``ran``: the producer ran earlier in this trip). The newest produced iteration is
+        ``T - sp`` (ran) or ``T - sp - 1``, clipped to ``-1`` (nothing made yet: the slots hold the
+        iter_arg's initial value, the "iteration -1" result) in the prologue and to ``n - 1`` in the
+        epilogue (the early stages have stopped). Negative: the reader is ahead of the producer."""
+        kind, t = region
+        b = 0 if ran else 1
+        if kind == "pro":
+            return max(t - sp - b, -1) - (t - sc - dist)
+        if kind == "epi":
+            return min(t - sp - b, -1) - (t - sc - dist)
+        return sc - sp + dist - b
+
+    def _regions(self) -> list[tuple[tuple[str, int], set[str]]]:
+        """Every kind of trip this partition emits, with the graph ops it runs."""
+        S = self.p.stages
+        out = [(("pro", t), {n for n in self.p.order if self._stage(n) <= t}) for t in range(S - 1)]
+        out.append((("steady", 0), set(self.p.order)))
+        out += [(("epi", e), {n for n in self.p.order if self._stage(n) >= e + 1}) for e in range(S - 1)]
+        return out
+
     def _chain_lengths(self) -> dict[int, int]:
-        """Loop-carried slots each value of this partition needs (see the module docstring)."""
+        """Loop-carried slots each value of this partition needs: the largest :meth:`_slot_back` + 1 over
+        every trip kind (prologue, steady, epilogue) that reads it from a slot, 1 for a loop result read
+        after the loop. Prologue reads of an iteration before the first take the initial value directly
+        (:meth:`_value`) and need no slot."""
         chains: dict[int, int] = {}
         for v, reader, dist in self._reads():
             src = v.owner
             if id(src) not in self.pos:
                 continue
-            sp = self._stage(self.k.node_of[id(src)])
+            src_node = self.k.node_of[id(src)]
+            sp = self._stage(src_node)
+            need = 0
             if reader is None:
                 need = 1
             else:
-                sc = self._stage(self.k.node_of[id(reader)])
-                before = self.pos[id(src)] < self.pos[id(reader)]
-                k = sc - sp + dist - (0 if before else 1)
-                if k < 0:
-                    raise CodegenError(f"{self.k.where(reader)} reads {v.name} of iteration i - {dist} "
-                                       "before "
-                                       f"the schedule produces it (stage {sp} after stage {sc})")
-                need = 0 if before and k == 0 else k + 1
+                rnode = self.k.node_of[id(reader)]
+                if rnode == src_node and dist == 0:
+                    continue
+                sc = self._stage(rnode)
+                for region, ops in self._regions():
+                    if rnode not in ops:
+                        continue
+                    if region[0] == "pro" and region[1] - sc - dist < 0:
+                        continue
+                    ran = src_node in ops and self.pos[id(src)] < self.pos[id(reader)]
+                    k = self._slot_back(sp, sc, dist, ran, region)
+                    if k < 0:
+                        raise CodegenError(f"{self.k.where(reader)} reads {v.name} of iteration i - {dist} "
+                                           f"before the schedule produces it (stage {sp} after stage {sc}, "
+                                           f"{region[0]} trip {region[1]})")
+                    if not (ran and k == 0):
+                        need = max(need, k + 1)
             chains[v.key] = max(chains.get(v.key, 0), need)
         return chains
 
@@ -229,6 +266,13 @@ class PartitionEmitter:
         lb, step = (self._outer_value(self.k.loop.operands[i]) for i in (0, 2))
         return f"({lb} + ({j}) * {step})"
 
+    @staticmethod
+    def _iteration(j: str) -> int | None:
+        """The iteration ``j`` as a number where the trip fixes it (prologue, first trip), else None."""
+        if re.fullmatch(r"[\d\s()+\-]+", j):
+            return int(eval(j, {"__builtins__": {}}))   # digits, parentheses, + and - only
+        return None
+
     def _slot_name(self, v: Value, k: int) -> str:
         return f"{py_name(v)}_c{k}"
 
@@ -240,6 +284,9 @@ class PartitionEmitter:
             if v.block is self.k.loop.body:
                 if v.index == 0:
                     return self._iv(j)
+                if self._iteration(j) == 0:
+                    # iteration 0 reads the iter_arg's initial value (a prologue / first trip: j is a number)
+                    return self._outer_value(self.k.loop.operands[3 + v.index - 1])
                 y = self.k.yield_op.operands[v.index - 1]
                 return self._value(y, f"({j}) - 1", dist + 1, reader, complete)
             return self._outer_value(v)
@@ -277,9 +324,16 @@ class PartitionEmitter:
             sc = self._stage(self.k.node_of[id(reader)])
             # made earlier in this trip? (not only by trip order: an epilogue trip skips the early stages)
             before = id(src) in self.ran
-            k = sc - sp + dist - (0 if before else 1)
+            k = self._slot_back(sp, sc, dist, before, self.region)
+            if k < 0:
+                raise CodegenError(f"{self.k.where(reader)} reads {v.name} of iteration i - {dist} before "
+                                   f"the schedule produces it (stage {sp} after stage {sc})")
             if before and k == 0:
                 return self._fresh_read(v, complete)
+        if k >= self.chains.get(v.key, 0):
+            raise CodegenError(f"partition {self.p.position}: {v.name} is read {k} production(s) back in a "
+                               f"{self.region[0]} trip, but only {self.chains.get(v.key, 0)} slot(s) are "
+                               "carried (generator inconsistency)")
         name = self._slot_name(v, k)
         if complete:
             self._ensure_complete(name, self.k.node_of[id(src)])
