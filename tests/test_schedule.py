@@ -280,7 +280,7 @@ def test_window_limit_skips_undecided_windows_and_says_so(monkeypatch: pytest.Mo
     import time
 
     import twill.search.algorithm1 as search
-    from twill.solvers.joint.smt import JointResult
+    from twill.solvers.joint.result import JointResult
     from twill.solvers.status import CheckResult
 
     g = figure1_graph()
@@ -525,7 +525,7 @@ def test_a_schedule_not_proven_shortest_refutes_only_the_windows_below_its_bound
 
     from twill.model.bounds import bounds
     from twill.search import algorithm1 as search
-    from twill.solvers.joint.smt import JointResult
+    from twill.solvers.joint.result import JointResult
     from twill.solvers.status import CheckResult
 
     problem = twill.schedule(figure1_graph(), "h100").problem

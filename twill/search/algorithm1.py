@@ -40,6 +40,7 @@ from twill.errors import (
 from twill.ir.graph import Graph
 from twill.ir.machine import Machine, load_machine
 from twill.model.bounds import Bounds, bounds
+from twill.model.formulation import accumulators, pool_size
 from twill.model.liveness import fold, memory_intervals, register_intervals
 from twill.model.problem import HANDOFF_UNIT, Edge, Options, Problem, build_problem, check_resources
 from twill.model.reductions import stage_bound
@@ -57,8 +58,8 @@ from twill.schedule import (
 from twill.search.reasons import budget_sum, register_floor
 from twill.solvers.cpsat import load_cp_model
 from twill.solvers.joint.cpsat import solve_joint_cpsat
-from twill.solvers.joint.encoding import accumulators, pool_size
-from twill.solvers.joint.smt import JointResult, RangeResult, solve_joint, solve_range
+from twill.solvers.joint.result import JointResult
+from twill.solvers.joint.smt import RangeResult, solve_joint, solve_range
 from twill.solvers.modulo.ims import iterative_modulo_schedule
 from twill.solvers.modulo.methods import ModuloResult, modulo_schedule
 from twill.solvers.normalize import Normalization, normalize_problem
