@@ -22,7 +22,7 @@ import logging
 import math
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +55,7 @@ from twill.schedule import (
     make_groups,
     slots_from,
 )
+from twill.search.progress import EventKind, Progress, ProgressEvent
 from twill.search.reasons import budget_sum, register_floor
 from twill.solvers.cpsat import load_cp_model
 from twill.solvers.joint.cpsat import solve_joint_cpsat
@@ -70,7 +71,6 @@ from twill.verify import violations
 __all__ = ["STRATEGIES", "schedule"]
 
 logger = logging.getLogger(__name__)
-Progress = Callable[[dict[str, Any]], None]
 
 JOINT_SOLVERS = (*SMT_BACKENDS, "cpsat")
 """The values of ``schedule(solver=)``: an SMT backend (:mod:`twill.joint`) or CP-SAT
@@ -132,18 +132,19 @@ class _Run:
         logger.debug("II=%d stages=%s %s %s in %.2fs %s", attempt.ii, attempt.stages, attempt.phase,
                      attempt.status, attempt.wall_s, attempt.reason)
         if not quiet:
-            self.emit("attempt", ii=attempt.ii, stages=attempt.stages, phase=attempt.phase,
+            self.emit(EventKind.ATTEMPT, ii=attempt.ii, stages=attempt.stages, phase=attempt.phase,
                       status=attempt.status)
 
-    def emit(self, event: str, **info: Any) -> None:
+    def emit(self, kind: EventKind, **info: Any) -> None:
+        """Report a :class:`~twill.search.progress.ProgressEvent` of ``kind`` with the fields ``info``."""
         if self.progress is not None:
-            self.progress({"event": event, "elapsed": time.monotonic() - self.started, **info})
+            self.progress(ProgressEvent(kind, time.monotonic() - self.started, **info))
 
     def spend(self, phase: str, seconds: float, calls: int = 1) -> None:
         """Add ``seconds`` and ``calls`` to ``phase`` and report them (a ``spent`` progress event)."""
         self.phase_time[phase] = self.phase_time.get(phase, 0.0) + seconds
         self.phase_calls[phase] = self.phase_calls.get(phase, 0) + calls
-        self.emit("spent", phase=phase, wall_s=seconds, calls=calls)
+        self.emit(EventKind.SPENT, phase=phase, wall_s=seconds, calls=calls)
 
     def left(self) -> float | None:
         """Seconds until the deadline (never negative), or None without a time limit."""
@@ -251,9 +252,9 @@ def schedule(
         same either way; ``False`` decides every II on its own, as Algorithm 1 does (so does
         ``solver="cpsat"``, which has no range query).
     progress : callable, optional
-        Called with a dict per event: ``event`` (``bounds``, ``ii``, ``phase``, ``spent``, ``attempt``,
-        ``range``, or ``modulo_bounds`` when an II's modulo phase ran out of its slice and hands over
-        ``low`` and ``length``), ``elapsed`` seconds, and the event's own keys (``ii``, ``stages`` ...).
+        Called with a :class:`~twill.search.progress.ProgressEvent` per step of the search, in order
+        (its ``kind`` an :class:`~twill.search.progress.EventKind`: ``BOUNDS``, ``II``, ``PHASE``,
+        ``SPENT``, ``ATTEMPT``, ``RANGE``, ``MODULO_BOUNDS``), with ``elapsed_s`` and the kind's fields.
 
     Returns
     -------
@@ -390,7 +391,7 @@ def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp
                ranges=ranges, methods=methods)
     run.spend("bounds", (t1 - t0) + (time.monotonic() - t2))
     run.spend("normalize", t2 - t1)
-    run.emit("bounds", res_mii=bound.res_mii, rec_mii=bound.rec_mii, mii=bound.mii)
+    run.emit(EventKind.BOUNDS, res_mii=bound.res_mii, rec_mii=bound.rec_mii, mii=bound.mii)
     limit_ii = options.max_ii or _sequential_ii(problem)
     try:
         found = _search(run, limit_ii, solver, ilp, modulo, strategy)
@@ -676,7 +677,7 @@ def _close(run: _Run, top: int, solver: str) -> int | None:
             # a range's formula has about stages * hi / lo shifts per pair of ops: at most a doubling
             hi = min(last, CLOSING_SPAN * lo - 1)
             stages = _need(run, lo)
-            run.emit("phase", phase="closing", lo=lo, hi=hi, stages=stages)
+            run.emit(EventKind.PHASE, phase="closing", lo=lo, hi=hi, stages=stages)
             deadline = run.deadline
             if run.window_limit is not None:  # one question never takes longer than a window may
                 end = time.monotonic() + run.window_limit
@@ -747,7 +748,7 @@ def _range(run: _Run, lo: int, hi: int, solver: str) -> RangeResult | None:
     deadline = time.monotonic() + slice_s
     if run.deadline is not None:
         deadline = min(deadline, run.deadline)
-    run.emit("phase", phase="range", lo=lo, hi=hi, stages=stages)
+    run.emit(EventKind.PHASE, phase="range", lo=lo, hi=hi, stages=stages)
     res = solve_range(run.problem, lo, hi, stages, min_length=run.bound.critical_path, backend=solver,
                       deadline=deadline)
     run.spend("range", res.wall_s, res.checks)
@@ -759,7 +760,7 @@ def _range(run: _Run, lo: int, hi: int, solver: str) -> RangeResult | None:
             run.note(Attempt(ii, stages, "joint", "unsat", share,
                              f"no joint schedule with L <= {stages} II for any II in [{lo}, {res.refuted}] "
                              f"(range query over [{lo}, {hi}])"), quiet=True)
-    run.emit("range", lo=lo, hi=hi, stages=stages, status=res.status.value, least=res.ii or None,
+    run.emit(EventKind.RANGE, lo=lo, hi=hi, stages=stages, status=res.status.value, least=res.ii or None,
              refuted=res.refuted)
     return res
 
@@ -769,7 +770,7 @@ def _at_ii(run: _Run, ii: int, solver: str, ilp: str, method: str, strategy: str
     """Decide one II: the modulo phase, then the joint windows (or the SWP split); the windows go at least
     to ``upto`` stages (the closing phase asks for every stage count)."""
     opts = run.problem.options
-    run.emit("ii", ii=ii)
+    run.emit(EventKind.II, ii=ii)
     mod = _modulo(run, ii, method, ilp, solver)
     if mod is None:
         return None
@@ -811,7 +812,7 @@ def _modulo(run: _Run, ii: int, method: str, ilp: str, solver: str) -> ModuloRes
     phase then surely returns one); otherwise the phase may take the rest of the time limit, since the
     joint windows need an upper bound. None if the II has no modulo schedule or the time limit stopped
     the phase."""
-    run.emit("phase", phase="modulo", ii=ii)
+    run.emit(EventKind.PHASE, phase="modulo", ii=ii)
     smt = "yices" if solver == "cpsat" else solver  # the SMT modulo method's backend
     mod = modulo_schedule(run.problem, ii, method=method, backend=ilp, smt=smt, time_limit=run.left(),
                           bounds_after=MODULO_SLICE_S)
@@ -829,7 +830,7 @@ def _modulo(run: _Run, ii: int, method: str, ilp: str, solver: str) -> ModuloRes
         return None
     if mod.status != SolveStatus.OPTIMAL:
         run.bounded.append((ii, mod.low, mod.length))
-        run.emit("modulo_bounds", ii=ii, low=mod.low, length=mod.length)
+        run.emit(EventKind.MODULO_BOUNDS, ii=ii, low=mod.low, length=mod.length)
     return mod
 
 
@@ -837,7 +838,7 @@ def _joint(run: _Run, ii: int, first: int, last: int, mod: ModuloResult, solver:
     """Solve the stage windows ``first..last`` of ``ii`` in order with one formula (:func:`solve_joint`
     with ``first``) and note one attempt per window decided or left open. A window that runs out of
     ``window_limit`` is left undecided and the windows after it get a formula of their own."""
-    run.emit("phase", phase="joint", ii=ii, stages=last)
+    run.emit(EventKind.PHASE, phase="joint", ii=ii, stages=last)
     if solver == "cpsat":
         res = solve_joint_cpsat(run.problem, ii, last, first=first, min_length=mod.low, deadline=run.deadline,
                                 window_s=run.window_limit)
