@@ -329,11 +329,13 @@ def test_time_limit_before_any_schedule_without_a_heuristic_one_is_an_infeasible
         monkeypatch: pytest.MonkeyPatch) -> None:
     from test_schedule import fa_like_graph
 
-    import twill.search.algorithm1 as search
+    import twill.search.fallback as fallback
+    import twill.search.ranges as ranges
 
-    monkeypatch.setattr(search, "iterative_modulo_schedule", lambda problem, ii: None)
-    monkeypatch.setattr(search, "_no_overlap", lambda p, group, hi: None)
-    monkeypatch.setattr(search, "_list_schedule", lambda p, group, hi: None)
+    for module in (fallback, ranges):  # the range stages and the fallback both run the heuristic
+        monkeypatch.setattr(module, "iterative_modulo_schedule", lambda problem, ii: None)
+    monkeypatch.setattr(fallback, "_no_overlap", lambda p, group, hi: None)
+    monkeypatch.setattr(fallback, "_list_schedule", lambda p, group, hi: None)
     with pytest.raises(InfeasibleError, match=r"fa_like: time limit reached") as info:
         twill.schedule(fa_like_graph(), "h100", time_limit=0.001)
     assert info.value.certificate is not None
@@ -747,12 +749,14 @@ def test_errors_pickle_with_their_fields(err: Exception) -> None:
 def test_a_prefetch_ring_that_cannot_fit_is_rejected_before_solving(monkeypatch) -> None:
     """Two 16 KB streaming loads with 20 extra buffers each hold at least 20 x 32 KB + 16 KB = 656 KB at
     every II, far above the 227 KB of SMEM: rejected with the sum, before any solver runs."""
+    import twill.search.decide as decide
+
     g = twill.graph_from_kernel("examples/gemm.py::matmul", machine="b200")
 
     def no_solver(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("a solver ran")
 
-    monkeypatch.setattr(twill.search.algorithm1, "modulo_schedule", no_solver)
+    monkeypatch.setattr(decide, "modulo_schedule", no_solver)
     with pytest.raises(twill.errors.ResourceError, match=r"prefetch=20 .* = 671744 bytes > capacity"):
         twill.schedule(g, "b200", prefetch=20)
 

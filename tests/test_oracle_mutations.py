@@ -10,7 +10,7 @@ import pytest
 import test_oracle as cases
 
 import twill.model.formulation as formulation
-import twill.search.algorithm1 as search
+import twill.search.certificate as certificate
 from twill.model.reductions import BudgetArrangement, involution
 
 
@@ -43,6 +43,6 @@ def test_tile_swap_blind_to_apart_disagrees(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_stage_windows_without_the_stage_bound_disagree(monkeypatch: pytest.MonkeyPatch) -> None:
     cases.test_repro_stage_window()
-    monkeypatch.setattr(search, "stage_bound", lambda problem, ii: 1)  # "one stage is all there is"
+    monkeypatch.setattr(certificate, "stage_bound", lambda problem, ii: 1)  # "one stage is all there is"
     with pytest.raises((AssertionError, pytest.fail.Exception)):
         cases.test_repro_stage_window()
