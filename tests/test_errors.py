@@ -452,6 +452,12 @@ JSON_CASES: dict[str, tuple[Any, str]] = {
     "latency as text": (lambda d: d["problem"]["edges"][0].update(latency="x"),
                         r"latency='x' must be a non-negative integer"),
     "missing certificate": (lambda d: d.pop("certificate"), r"missing field 'certificate'"),
+    # a missing field deeper down is named by its whole path, not by its bare key
+    "group without warps": (lambda d: d["warp_groups"][0].pop("warps"),
+                            r"missing field 'warp_groups\[0\]\.warps'"),
+    "op without a start": (lambda d: d["ops"][1].pop("start"), r"missing field 'ops\[1\]\.start'"),
+    "scope run without hi": (lambda d: d["certificate"]["scope"].append({"lo": 1, "complete": True}),
+                             r"missing field 'certificate\.scope\[\d+\]\.hi'"),
     "group ops not a list": (lambda d: d["warp_groups"][0].update(ops="SPO"),
                              r"warp_groups\[0\]\.ops is str, not a JSON list"),
     "unknown option": (lambda d: d["problem"]["options"].update(bogus=1),
