@@ -219,13 +219,13 @@ def solve_once(graph: Graph, case: Case, time_limit: float | None) -> dict[str, 
     phases: dict[str, dict[str, float]] = {p: {"s": 0.0, "calls": 0} for p in PHASES}
     bound: dict[str, int] = {}
 
-    def progress(event: dict[str, Any]) -> None:
-        if event["event"] == "spent":
-            row = phases.setdefault(event["phase"], {"s": 0.0, "calls": 0})
-            row["s"] += event["wall_s"]
-            row["calls"] += event["calls"]
-        elif event["event"] == "bounds":
-            bound.update(mii=event["mii"], res_mii=event["res_mii"], rec_mii=event["rec_mii"])
+    def progress(event: twill.ProgressEvent) -> None:
+        if event.kind is twill.EventKind.SPENT:
+            row = phases.setdefault(event.phase or "", {"s": 0.0, "calls": 0})
+            row["s"] += event.wall_s or 0.0
+            row["calls"] += event.calls or 0
+        elif event.kind is twill.EventKind.BOUNDS:
+            bound.update(mii=event.mii, res_mii=event.res_mii, rec_mii=event.rec_mii)
 
     rec: dict[str, Any] = {"time_limit": time_limit}
     start = time.monotonic()

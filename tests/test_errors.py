@@ -329,11 +329,13 @@ def test_time_limit_before_any_schedule_without_a_heuristic_one_is_an_infeasible
         monkeypatch: pytest.MonkeyPatch) -> None:
     from test_schedule import fa_like_graph
 
-    import twill.search.algorithm1 as search
+    import twill.search.fallback as fallback
+    import twill.search.ranges as ranges
 
-    monkeypatch.setattr(search, "iterative_modulo_schedule", lambda problem, ii: None)
-    monkeypatch.setattr(search, "_no_overlap", lambda p, group, hi: None)
-    monkeypatch.setattr(search, "_list_schedule", lambda p, group, hi: None)
+    for module in (fallback, ranges):  # the range stages and the fallback both run the heuristic
+        monkeypatch.setattr(module, "iterative_modulo_schedule", lambda problem, ii: None)
+    monkeypatch.setattr(fallback, "_no_overlap", lambda p, group, hi: None)
+    monkeypatch.setattr(fallback, "_list_schedule", lambda p, group, hi: None)
     with pytest.raises(InfeasibleError, match=r"fa_like: time limit reached") as info:
         twill.schedule(fa_like_graph(), "h100", time_limit=0.001)
     assert info.value.certificate is not None
@@ -450,6 +452,12 @@ JSON_CASES: dict[str, tuple[Any, str]] = {
     "latency as text": (lambda d: d["problem"]["edges"][0].update(latency="x"),
                         r"latency='x' must be a non-negative integer"),
     "missing certificate": (lambda d: d.pop("certificate"), r"missing field 'certificate'"),
+    # a missing field deeper down is named by its whole path, not by its bare key
+    "group without warps": (lambda d: d["warp_groups"][0].pop("warps"),
+                            r"missing field 'warp_groups\[0\]\.warps'"),
+    "op without a start": (lambda d: d["ops"][1].pop("start"), r"missing field 'ops\[1\]\.start'"),
+    "scope run without hi": (lambda d: d["certificate"]["scope"].append({"lo": 1, "complete": True}),
+                             r"missing field 'certificate\.scope\[\d+\]\.hi'"),
     "group ops not a list": (lambda d: d["warp_groups"][0].update(ops="SPO"),
                              r"warp_groups\[0\]\.ops is str, not a JSON list"),
     "unknown option": (lambda d: d["problem"]["options"].update(bogus=1),
@@ -747,12 +755,14 @@ def test_errors_pickle_with_their_fields(err: Exception) -> None:
 def test_a_prefetch_ring_that_cannot_fit_is_rejected_before_solving(monkeypatch) -> None:
     """Two 16 KB streaming loads with 20 extra buffers each hold at least 20 x 32 KB + 16 KB = 656 KB at
     every II, far above the 227 KB of SMEM: rejected with the sum, before any solver runs."""
+    import twill.search.decide as decide
+
     g = twill.graph_from_kernel("examples/gemm.py::matmul", machine="b200")
 
     def no_solver(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("a solver ran")
 
-    monkeypatch.setattr(twill.search.algorithm1, "modulo_schedule", no_solver)
+    monkeypatch.setattr(decide, "modulo_schedule", no_solver)
     with pytest.raises(twill.errors.ResourceError, match=r"prefetch=20 .* = 671744 bytes > capacity"):
         twill.schedule(g, "b200", prefetch=20)
 

@@ -274,20 +274,20 @@ def test_range_queries_reach_the_plain_kernels_optimum_with_the_same_proof() -> 
 
 def test_a_range_query_takes_no_longer_than_the_window_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     """With ``window_limit`` no single question outlasts it: a range query's time slice is capped too
-    (without the cap each slice is at least 2 s, search.RANGE_MIN_SLICE_S)."""
+    (without the cap each slice is at least 2 s, ranges.RANGE_MIN_SLICE_S)."""
     import time
 
-    import twill.search.algorithm1 as search
+    import twill.search.ranges as ranges
 
-    real = search.solve_range
+    real = ranges.solve_range
     slices: list[float] = []
 
     def timed(problem, lo, hi, stages, **kw):  # type: ignore[no-untyped-def]
         slices.append(kw["deadline"] - time.monotonic())
         return real(problem, lo, hi, stages, **kw)
 
-    monkeypatch.setattr(search, "solve_range", timed)
-    assert search.RANGE_MIN_SLICE_S > 1.0
+    monkeypatch.setattr(ranges, "solve_range", timed)
+    assert ranges.RANGE_MIN_SLICE_S > 1.0
     twill.schedule(_graph(PLAIN, "attn_fwd", "h100"), "h100", window_limit=1.0, time_limit=120)
     assert slices and max(slices) <= 1.0
 

@@ -65,7 +65,8 @@ from twill.model.liveness import memory_intervals
 from twill.model.problem import Options, Problem, build_problem, check_resources
 from twill.schedule import Schedule
 from twill.solvers.joint.cpsat import solve_joint_cpsat
-from twill.solvers.joint.smt import JointResult, solve_joint, solve_range
+from twill.solvers.joint.result import JointResult
+from twill.solvers.joint.smt import solve_joint, solve_range
 from twill.solvers.modulo.methods import modulo_schedule
 from twill.solvers.status import CheckResult
 

@@ -9,9 +9,8 @@ import dataclasses
 import pytest
 import test_oracle as cases
 
-import twill.search.algorithm1 as search
-import twill.solvers.joint.cpsat as joint_cpsat
-import twill.solvers.joint.encoding as encoding
+import twill.model.formulation as formulation
+import twill.search.certificate as certificate
 from twill.model.reductions import BudgetArrangement, involution
 
 
@@ -30,21 +29,20 @@ def _blind_to_apart(problem):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("repro", [cases.test_repro_plan_order_one_op, cases.test_repro_plan_order_groups])
 def test_group_symmetry_without_equal_budgets_disagrees(monkeypatch: pytest.MonkeyPatch, repro) -> None:
     repro()  # the real rule agrees with the oracle
-    monkeypatch.setattr(encoding, "budget_arrangements", _positional)
-    monkeypatch.setattr(joint_cpsat, "budget_arrangements", _positional)
+    monkeypatch.setattr(formulation, "budget_arrangements", _positional)  # both encodings read it
     with pytest.raises((AssertionError, pytest.fail.Exception)):
         repro()
 
 
 def test_tile_swap_blind_to_apart_disagrees(monkeypatch: pytest.MonkeyPatch) -> None:
     cases.test_repro_apart_mirror()
-    monkeypatch.setattr(encoding, "involution", _blind_to_apart)
+    monkeypatch.setattr(formulation, "involution", _blind_to_apart)
     with pytest.raises((AssertionError, pytest.fail.Exception)):
         cases.test_repro_apart_mirror()
 
 
 def test_stage_windows_without_the_stage_bound_disagree(monkeypatch: pytest.MonkeyPatch) -> None:
     cases.test_repro_stage_window()
-    monkeypatch.setattr(search, "stage_bound", lambda problem, ii: 1)  # "one stage is all there is"
+    monkeypatch.setattr(certificate, "stage_bound", lambda problem, ii: 1)  # "one stage is all there is"
     with pytest.raises((AssertionError, pytest.fail.Exception)):
         cases.test_repro_stage_window()

@@ -279,8 +279,8 @@ def test_window_limit_skips_undecided_windows_and_says_so(monkeypatch: pytest.Mo
     on to the next II, and the answer is not called optimal."""
     import time
 
-    import twill.search.algorithm1 as search
-    from twill.solvers.joint.smt import JointResult
+    import twill.search.decide as search
+    from twill.solvers.joint.result import JointResult
     from twill.solvers.status import CheckResult
 
     g = figure1_graph()
@@ -364,7 +364,8 @@ def test_a_modulo_phase_stopped_with_bounds_gives_the_same_answer(monkeypatch: p
     import dataclasses
     import math
 
-    import twill.search.algorithm1 as search
+    import twill.search.decide as search
+    from twill.search.run import MODULO_SLICE_S
     from twill.solvers.status import SolveStatus
 
     exact = twill.schedule(fa_like_graph(), "h100")
@@ -373,7 +374,7 @@ def test_a_modulo_phase_stopped_with_bounds_gives_the_same_answer(monkeypatch: p
 
     def bounded(problem, ii, **kw):  # type: ignore[no-untyped-def]
         # no time limit here: only the phase's slice, which applies once a schedule is in hand
-        assert kw["time_limit"] is None and kw["bounds_after"] == search.MODULO_SLICE_S
+        assert kw["time_limit"] is None and kw["bounds_after"] == MODULO_SLICE_S
         mod = real(problem, ii, **kw)
         if mod.status != SolveStatus.OPTIMAL:
             return mod
@@ -526,12 +527,13 @@ def test_a_schedule_not_proven_shortest_refutes_only_the_windows_below_its_bound
     from types import SimpleNamespace
 
     from twill.model.bounds import bounds
-    from twill.search import algorithm1 as search
-    from twill.solvers.joint.smt import JointResult
+    from twill.search import decide as search
+    from twill.search.run import Run
+    from twill.solvers.joint.result import JointResult
     from twill.solvers.status import CheckResult
 
     problem = twill.schedule(figure1_graph(), "h100").problem
-    run = search._Run(problem, bounds(problem), None, None, time.monotonic(), [], {}, {})
+    run = Run(problem, bounds(problem), None, None, time.monotonic(), [], {}, {})
     found = JointResult(10, 3, CheckResult.SAT, {"S": 0, "P": 1, "O": 2}, {"S": 0, "P": 0, "O": 0}, {0: 24},
                         {0: 4}, 25, {"length": False}, length_low=11)
     monkeypatch.setattr(search, "solve_joint_cpsat", lambda *args, **kwargs: found)

@@ -115,8 +115,8 @@ def test_involution_checks_apart_and_transfer() -> None:
 def test_undecided_window_at_the_answer_ii_makes_it_unproven(monkeypatch: pytest.MonkeyPatch) -> None:
     """Figure 1's optimum is II 2, L 4 (the paper). With its first window (L in (2, 4]) undecided, the
     retry from the next window finds L 5 at II 2: that must not be called proven."""
-    import twill.search.algorithm1 as search
-    from twill.solvers.joint.smt import JointResult
+    import twill.search.decide as search
+    from twill.solvers.joint.result import JointResult
     from twill.solvers.status import CheckResult
 
     real, calls = search.solve_joint, []

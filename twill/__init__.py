@@ -42,6 +42,7 @@ from twill.ir.graph import Dependence, Graph, Op, Reservation
 from twill.ir.machine import Machine, known_machines, load_machine
 from twill.schedule import Certificate, Schedule, WarpGroup
 from twill.search.algorithm1 import schedule
+from twill.search.progress import EventKind, ProgressEvent
 from twill.verify import verify, violations
 
 # old flat paths (twill.problem, ...) still import, with a DeprecationWarning
@@ -52,6 +53,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Certificate",
     "Dependence",
+    "EventKind",
     "Explanation",
     "FrontendError",
     "Graph",
@@ -62,6 +64,7 @@ __all__ = [
     "MachineError",
     "Op",
     "OptionsError",
+    "ProgressEvent",
     "Reservation",
     "ResourceError",
     "Schedule",

@@ -393,6 +393,7 @@ class Schedule:
         except (TypeError, ValueError, AttributeError) as exc:
             raise TwillError(f"schedule JSON is malformed: problem: {exc}") from exc
         try:
+            data = _Fields(data, "")
             names = set(problem.names)
             ii = _whole(data["ii"], "ii", low=1, high=SANITY_LIMIT)
             length = _whole(data["length"], "length", low=0, high=SANITY_LIMIT)
@@ -401,6 +402,7 @@ class Schedule:
                                  f"{MAX_STAGES_READ} a schedule file may have")
             slots: dict[str, OpSlot] = {}
             for i, o in enumerate(_rows(data["ops"], "ops")):
+                o = _table(o, f"ops[{i}]")
                 name = _text(o["name"], f"ops[{i}].name")
                 if name in slots:
                     raise ValueError(f"op {name!r} is listed more than once under \"ops\"")
@@ -416,6 +418,7 @@ class Schedule:
             groups = []
             for i, g in enumerate(_rows(data["warp_groups"], "warp_groups")):
                 where = f"warp_groups[{i}]"
+                g = _table(g, where)
                 ops = tuple(_text(n, f"{where}.ops") for n in _rows(g["ops"], f"{where}.ops"))
                 strange = [n for n in ops if n not in names]
                 if strange:
@@ -500,10 +503,23 @@ def _flag(value: Any, where: str) -> bool:
     return value
 
 
+class _Fields(dict):
+    """A JSON object that knows where it sits: a missing field's ``KeyError`` names its full path
+    (``warp_groups[0].warps``), so the error says where the file is wrong."""
+
+    def __init__(self, value: Mapping[str, Any], where: str) -> None:
+        super().__init__(value)
+        self.where = where
+
+    def __missing__(self, key: str) -> Any:
+        raise KeyError(f"{self.where}.{key}" if self.where else key)
+
+
 def _table(value: Any, where: str) -> Mapping[str, Any]:
+    """``value`` as a :class:`_Fields` if it is a JSON object; ValueError naming ``where`` otherwise."""
     if not isinstance(value, Mapping):
         raise ValueError(f"{where} is {type(value).__name__}, not a JSON object")
-    return value
+    return _Fields(value, where)
 
 
 def _rows(value: Any, where: str) -> list[Any]:

@@ -10,6 +10,7 @@ from twill.cli import common
 from twill.cli.options import kernel_options, machine_options, search_kwargs, search_options
 from twill.errors import InterruptedSolveError
 from twill.render.terminal import make_console
+from twill.search.progress import EventKind, Progress, ProgressEvent
 
 __all__ = ["add_parser", "progress_printer", "run"]
 
@@ -27,29 +28,34 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     return p
 
 
-def progress_printer(status: Any) -> Any:
+def progress_printer(status: Any) -> Progress:
     """A ``progress`` callback of :func:`twill.schedule` that shows the search on a rich ``status`` line and
-    prints each refuted II on stderr."""
+    prints each refuted II on stderr.
+
+    A spinner, not a ``rich.progress`` bar: the search walks up from the MII with no known end (the first
+    II with a schedule is the answer, and the limit ``max_ii`` is far above it), and a range query or the
+    closing phase decides its whole range in one solver call, so no fraction of the work done is known."""
     state: dict[str, Any] = {"ii": None}
 
-    def update(event: dict[str, Any]) -> None:
-        kind = event["event"]
-        if kind == "bounds":
-            state["bounds"] = f"MII {event['mii']} (ResMII {event['res_mii']}, RecMII {event['rec_mii']})"
-        elif kind == "ii":
-            state["ii"] = event["ii"]
-        elif kind == "phase":
-            window = f", {event['stages']} stage(s)" if event.get("stages") else ""
-            where = f"II = {event['ii']}" if "ii" in event else f"II = {event['lo']}..{event['hi']}"
-            status.update(f"{where}{window}: {event['phase']}  [{event['elapsed']:.1f}s]  "
+    def update(event: ProgressEvent) -> None:
+        kind = event.kind
+        if kind is EventKind.BOUNDS:
+            state["bounds"] = f"MII {event.mii} (ResMII {event.res_mii}, RecMII {event.rec_mii})"
+        elif kind is EventKind.II:
+            state["ii"] = event.ii
+        elif kind is EventKind.PHASE:
+            window = f", {event.stages} stage(s)" if event.stages else ""
+            where = f"II = {event.ii}" if event.ii is not None else f"II = {event.lo}..{event.hi}"
+            status.update(f"{where}{window}: {event.phase}  [{event.elapsed_s:.1f}s]  "
                           f"{state.get('bounds', '')}")
-        elif kind == "attempt" and event["status"] != "sat":
-            window = f", {event['stages']} stage(s)" if event.get("stages") else ""
-            common.ERR.print(f"  II = {event['ii']}{window}: {event['phase']} {event['status']} "
-                             f"[{event['elapsed']:.1f}s]")
-        elif kind == "range" and event["refuted"] >= event["lo"]:
-            common.ERR.print(f"  II = {event['lo']}..{event['refuted']}: joint unsat (one range query, up to "
-                             f"{event['stages']} stages) [{event['elapsed']:.1f}s]")
+        elif kind is EventKind.ATTEMPT and event.status != "sat":
+            window = f", {event.stages} stage(s)" if event.stages else ""
+            common.ERR.print(f"  II = {event.ii}{window}: {event.phase} {event.status} "
+                             f"[{event.elapsed_s:.1f}s]")
+        elif (kind is EventKind.RANGE and event.refuted is not None and event.lo is not None
+              and event.refuted >= event.lo):
+            common.ERR.print(f"  II = {event.lo}..{event.refuted}: joint unsat (one range query, up to "
+                             f"{event.stages} stages) [{event.elapsed_s:.1f}s]")
 
     return update
 

@@ -151,8 +151,9 @@ def smem_buffers(problem: Problem, ii: int, start: Mapping[str, int],
 def smem_footprint(problem: Problem, ii: int, start: Mapping[str, int], group: Mapping[str, int]) -> int:
     """Bytes of SMEM the buffers of a schedule allocate: ``sum(bytes * depth)`` over :func:`smem_buffers`,
     without the loop-invariant ``problem.fixed_smem``; 0 with ``"smem"`` relaxed (the goal the joint
-    solvers minimize last, :data:`twill.joint.GOALS`). A ring of ``depth`` slots is what a code generator
-    allocates, so this is at least the folded peak occupancy that the capacity constraint bounds."""
+    solvers minimize last, :data:`twill.solvers.joint.result.GOALS`). A ring of ``depth`` slots is what a
+    code generator allocates, so this is at least the folded peak occupancy that the capacity constraint
+    bounds."""
     if "smem" in problem.options.relax:
         return 0
     return sum(b.total for b in smem_buffers(problem, ii, start, group))

@@ -584,7 +584,7 @@ def build_problem(graph: Graph, machine: Machine, options: Options | None = None
     built in: every later phase (normalization, the modulo problem, both joint encodings, the JSON)
     reads the problem in that canonical order, so the same graph built in any order of ops and edges
     gives the same answer, byte for byte. Op names are then the last tie-break among schedules equal
-    in every goal (:data:`twill.joint.GOALS`): the solvers see the ops in name order.
+    in every goal (:data:`twill.solvers.joint.result.GOALS`): the solvers see the ops in name order.
 
     Raises
     ------

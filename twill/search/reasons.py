@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import math
 
+from twill.model.formulation import accumulators
 from twill.model.problem import Problem
 from twill.schedule import Schedule
-from twill.solvers.joint.encoding import accumulators
 
 __all__ = ["budget_sum", "register_floor"]
 

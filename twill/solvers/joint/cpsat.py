@@ -1,7 +1,8 @@
 """The joint problem at one II on Google OR-Tools' CP-SAT solver (``solver="cpsat"``).
 
-The same constraints as :class:`twill.encoding.Encoder` (the families of :mod:`twill.verify`), stated with
-CP-SAT's scheduling constraints instead of explicit copies:
+The same constraints as :class:`twill.solvers.joint.encoding.Encoder` (the families of :mod:`twill.verify`),
+read from the same :class:`~twill.model.formulation.Formulation` and stated with CP-SAT's scheduling
+constraints instead of explicit copies:
 
 * every op has a start ``start[v] = II * stage[v] + residue[v]`` and a warp group (one-hot Booleans and an
   integer ``group[v]``); ``same(u, v)`` is one Boolean per pair, ``group[u] == group[v]``;
@@ -19,9 +20,10 @@ CP-SAT's scheduling constraints instead of explicit copies:
   another group, a staging buffer, a register value on group ``w``) is an optional interval;
 * the sub-tile swap and the group numbering of :class:`~twill.encoding.Encoder` break symmetry the same way.
 
-The goals (:data:`twill.joint.GOALS`: length, groups, hand-off latency, registers, SMEM footprint: one ring
-depth ``depth * II >= lifetime`` per SMEM item, as the SMT encoding's) are minimized one after
-another, each fixed at its optimum before the next, every solve hinted with the previous schedule; CP-SAT
+The goals (:data:`twill.solvers.joint.result.GOALS`: length, groups, hand-off latency, registers, SMEM
+footprint: one ring depth ``depth * II >= lifetime`` per SMEM item, as the SMT encoding's) are minimized
+one after another, each fixed at its optimum before the next, every solve hinted with the previous schedule;
+CP-SAT
 proves each optimum with its own bound. Minimizing ``L`` over ``L <= stages * II`` decides the windows
 ``first .. stages`` at once: the least ``L`` lies in the first window that has a schedule.
 """
@@ -35,12 +37,11 @@ from collections.abc import Callable
 from typing import Any
 
 from twill.errors import SolverError
-from twill.model.liveness import smem_footprint, use_hold
-from twill.model.problem import HANDOFF_UNIT, Problem
-from twill.model.reductions import budget_arrangements, first_appearance, involution
+from twill.model.formulation import Formulation, LiveItem, Placement, When
+from twill.model.liveness import smem_footprint
+from twill.model.problem import Problem
 from twill.solvers.cpsat import CpsatRunner, load_cp_model
-from twill.solvers.joint.encoding import accumulators, pool_size
-from twill.solvers.joint.smt import GOAL_KEYS, GOALS, JointResult
+from twill.solvers.joint.result import GOAL_KEYS, GOALS, JointResult
 from twill.solvers.modular import start_windows
 from twill.solvers.status import CheckResult
 
@@ -67,11 +68,10 @@ class _Model:
                   for op in problem.ops}
         self._residues: dict[tuple[str, int], Any] = {}
         self._same: dict[tuple[str, str], Lit] = {}
-        self.pool = pool_size(problem)
+        self.f = Formulation.of(problem)
+        self.pool = self.f.pool
         self.vl = problem.has_vl
-        first = 1 if self.vl else 0
-        self.groups_of = {op.name: ([0] if op.variable_latency else list(range(first, self.pool)))
-                          for op in problem.ops}
+        self.groups_of = {name: list(ws) for name, ws in self.f.groups_of}
         self.opw = {n: {w: m.NewBoolVar(f"wg[{n}]={w}") for w in ws} for n, ws in self.groups_of.items()}
         self.g = {n: m.NewIntVarFromDomain(cp.Domain.FromValues(ws), f"g[{n}]")
                   for n, ws in self.groups_of.items()}
@@ -141,6 +141,12 @@ class _Model:
                 self.m.Add(self.g[u] != self.g[v]).OnlyEnforceIf(b.Not())
                 self._same[key] = b
         return self._same[key]
+
+    def present(self, when: When) -> Lit:
+        """The literal of ``when``: True, or some edge of it joins ops on different groups."""
+        if when.always:
+            return True
+        return self.disj([self.neg(self.same(a, b)) for a, b in when.crosses])
 
     def residue(self, op: str, offset: int) -> Any:
         """``(start[op] + offset) mod II`` as a variable in ``[0, II)``."""
@@ -236,17 +242,22 @@ class _Model:
         m.Add(held == 0).OnlyEnforceIf(self.neg(opt))
         self.footprint.append(held)
 
-    def end(self, name: str, uses: list[tuple[str, int, int, Lit]]) -> tuple[Any, int]:
-        """An end ``>= start[name] + cycles`` and ``>= start[dst] + hold + δ II`` for each use present;
-        returns it and its upper bound (as :meth:`twill.encoding.Encoder._end`)."""
-        op = self.p.op(name)
-        top = self.hi[name] + op.cycles
-        for dst, hold, distance, _ in uses:
-            top = max(top, self.hi[dst] + distance * self.ii + hold)
-        end = self.m.NewIntVar(self.lo[name] + op.cycles, top, f"end[{name}]")
-        self.add(end >= self.s[name] + op.cycles)
-        for dst, hold, distance, when in uses:
-            self.add(end >= self.s[dst] + hold + distance * self.ii, [when])
+    def end(self, it: LiveItem, name: str) -> tuple[Any, int]:
+        """The end of ``it``: ``>= start[op] + end_from`` and ``>= start[dst] + hold + δ II`` for each use
+        that applies (its :class:`~twill.model.formulation.Placement`); returns it and its upper bound
+        (as :meth:`twill.solvers.joint.encoding.Encoder._end`)."""
+        top = self.hi[it.op] + it.end_from
+        for u in it.uses:
+            top = max(top, self.hi[u.dst] + u.distance * self.ii + u.hold)
+        end = self.m.NewIntVar(self.lo[it.op] + it.end_from, top, name)
+        self.add(end >= self.s[it.op] + it.end_from)
+        for u in it.uses:
+            when: Lit = True
+            if u.placement is Placement.SAME_GROUP:
+                when = self.same(it.holder, u.dst)
+            elif u.placement is Placement.OTHER_GROUP:
+                when = self.neg(self.same(it.holder, u.dst))
+            self.add(end >= self.s[u.dst] + u.hold + u.distance * self.ii, [when])
         return end, top
 
     # ------------------------------------------------------------------ families
@@ -262,10 +273,8 @@ class _Model:
         self.blocking()
         self.registers()
         self.memory()
-        sigma = involution(self.p)
-        if sigma is not None:
-            first = next(n for n in self.p.names if sigma[n] != n)
-            self.add(self.s[first] <= self.s[sigma[first]])
+        if self.f.swap is not None:
+            self.add(self.s[self.f.swap[0]] <= self.s[self.f.swap[1]])
         for resource, items in self.load.items():
             if items:
                 self.m.AddCumulative([iv for iv, _ in items], [d for _, d in items], self.cap[resource])
@@ -282,12 +291,11 @@ class _Model:
         compute = [op for op in self.p.ops if not op.variable_latency]
         if self.vl and self.pool < 2 and compute:
             self.feasible = False
-        arrangements = budget_arrangements(self.p, self.pool)
+        arrangements = self.f.arrangements
         picks = [m.NewBoolVar(f"arrangement[{i}]") for i in range(len(arrangements))]
         m.AddExactlyOne(picks)
-        names = [op.name for op in compute]
-        for pick, arr in zip(picks, arrangements, strict=True):
-            for op, w, earlier in first_appearance(names, arr.blocks):
+        for pick, numbering in zip(picks, self.f.numbering, strict=True):
+            for op, w, earlier in numbering:
                 if w not in self.opw[op]:
                     continue
                 prev = [self.opw[o][w - 1] for o in earlier if w - 1 in self.opw[o]]
@@ -295,11 +303,12 @@ class _Model:
                     m.AddBoolOr(prev).OnlyEnforceIf([self.opw[op][w], pick])
                 else:
                     m.AddImplication(pick, self.opw[op][w].Not())
-        shapes = sorted({max(1, -(-op.warps // per)) for op in self.p.ops})
+        shapes = list(self.f.shapes)
         per_thread = 32 * per
         costs, warps = [], []
         for w in range(self.pool):
-            here = [(op, self.opw[op.name][w]) for op in self.p.ops if w in self.opw[op.name]]
+            here = [((need, exact), self.opw[op][w]) for op, need, exact in self.f.warpgroups
+                    if w in self.opw[op]]
             used = self.used[w]
             if here:
                 m.AddBoolOr([b for _, b in here]).OnlyEnforceIf(used)
@@ -309,9 +318,8 @@ class _Model:
                 m.Add(used == 0)
             q = m.NewIntVarFromDomain(cp.Domain.FromValues(shapes), f"warpgroups[{w}]")
             self.quads.append(q)
-            for op, b in here:
-                need = -(-op.warps // per)
-                m.Add(q == need if op.warps > 1 else q >= need).OnlyEnforceIf(b)
+            for (need, exact), b in here:
+                m.Add(q == need if exact else q >= need).OnlyEnforceIf(b)
             if opts.register_plan is not None:
                 values = sorted({a.budgets[w] for a in arrangements})
                 r = m.NewIntVarFromDomain(cp.Domain.FromValues(values), f"regs[{w}]")
@@ -345,25 +353,25 @@ class _Model:
             m.Add(self.reg_total <= res.register_file)
         if "groups" not in opts.relax:
             m.Add(sum(warps) <= res.max_warps)
-        cross = [(e.cross, self.same(e.src, e.dst)) for e in self.p.edges if e.cross and e.src != e.dst]
+        cross = [(cost, self.same(src, dst)) for src, dst, cost in self.f.handoff_costs]
         self.handoff_total = sum(c * (1 - s) if not isinstance(s, bool) else c * (not s) for c, s in cross)
 
     def dependence(self) -> None:
-        """Each edge's latency (plus the hand-off delay when its ends are on different groups)."""
-        ii, opts = self.ii, self.p.options
-        for e in self.p.edges:
-            if e.src == e.dst:
-                if e.distance * ii < e.latency:
+        """Each edge's latency (plus the hand-off delay when its ends are on different groups), the
+        ``together`` and ``apart`` pairs (:attr:`~twill.model.formulation.Formulation.dependences`)."""
+        ii = self.ii
+        for d in self.f.dependences:
+            if d.src == d.dst:
+                if d.distance * ii < d.least:
                     self.feasible = False
                 continue
-            self.add(self.s[e.dst] + e.distance * ii >= self.s[e.src] + self.p.least_latency(e))
-            delay = self.p.crossing_delay(e)
-            if delay > e.latency and not self.p.forced_cross(e):
-                self.add(self.s[e.dst] + e.distance * ii >= self.s[e.src] + delay,
-                         [self.neg(self.same(e.src, e.dst))])
-            if e.carrier == "register" and not opts.cross_group:
-                self._require(self.same(e.src, e.dst))
-        for a, b in opts.apart:
+            self.add(self.s[d.dst] + d.distance * ii >= self.s[d.src] + d.least)
+            if d.crossing is not None:
+                self.add(self.s[d.dst] + d.distance * ii >= self.s[d.src] + d.crossing,
+                         [self.neg(self.same(d.src, d.dst))])
+            if d.together:
+                self._require(self.same(d.src, d.dst))
+        for a, b in self.f.apart:
             self._require(self.neg(self.same(a, b)))
 
     def _require(self, lit: Lit) -> None:
@@ -380,33 +388,17 @@ class _Model:
                 for name, offset, cycles, count in self.p.reservations(op.name):
                     if name == unit:
                         self.hold(f"unit/{unit}", op.name, offset, count, length=cycles)
-        if HANDOFF_UNIT not in self.p.resources.units or not self.p.options.cross_group:
-            return
-        forced = {op for op, offset, _ in self.p.transfers(e for e in self.p.edges if self.p.forced_cross(e))
-                  if offset >= 0}
-        stores: dict[tuple[str, int, int], list[Lit]] = {}
-        for e in self.p.edges:
-            parts = self.p.transfers([e])
-            if not parts or self.p.forced_cross(e):
-                continue
-            same = self.same(e.src, e.dst)
-            if isinstance(same, bool):
-                continue
-            (src, offset, cycles), (dst, load_at, load) = parts
-            self.hold(f"unit/{HANDOFF_UNIT}", dst, load_at, 1, length=load, present=same.Not())
-            if src not in forced:
-                stores.setdefault((src, offset, cycles), []).append(same.Not())
-        for (src, offset, cycles), conds in stores.items():
-            self.hold(f"unit/{HANDOFF_UNIT}", src, offset, 1, length=cycles, present=self.disj(conds))
+        for b in self.f.bookings:
+            self.hold(f"unit/{b.unit}", b.op, b.offset, b.count, length=b.cycles,
+                      present=self.present(b.when))
 
     def blocking(self) -> None:
         """A waiting op starts while no other op of its group issues (copies included)."""
-        if "blocking" in self.p.options.relax:
-            return
-        for v, edges, issuers in self.p.blocking_pairs():
-            must_wait = self.disj([True if e.blocking else self.neg(self.same(e.src, v)) for e in edges])
-            for o in issuers:
-                issue = self.p.op(o).issue_cycles
+        for b in self.f.blocking:
+            v = b.op
+            must_wait = self.disj([True] if b.waits.always else
+                                  [self.neg(self.same(a, v)) for a, _ in b.waits.crosses])
+            for o, issue in b.issuers:
                 guard = [must_wait, self.same(v, o)]
                 if issue >= self.ii:  # its group issues at every moment
                     self._require(self.neg(self.conj(guard)))
@@ -417,23 +409,11 @@ class _Model:
     def registers(self) -> None:
         """Live registers per group: result values and the copies received from other groups."""
         res = self.p.resources
-        if "registers" in self.p.options.relax:
-            return
-        limit = min(res.max_regs, res.setmaxnreg_max)
+        limit = self.f.register_limit
         items = []  # (holder, op, weight, length or None, end, end_hi, cond)
-        for op in self.p.ops:
-            if not res.tracked(op.regs):
-                continue
-            uses = [e for e in self.p.out_edges(op.name) if e.carrier == "register"]
-            end, top = self.end(op.name, [(e.dst, use_hold(self.p, e), e.distance,
-                                           True if e.dst == op.name else self.same(op.name, e.dst))
-                                          for e in uses])
-            items.append((op.name, op.name, op.regs, None, end, top, True))
-            for e in uses:
-                if e.dst == op.name or not use_hold(self.p, e):
-                    continue
-                items.append((e.dst, e.dst, op.regs, use_hold(self.p, e), None, 0,
-                              self.neg(self.same(op.name, e.dst))))
+        for it in self.f.register_items:
+            end, top = (None, 0) if it.length is not None else self.end(it, f"end[{it.op}]")
+            items.append((it.holder, it.op, it.weight, it.length, end, top, self.present(it.when)))
         if not items:
             return
         m = self.m
@@ -454,7 +434,7 @@ class _Model:
         """Implied (:meth:`twill.encoding.Encoder._accumulator_cuts`): a value carried to itself is live at
         every moment, so its group holds all its accumulators and any one other value it starts."""
         res, m = self.p.resources, self.m
-        accs = accumulators(self.p)
+        accs = self.f.accumulators
         for w, cap in ((w, self.cap.get(f"regs/{w}")) for w in range(self.pool)):
             mine = [a for a in accs if w in self.opw[a]]
             if cap is None or not mine:
@@ -475,38 +455,13 @@ class _Model:
             self.cap[kind] = capacity - fixed
             if capacity - fixed < 0:
                 self.feasible = False
-            for op in p.ops:
-                need = op.smem if kind == "smem" else op.tmem
-                if not need:
-                    continue
-                uses = [(e.dst, p.op(e.dst).cycles, e.distance, True) for e in p.out_edges(op.name)
-                        if e.carrier == kind]
-                end, top = self.end(op.name, uses)
-                ahead = p.options.prefetch if kind == "smem" and op.name in p.streaming else 0
-                step = p.resources.tmem_alloc_step
-                if kind == "tmem" and step:
-                    need = -(-need // step) * step
-                self.hold(kind, op.name, 0, need, end=end, end_hi=top, offset_k=-ahead)
-        if "smem" in p.options.relax:
-            return
-        staged: dict[str, list[Any]] = {}
-        for e in p.edges:
-            if e.carrier != "register" or e.src == e.dst or not p.op(e.src).result_bytes:
-                continue
-            if self.same(e.src, e.dst) is not True:
-                staged.setdefault(e.src, []).append(e)
-        for name, edges in staged.items():
-            src = p.op(name)
-            apart = [self.neg(self.same(name, e.dst)) for e in edges]
-            uses = [(e.dst, 1, e.distance, a) for e, a in zip(edges, apart, strict=True)]
-            top = max([self.hi[name] + src.cycles + 1] + [self.hi[e.dst] + e.distance * self.ii + 1
-                                                          for e in edges])
-            end = self.m.NewIntVar(self.lo[name] + src.cycles + 1, top, f"staged[{name}]")
-            self.add(end >= self.s[name] + src.cycles + 1)
-            for dst, hold, distance, when in uses:
-                self.add(end >= self.s[dst] + hold + distance * self.ii, [when])
-            self.hold("smem", name, src.cycles, src.result_bytes, end=end, end_hi=top,
-                      present=self.disj(apart))
+            for it in self.f.memory_items:
+                if it.resource == kind:
+                    end, top = self.end(it, f"end[{it.op}]")
+                    self.hold(kind, it.op, it.offset, it.weight, end=end, end_hi=top, offset_k=it.offset_k)
+        for it in self.f.staging:
+            end, top = self.end(it, f"staged[{it.op}]")
+            self.hold("smem", it.op, it.offset, it.weight, end=end, end_hi=top, present=self.present(it.when))
 
 
 def solve_joint_cpsat(

@@ -8,7 +8,9 @@ intervals overlap modulo II iff some shift ``k*II`` (``k`` from a small, precomp
 overlap, and each such test is a pair of *difference constraints* ``x - y <= c``, which SMT solvers decide
 very efficiently. No integer division or remainder variables are used.
 
-Families (the names of :mod:`twill.verify`): completion, dependence (with the cross-group hand-off cost),
+What each family constrains comes from :class:`~twill.model.formulation.Formulation` (stated once for
+both encodings); this module states it as SMT terms. Families (the names of :mod:`twill.verify`):
+completion, dependence (with the cross-group hand-off cost),
 cross_warp, capacity (with the SMEM traffic of cross-group hand-offs), blocking, variable_latency,
 group_shape, register_file, and the liveness families
 (registers, memory) whose per-moment checks are generated lazily by :meth:`Encoder.refine`: each check says
@@ -18,49 +20,21 @@ always at some interval's start, so checking at item starts is exact.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from pysmt.typing import INT
 
-from twill.model.liveness import fold, memory_intervals, register_intervals, use_hold
-from twill.model.problem import HANDOFF_UNIT, Edge, Problem
-from twill.model.reductions import budget_arrangements, first_appearance, involution
+from twill.model.formulation import Formulation, LiveItem, Placement, When
+from twill.model.liveness import fold, memory_intervals, register_intervals
+from twill.model.problem import Problem
 from twill.solvers.modular import Booking, Item, Lazy, ModularModel
 from twill.solvers.smt import SmtSession
 
-__all__ = ["PER_ROUND", "Encoder", "accumulators", "involution", "pool_size"]
+__all__ = ["PER_ROUND", "Encoder"]
 
 PER_ROUND = 64
 """Lazy liveness checks added per overfull resource per round (the items with the largest excess)."""
-
-
-def accumulators(problem: Problem) -> list[str]:
-    """Ops whose tracked register value is carried to themselves (live at every moment), sorted."""
-    res = problem.resources
-    return sorted(op.name for op in problem.ops if res.tracked(op.regs) and any(
-        e.dst == op.name and e.distance >= 1 and e.carrier == "register" for e in problem.out_edges(op.name)))
-
-
-def pool_size(problem: Problem) -> int:
-    """Warp groups offered to the solver: the register plan's length, ``max_groups``, or as many as fit.
-
-    The default is limited by the warps per CTA (each group takes at least one warpgroup), by the number
-    of ops, and capped at 6 (a variable-latency group plus five compute groups, FA4's structure). With
-    ``"groups"`` relaxed (and no register plan) the pool is one group per op, up to 8.
-    """
-    opts, res = problem.options, problem.resources
-    if opts.register_plan:
-        return len(opts.register_plan)
-    if "groups" in opts.relax:
-        compute = sum(1 for op in problem.ops if not op.variable_latency)
-        return max(1, min(8, compute + (1 if problem.has_vl else 0)))
-    if opts.max_groups is not None:
-        return opts.max_groups
-    per_cta = res.max_warps // res.warps_per_group
-    compute = sum(1 for op in problem.ops if not op.variable_latency)
-    return max(1, min(per_cta, 6, compute + (1 if problem.has_vl else 0)))
 
 
 class Encoder(ModularModel):
@@ -94,12 +68,11 @@ class Encoder(ModularModel):
         self.n = stages
         self.upto = upto or self.ranged
         self.min_length = min_length
-        self.pool = pool_size(problem)
+        self.f = Formulation.of(problem)
+        self.pool = self.f.pool
         self.vl = problem.has_vl
         m = self.m
-        first = 1 if self.vl else 0
-        self.groups_of = {op.name: ([0] if op.variable_latency else list(range(first, self.pool)))
-                          for op in problem.ops}
+        self.groups_of = {name: list(ws) for name, ws in self.f.groups_of}
         self.opw = {op.name: {w: m.Symbol(f"wg[{op.name}]={w}") for w in self.groups_of[op.name]}
                     for op in problem.ops}
         self.budget = [m.Symbol(f"regs[{w}]", INT) for w in range(self.pool)]
@@ -153,56 +126,46 @@ class Encoder(ModularModel):
         if self.ranged:
             self.add(self.m.LE(self.length, self.ii_times(self.n)))
 
+    def crossing(self, when: When) -> Any:
+        """The Bool term of ``when`` (``None`` for always): some edge of it joins different groups."""
+        if when.always:
+            return None
+        apart = [self.m.Not(self.same(a, b)) for a, b in when.crosses]
+        if any(a.is_true() for a in apart):
+            return None
+        return apart[0] if len(apart) == 1 else self.m.Or(apart)
+
     def dependence(self) -> None:
-        """``start[v] + δ II >= start[u] + d``, and :meth:`Problem.crossing_delay` (the hand-off, the
-        store before the load) when the groups differ."""
+        """``start[v] + δ II >= start[u] + d``, and the crossing delay of each
+        :class:`~twill.model.formulation.Dependence` (the hand-off, the store before the load) when the
+        groups differ; ``together`` and ``apart`` pairs."""
         super().dependence()
         m = self.m
-        for e in self.p.edges:
-            if e.src == e.dst:
+        for d in self.f.dependences:
+            if d.src == d.dst:
                 continue
-            delay = self.p.crossing_delay(e)
-            if delay > e.latency and not self.p.forced_cross(e):  # a forced one is in least_latency
-                self.add(m.Implies(m.Not(self.same(e.src, e.dst)),
-                                   self.before(e.src, delay, e.dst, 0, kv=e.distance)))
-            if e.carrier == "register" and not self.p.options.cross_group:
-                self.add(self.same(e.src, e.dst))
-        for a, b in self.p.options.apart:  # a code generator's rule (Options.apart)
+            if d.crossing is not None:
+                self.add(m.Implies(m.Not(self.same(d.src, d.dst)),
+                                   self.before(d.src, d.crossing, d.dst, 0, kv=d.distance)))
+            if d.together:
+                self.add(self.same(d.src, d.dst))
+        for a, b in self.f.apart:  # a code generator's rule (Options.apart)
             self.add(m.Not(self.same(a, b)))
 
     def conditional(self, unit: str) -> list[Booking]:
-        """The SMEM-port traffic of register hand-offs (:meth:`Problem.transfers`) on ``unit``: a
-        consumer's load exists when it sits on another group than its producer, the producer's one store
-        when any of its consumers does (a forced crossing's are in :meth:`Problem.reservations`)."""
-        if unit != HANDOFF_UNIT or not self.p.options.cross_group:
-            return []
-        forced = {op for op, offset, _ in self.p.transfers(e for e in self.p.edges if self.p.forced_cross(e))
-                  if offset >= 0}  # producers whose one store every schedule makes
-        out, stores = [], {}
-        for e in self.p.edges:
-            parts = self.p.transfers([e])
-            if not parts or self.p.forced_cross(e):
-                continue
-            same = self.same(e.src, e.dst)
-            if same.is_true() or same.is_false():
-                continue
-            (src, offset, cycles), (dst, load_at, load) = parts
-            out.append(Booking(dst, load_at, load, 1, self.m.Not(same)))
-            if src not in forced:
-                stores.setdefault((src, offset, cycles), []).append(self.m.Not(same))
-        for (src, offset, cycles), conds in stores.items():
-            out.append(Booking(src, offset, cycles, 1, conds[0] if len(conds) == 1 else self.m.Or(conds)))
-        return out
+        """The SMEM-port traffic of register hand-offs on ``unit``
+        (:attr:`~twill.model.formulation.Formulation.bookings`), each when its edges cross."""
+        return [Booking(b.op, b.offset, b.cycles, b.count, self.crossing(b.when))
+                for b in self.f.bookings if b.unit == unit]
 
     def blocking(self) -> None:
         """When an op that must wait starts, no other op of its group is issuing (copies included)."""
         m = self.m
-        if "blocking" in self.p.options.relax:
-            return
-        for v, edges, issuers in self.p.blocking_pairs():
-            must_wait = m.Or([m.TRUE() if e.blocking else m.Not(self.same(e.src, v)) for e in edges])
-            for o in issuers:
-                issue = self.p.op(o).issue_cycles
+        for b in self.f.blocking:
+            v = b.op
+            must_wait = (m.TRUE() if b.waits.always
+                         else m.Or([m.Not(self.same(a, v)) for a, _ in b.waits.crosses]))
+            for o, issue in b.issuers:
                 guard = m.And(must_wait, self.same(v, o))
                 if issue >= self.ii_hi:  # its group issues at every moment
                     self.add(m.Not(guard))
@@ -215,9 +178,7 @@ class Encoder(ModularModel):
     def groups(self) -> None:
         """Warp uniqueness (one-hot), variable-latency isolation (group 0 holds exactly the
         variable-latency ops), group shape, symmetry breaking and budgets."""
-        m, res = self.m, self.p.resources
-        per = res.warps_per_group
-        first = 1 if self.vl else 0
+        m = self.m
         compute = [op for op in self.p.ops if not op.variable_latency]
         if self.vl and self.pool < 2 and compute:
             self.feasible = False
@@ -227,37 +188,36 @@ class Encoder(ModularModel):
             for i, a in enumerate(choice):
                 for b in choice[i + 1:]:
                     self.add(m.Not(m.And(a, b)))
-        self._symmetry(compute, first)
-        shapes = sorted({max(1, -(-op.warps // per)) for op in self.p.ops})
+        self._symmetry()
+        shapes = list(self.f.shapes)
         for w in range(self.pool):
-            on_w = [(op, self.opw[op.name][w]) for op in self.p.ops if w in self.opw[op.name]]
-            self.add(m.Iff(self.used[w], m.Or([here for _, here in on_w])))
+            on_w = [(op, need, exact, self.opw[op][w]) for op, need, exact in self.f.warpgroups
+                    if w in self.opw[op]]
+            self.add(m.Iff(self.used[w], m.Or([here for *_, here in on_w])))
             q = self.quads[w]
             self.add(m.Or([m.Equals(q, self.int_(k)) for k in shapes]))
-            for op, here in on_w:
-                need = -(-op.warps // per)
-                rel = m.Equals(q, self.int_(need)) if op.warps > 1 else m.GE(q, self.int_(need))
+            for _, need, exact, here in on_w:
+                rel = m.Equals(q, self.int_(need)) if exact else m.GE(q, self.int_(need))
                 self.add(m.Implies(here, rel))
         self._budgets(shapes)
 
-    def _symmetry(self, compute: list, first: int) -> None:
+    def _symmetry(self) -> None:
         """Budgets and group numbering (:func:`twill.reductions.budget_arrangements`): with a register
         plan, one of its arrangements is chosen (a one-hot Boolean each); inside each block of
         interchangeable groups, groups are numbered by first appearance in op order."""
         m = self.m
-        self.arrangements = budget_arrangements(self.p, self.pool)
-        names = [op.name for op in compute]
-        picks = [m.Symbol(f"arrangement[{i}]") for i in range(len(self.arrangements))]
+        arrangements = self.f.arrangements
+        picks = [m.Symbol(f"arrangement[{i}]") for i in range(len(arrangements))]
         if len(picks) > 1:
             self.add(m.Or(picks))
             for i, a in enumerate(picks):
                 for b in picks[i + 1:]:
                     self.add(m.Not(m.And(a, b)))
-        for pick, arr in zip(picks, self.arrangements, strict=True):
+        for pick, arr, numbering in zip(picks, arrangements, self.f.numbering, strict=True):
             rules = []
             if arr.budgets is not None:
                 rules += [m.Equals(self.budget[w], self.int_(r)) for w, r in enumerate(arr.budgets)]
-            for op, w, earlier in first_appearance(names, arr.blocks):
+            for op, w, earlier in numbering:
                 if w not in self.opw[op]:
                     continue
                 rules.append(m.Implies(self.opw[op][w], m.Or([self.opw[o][w - 1] for o in earlier
@@ -287,8 +247,8 @@ class Encoder(ModularModel):
             terms.append(m.Ite(used, cost, self.int_(0)))
             warps.append(m.Ite(used, self.times(res.warps_per_group, q), self.int_(0)))
         self.reg_total = m.Plus(terms) if len(terms) > 1 else terms[0]
-        cross = [m.Ite(m.Not(self.same(e.src, e.dst)), self.int_(e.cross), self.int_(0))
-                 for e in self.p.edges if e.cross and e.src != e.dst]
+        cross = [m.Ite(m.Not(self.same(src, dst)), self.int_(cost), self.int_(0))
+                 for src, dst, cost in self.f.handoff_costs]
         self.handoff_total = m.Plus(cross) if cross else self.int_(0)
         if "register_file" not in opts.relax:
             self.add(m.LE(self.reg_total, self.int_(res.register_file)))
@@ -331,8 +291,6 @@ class Encoder(ModularModel):
             for idx, it in enumerate(lazy.items):
                 if (resource, idx) in self.added:
                     continue
-                if it.cross is not None and group[it.cross[0]] == group[it.cross[1]]:
-                    continue
                 if it.crosses and all(group[a] == group[b] for a, b in it.crosses):
                     continue
                 key = f"regs/{group[it.holder]}" if lazy.per_group else resource
@@ -351,45 +309,42 @@ class Encoder(ModularModel):
                 added += 1
         return added
 
-    def _hold(self, e: Edge) -> int:
-        return use_hold(self.p, e)
-
-    def _end(self, name: str, kind: str, edges: Iterable[Edge], hold: Callable[[Edge], int],
-             same_group_only: bool) -> tuple[Any, int]:
-        """An end time ``>= start + cycles`` and past each listed use; returns it and its upper bound."""
+    def _end(self, it: LiveItem, symbol: str) -> tuple[Any, int]:
+        """The end of ``it``: ``>= start[op] + end_from`` and past each use that applies (as its
+        :class:`~twill.model.formulation.Placement` says); returns it and its upper bound."""
         m = self.m
-        op = self.p.op(name)
-        end = m.Symbol(f"end_{kind}[{name}]", INT)
-        top = self.hi[name] + op.cycles
-        self.add(m.GE(end, self.at(name, op.cycles)))
-        for e in edges:
-            reach = m.GE(end, self.at(e.dst, hold(e), e.distance))
-            top = max(top, self.hi[e.dst] + e.distance * self.ii_hi + hold(e))
-            self.add(m.Implies(self.same(name, e.dst), reach) if same_group_only and e.dst != name else reach)
+        end = m.Symbol(symbol, INT)
+        top = self.hi[it.op] + it.end_from
+        self.add(m.GE(end, self.at(it.op, it.end_from)))
+        for u in it.uses:
+            reach = m.GE(end, self.at(u.dst, u.hold, u.distance))
+            top = max(top, self.hi[u.dst] + u.distance * self.ii_hi + u.hold)
+            if u.placement is Placement.SAME_GROUP:
+                reach = m.Implies(self.same(it.holder, u.dst), reach)
+            elif u.placement is Placement.OTHER_GROUP:
+                reach = m.Implies(m.Not(self.same(it.holder, u.dst)), reach)
+            self.add(reach)
         self.add(m.LE(end, self.int_(top)))
         return end, top
 
+    def _item(self, it: LiveItem, symbol: str) -> Item:
+        """The SMT item of a formulation item (its end a fresh symbol named ``symbol``)."""
+        cond = self.crossing(it.when)
+        if it.length is not None:
+            return Item(it.op, it.offset, it.weight, length=it.length, cond=cond, holder=it.holder,
+                        offset_k=it.offset_k, crosses=it.when.crosses)
+        end, top = self._end(it, symbol)
+        return Item(it.op, it.offset, it.weight, end=end, end_hi=top, cond=cond, holder=it.holder,
+                    offset_k=it.offset_k, crosses=it.when.crosses)
+
     def registers(self) -> None:
-        """Register limit per group and moment: result values and copies received from other groups."""
+        """Register limit per group and moment: result values and copies received from other groups
+        (:attr:`~twill.model.formulation.Formulation.register_items`)."""
         m, res = self.m, self.p.resources
-        if "registers" in self.p.options.relax:
-            return
-        items = []
-        for op in self.p.ops:
-            if not res.tracked(op.regs):
-                continue
-            uses = [e for e in self.p.out_edges(op.name) if e.carrier == "register"]
-            end, top = self._end(op.name, "regs", uses, self._hold, True)
-            items.append(Item(op.name, 0, op.regs, end=end, end_hi=top, holder=op.name))
-            for e in uses:
-                if e.dst == op.name or not self._hold(e):
-                    continue  # a synchronous consumer streams a received value out of SMEM
-                items.append(Item(e.dst, 0, op.regs, length=self._hold(e),
-                                  cond=m.Not(self.same(op.name, e.dst)), holder=e.dst,
-                                  cross=(op.name, e.dst)))
+        items = [self._item(it, f"end_regs[{it.op}]") for it in self.f.register_items]
         if not items:
             return
-        limit = min(res.max_regs, res.setmaxnreg_max)
+        limit = self.f.register_limit
 
         def cap(at: Item) -> Any:
             budget = self.group_of(at.holder, dict(enumerate(self.budget)), self.int_(0))
@@ -398,11 +353,7 @@ class Encoder(ModularModel):
         self.lazy["regs"] = Lazy(items, cap, res.group_overhead, True)
         self._accumulator_cuts(limit)
 
-    def _accumulators(self) -> list[str]:
-        """Ops whose register value is carried to themselves (live at every moment)."""
-        return accumulators(self.p)
-
-    def _held(self, w: int, accs: list[str]) -> Any:
+    def _held(self, w: int, accs: tuple[str, ...]) -> Any:
         """Registers per thread group ``w`` holds at every moment: its overhead and its accumulators."""
         m = self.m
         held = [m.Ite(self.opw[a][w], self.int_(self.p.op(a).regs), self.int_(0))
@@ -414,7 +365,7 @@ class Encoder(ModularModel):
         so its group's budget holds the overhead, all its accumulators and any one other value it starts.
         They repeat what the lazy checks would find, early and cheaply."""
         m, res = self.m, self.p.resources
-        accs = self._accumulators()
+        accs = self.f.accumulators
         for w in range(self.pool):
             if not any(w in self.opw[a] for a in accs):
                 continue
@@ -463,51 +414,19 @@ class Encoder(ModularModel):
 
     def symmetry_of_subtiles(self) -> None:
         """If swapping two parts of the graph (sub-tiles) maps it onto itself, order the two copies:
-        the first op the swap moves starts no later than its image. Any schedule or its mirror image
-        satisfies this, and both have the same costs, so no optimum is lost."""
-        sigma = involution(self.p)
-        if sigma is None:
-            return
-        first = next(n for n in self.p.names if sigma[n] != n)
-        self.add(self.before(first, 0, sigma[first], 0))
+        the first op the swap moves starts no later than its image
+        (:attr:`~twill.model.formulation.Formulation.swap`)."""
+        if self.f.swap is not None:
+            self.add(self.before(self.f.swap[0], 0, self.f.swap[1], 0))
 
     def memory(self) -> None:
-        """SMEM and TMEM: live values, streaming-load buffers, staging buffers of register hand-offs."""
-        m, p = self.m, self.p
-        smem, tmem = [], []
-        for op in p.ops:
-            for kind, need, out in (("smem", op.smem, smem), ("tmem", op.tmem, tmem)):
-                if not need or kind in p.options.relax:
-                    continue
-                uses = [e for e in p.out_edges(op.name) if e.carrier == kind]
-                end, top = self._end(op.name, kind, uses, lambda e: p.op(e.dst).cycles, False)
-                ahead = p.options.prefetch if kind == "smem" and op.name in p.streaming else 0
-                step = p.resources.tmem_alloc_step
-                if kind == "tmem" and step:
-                    need = -(-need // step) * step
-                out.append(Item(op.name, 0, need, end=end, end_hi=top, offset_k=-ahead))
-        staged: dict[str, list[Edge]] = {}  # one staging buffer per value crossing groups
-        for e in p.edges:
-            src = p.op(e.src)
-            if e.carrier != "register" or e.src == e.dst or not src.result_bytes or "smem" in p.options.relax:
-                continue
-            if not self.same(e.src, e.dst).is_true():
-                staged.setdefault(e.src, []).append(e)
-        for name, edges in staged.items():
-            src = p.op(name)
-            end = m.Symbol(f"staged[{name}]", INT)
-            begin = src.cycles
-            top = max([self.hi[name] + begin + 1]
-                      + [self.hi[e.dst] + e.distance * self.ii_hi + 1 for e in edges])
-            self.add(m.GE(end, self.at(name, begin + 1)))
-            apart = [m.Not(self.same(name, e.dst)) for e in edges]
-            for e, crossing in zip(edges, apart, strict=True):
-                self.add(m.Implies(crossing, m.GE(end, self.at(e.dst, 1, e.distance))))
-            self.add(m.LE(end, self.int_(top)))
-            always = any(a.is_true() for a in apart)
-            smem.append(Item(name, begin, src.result_bytes, end=end, end_hi=top,
-                             cond=None if always else (apart[0] if len(apart) == 1 else m.Or(apart)),
-                             crosses=tuple((name, e.dst) for e in edges)))
+        """SMEM and TMEM: live values, streaming-load buffers, staging buffers of register hand-offs
+        (:attr:`~twill.model.formulation.Formulation.memory_items` and ``staging``)."""
+        p = self.p
+        made = [(it.resource, self._item(it, f"end_{it.resource}[{it.op}]")) for it in self.f.memory_items]
+        tmem = [item for kind, item in made if kind == "tmem"]
+        smem = [item for kind, item in made if kind == "smem"]
+        smem += [self._item(it, f"staged[{it.op}]") for it in self.f.staging]
         if smem:
             self.lazy["smem"] = Lazy(smem, p.resources.smem, p.fixed_smem, False)
         if tmem:
@@ -527,16 +446,15 @@ class Encoder(ModularModel):
         if lazy is None or not lazy.items:
             return self.int_(0), 1, 0
         if self._footprint is None:
-            terms, step, least = [], 0, 0
+            terms = []
             for idx, it in enumerate(lazy.items):
                 depth = m.Symbol(f"smem_depth[{idx}]", INT)
                 self.add(m.GE(depth, self.int_(1)))
                 self.add(m.GE(self.times(self.ii, depth), self._length(it)))
                 held = self.times(it.weight, depth)
                 terms.append(held if it.cond is None else m.Ite(it.cond, held, self.int_(0)))
-                step = math.gcd(step, it.weight)
-                least += it.weight if it.cond is None else 0
-            self._footprint = (m.Plus(terms) if len(terms) > 1 else terms[0], max(1, step), least)
+            self._footprint = (m.Plus(terms) if len(terms) > 1 else terms[0], self.f.smem_granularity(),
+                               self.f.smem_least())
         return self._footprint
 
     def build(self) -> None:

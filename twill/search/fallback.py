@@ -1,0 +1,234 @@
+"""The any-time answer: when the time limit ends the search before any schedule, a heuristic one
+(groups split by a rule, ops list-scheduled), verified and marked not proven with its bound."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+import warnings
+from typing import Any
+
+import networkx as nx
+
+from twill.errors import (
+    TwillWarning,
+)
+from twill.model.formulation import accumulators, pool_size
+from twill.model.problem import HANDOFF_UNIT, Edge, Problem
+from twill.schedule import (
+    Schedule,
+)
+from twill.search.certificate import finish, least_open_ii
+from twill.search.reasons import budget_sum
+from twill.search.run import Run, with_note
+from twill.search.swp import needed_budgets
+from twill.solvers.joint.result import JointResult
+from twill.solvers.modulo.ims import iterative_modulo_schedule
+from twill.solvers.normalize import Normalization
+from twill.solvers.status import CheckResult
+from twill.verify import violations
+
+__all__ = ["FALLBACK_S", "heuristic_fallback", "heuristic_schedule"]
+
+FALLBACK_S = 30.0
+"""Seconds the fallback heuristic (:func:`heuristic_fallback`) may take once the time limit has ended the
+search without a schedule: a tuning choice (each II costs one iterative modulo schedule and one verification
+per split, well under a second on the FA loops)."""
+
+
+def _splits(p: Problem) -> list[dict[str, int]]:
+    """Warp-group assignments for the fallback: the variable-latency ops on group 0 (paper §5.3) and the
+    compute ops packed onto ``k`` groups for each ``k`` the pool allows, fewest first. The accumulators
+    (live at every moment, :func:`twill.encoding.accumulators`) go largest first to the group holding the
+    fewest registers; every other compute op joins the group of the nearest accumulator along register
+    edges (either direction; a sub-tile's values stay on its accumulators' group and need no hand-off),
+    the lower group on a tie, the least-loaded group when no accumulator is reachable. Ops are taken by
+    name, so the splits depend only on the problem."""
+    first = 1 if p.has_vl else 0
+    compute = [op.name for op in p.ops if not op.variable_latency]
+    accs = [a for a in sorted(accumulators(p), key=lambda n: (-p.op(n).regs, n)) if a in compute]
+    links = nx.Graph()
+    links.add_nodes_from(compute)
+    links.add_edges_from((e.src, e.dst) for e in p.edges
+                         if e.carrier == "register" and e.src in links and e.dst in links and e.src != e.dst)
+    out = []
+    for k in range(1, max(1, pool_size(p) - first) + 1):
+        group = {op.name: 0 for op in p.ops if op.variable_latency}
+        load = dict.fromkeys(range(first, first + k), 0)
+        for a in accs:
+            g = min(load, key=lambda w: (load[w], w))
+            group[a], load[g] = g, load[g] + p.op(a).regs
+        hops = {a: nx.single_source_shortest_path_length(links, a) for a in accs}
+        for n in compute:
+            if n in group:
+                continue
+            near = [(hops[a][n], group[a]) for a in accs if n in hops[a]]
+            group[n] = min(near)[1] if near else min(load, key=lambda w: (load[w], w))
+        out.append(group)
+    return out
+
+
+def heuristic_fallback(run: Run, lo: int, hi: int) -> tuple | None:
+    """A valid schedule without a proof, for a search the time limit stopped with none found: at IIs from
+    ``lo`` (the least II not refuted) upward in growing steps (1, 2, 4, ... up to ``hi``), the iterative
+    modulo schedule of the problem with each :func:`_splits` assignment's crossing delays on the edges it
+    makes cross, kept at the first II and split that pass :func:`twill.verify.violations`; then the IIs
+    between the last one that failed and it are bisected for a smaller one that passes. Takes at most
+    :data:`FALLBACK_S` seconds; None if nothing passed (or a register plan is given: its budgets belong to
+    the pool's groups, which these splits do not follow)."""
+    p = run.problem
+    if p.options.register_plan is not None:
+        return None
+    until = time.monotonic() + FALLBACK_S
+    splits = _splits(p)
+
+    def attempt(ii: int) -> tuple | None:
+        for group in splits:
+            if time.monotonic() >= until:
+                return None
+            edges = [dataclasses.replace(e, latency=p.crossing_delay(e))
+                     if e.src != e.dst and group[e.src] != group[e.dst] else e for e in p.edges]
+            start = iterative_modulo_schedule(p.replace_times(p.ops, edges, p.cycles_per_unit), ii)
+            if start is None:
+                continue
+            found = _split_result(run, ii, start, group)
+            if found is not None:
+                return found
+        return None
+
+    ii, step, failed, best = lo, 1, lo - 1, None
+    last_resort = sorted(
+        (r for r in ([_list_schedule(p, group, hi) for group in splits]
+                     + [_no_overlap(p, group, hi) for group in splits]) if r is not None),
+        key=lambda r: (r[0], r[3]))
+    while ii <= hi and time.monotonic() < until:
+        best = attempt(ii)
+        if best is not None:
+            break
+        failed, ii, step = ii, min(hi, ii + step), step * 2
+        if ii == failed:
+            break
+    for ii, start, group, how in last_resort if best is None else ():
+        best = _split_result(run, ii, start, group, how)
+        if best is not None:
+            break
+    if best is None:
+        return None
+    low, high = failed + 1, best[1] - 1
+    while low <= high and time.monotonic() < until:
+        mid = (low + high) // 2
+        better = attempt(mid)
+        if better is not None:
+            best, high = better, mid - 1
+        else:
+            low = mid + 1
+    return best
+
+
+def _no_overlap(p: Problem, group: dict[str, int], hi: int) -> tuple | None:
+    """The last resort of :func:`heuristic_fallback`: the ops one after another in a depth-first topological
+    order of the distance-0 edges, each after its predecessor ends and after every producer's delay (the
+    crossing delay and the SMEM traffic of a hand-off when ``group`` makes it cross); the II is its
+    length plus the largest such delay, so no two ops (nor two iterations) overlap. ``(II, start,
+    group)``, or None if that II is above ``hi`` or the distance-0 edges have a cycle."""
+    forward = nx.DiGraph()
+    forward.add_nodes_from(p.names)
+    forward.add_edges_from((e.src, e.dst) for e in p.edges if e.distance == 0 and e.src != e.dst)
+    order = _depth_first(p)
+    if order is None:
+        return None
+
+    def delay(e: Edge) -> int:
+        return (p.crossing_delay(e) + 2 * e.transfer if group[e.src] != group[e.dst] else e.latency)
+
+    start: dict[str, int] = {}
+    t = 0
+    for n in order:
+        ready = [start[e.src] + delay(e) for e in p.in_edges(n) if e.distance == 0 and e.src in start]
+        start[n] = max([t, *ready])
+        t = start[n] + p.op(n).cycles + max([2 * e.transfer for e in p.edges], default=0)
+    ii = t + max([delay(e) for e in p.edges], default=0) + 1
+    return None if ii > hi else (ii, start, group, "a schedule without overlap (ops one after another)")
+
+
+def _depth_first(p: Problem) -> list[str] | None:
+    """The ops in a depth-first topological order of the distance-0 edges (reverse postorder, successors
+    by name): a value's readers follow it soon. None if those edges have a cycle."""
+    forward = nx.DiGraph()
+    forward.add_nodes_from(p.names)
+    forward.add_edges_from((e.src, e.dst) for e in p.edges if e.distance == 0 and e.src != e.dst)
+    if not nx.is_directed_acyclic_graph(forward):
+        return None
+    return list(reversed(list(nx.dfs_postorder_nodes(forward, sort_neighbors=sorted))))
+
+
+def _list_schedule(p: Problem, group: dict[str, int], hi: int) -> tuple | None:
+    """A fallback without overlap between iterations: the ops in :func:`_depth_first` order, each at the
+    first time after its producers' delays (the crossing delay when ``group`` makes an edge cross) and
+    after the previous op of its warp group has finished issuing, where its reservations (and the SMEM
+    traffic of its hand-offs, :meth:`Problem.transfers`) fit the units' capacities; the warp groups run
+    side by side. The II is the length plus the largest delay, so iterations never overlap.
+    ``(II, start, group, how)``, or None if that II is above ``hi`` or the edges have a cycle."""
+    order = _depth_first(p)
+    if order is None:
+        return None
+    caps = p.resources.units
+    used: dict[tuple[str, int], int] = {}
+    crossing = [e for e in p.edges
+                if e.src != e.dst and group[e.src] != group[e.dst] and not p.forced_cross(e)]
+
+    def delay(e: Edge) -> int:
+        return p.crossing_delay(e) if group[e.src] != group[e.dst] else e.latency
+
+    start: dict[str, int] = {}
+    free: dict[int, int] = {}
+    for n in order:
+        mine = [e for e in crossing if n in (e.src, e.dst)]
+        rows = [*p.reservations(n), *((HANDOFF_UNIT, off, cyc, 1) for op, off, cyc in p.transfers(mine)
+                                      if op == n and HANDOFF_UNIT in caps)]
+        t = max([free.get(group[n], 0), *(start[e.src] + delay(e) for e in p.in_edges(n)
+                                          if e.distance == 0 and e.src in start)])
+        t = max(t, -min([off for _, off, _, _ in rows], default=0))
+        while any(used.get((u, t + off + c), 0) + k > caps[u] for u, off, cyc, k in rows for c in range(cyc)):
+            t += 1
+        for u, off, cyc, k in rows:
+            for c in range(cyc):
+                used[(u, t + off + c)] = used.get((u, t + off + c), 0) + k
+        start[n] = t
+        free[group[n]] = t + p.op(n).issue_cycles
+    length = max(start[op.name] + op.cycles for op in p.ops)
+    ii = length + max([delay(e) for e in p.edges] + [0]) + 1
+    return None if ii > hi else (ii, start, group, "a list schedule without overlap between iterations")
+
+
+def _split_result(run: Run, ii: int, start: dict[str, int], group: dict[str, int],
+                  how: str = "the iterative modulo schedule") -> tuple | None:
+    """``(how, ii, result, None)`` for the schedule ``start`` / ``group`` if it verifies."""
+    p = run.problem
+    warps = {g: max([p.op(n).warps for n in group if group[n] == g] + [1]) for g in set(group.values())}
+    warps = {g: p.resources.group_threads(w) // 32 for g, w in warps.items()}
+    length = max(start[op.name] + op.cycles for op in p.ops)
+    fake = JointResult(ii, math.ceil(length / ii), CheckResult.SAT, start, group,
+                       needed_budgets(p, ii, start, group), warps, length, {"length": False})
+    found = (how, ii, fake, None)
+    if violations(finish(run, found, None, {}, "swp")):
+        return None
+    return found
+
+
+def heuristic_schedule(run: Run, found: tuple, norm: Normalization | None, raw_bounds: Any) -> Schedule:
+    """The fallback's schedule, marked not proven: its certificate says it is heuristic and gives the
+    proven lower bound on the optimal II (the least II the search did not refute)."""
+    reached = least_open_ii(run)
+    sched = finish(run, found, norm, raw_bounds, "swp")
+    ii = sched.ii
+    note = (f"heuristic: the time limit ended the search before any joint schedule was found; this is "
+            f"{found[0]} at II {ii} with a fixed warp-group split ({len(sched.warp_groups)} "
+            f"groups), verified but not optimal: every II below {reached} was refuted, so the optimal II "
+            f"lies in [{reached}, {ii}]")
+    notes = (*(n for n in sched.certificate.notes if not n.startswith("Twill-SWP:")), note)
+    cert = dataclasses.replace(sched.certificate, proven_optimal=False, notes=notes, heuristic=True,
+                               ii_bound=reached)
+    warnings.warn(note, TwillWarning, stacklevel=3)
+    return with_note(dataclasses.replace(sched, certificate=cert, strategy="joint"), budget_sum(sched))
