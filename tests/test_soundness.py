@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections import Counter
 
 import pytest
 
@@ -48,8 +49,8 @@ def test_a_register_plan_is_a_multiset_of_budgets() -> None:
         twill.verify(_with_plan(best, plan))  # the better schedule is legal under this order too
         assert (s.ii, s.length) == (best.ii, best.length), plan
         assert s.certificate.proven_optimal
-        assert sorted(g.registers for g in s.warp_groups) == sorted(budgets)[:len(s.warp_groups)] or \
-            all(g.registers in budgets for g in s.warp_groups)
+        # each group takes a distinct budget of the plan (a multiset, so a repeated value only as often)
+        assert not Counter(g.registers for g in s.warp_groups) - Counter(budgets)
 
 
 def test_verify_takes_budgets_from_the_register_plan() -> None:
