@@ -41,7 +41,7 @@ def _part0_g0(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
 
 @gluon.jit
 def _part1_g1(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k, empty_k, ring_v, ready_v, empty_v, inv0, inv_bar):
-    # warp group 1 (consumer): 8 warps, setmaxnreg 240; trip order: qk, row_sum_reduce, alpha, out_alu, out_convert, out, new_max_reduce, new_max, p, row_sum
+    # warp group 1 (consumer): 8 warps, setmaxnreg 240; trip order: qk, row_sum_reduce, out_convert, alpha, out_alu, out, new_max_reduce, new_max, p, row_sum
     c0_i32_o = 0
     c128_i32_o = 128
     n_iter = gl.cdiv(seq_len - c0_i32_o, c128_i32_o)
@@ -70,7 +70,7 @@ def _part1_g1(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
     mbarrier.arrive(empty_k.index((((0) - 0) % 3)))
     new_max_28_p3 = gl.max(qk_27_p2, axis=1)
     new_max_29_p4 = (new_max_28_p3 * new_max_o)
-    new_max_30_p5 = gl.maximum(new_max_30_c0, new_max_29_p4)
+    new_max_30_p5 = gl.maximum(row_max_o, new_max_29_p4)
     new_max_30_c1 = new_max_30_c0
     new_max_30_c0 = new_max_30_p5
     p_31_p6 = (qk_27_p2 * p_o)
@@ -87,17 +87,17 @@ def _part1_g1(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
         mbarrier.arrive(empty_v.index((((t) - 2) % 3)), pred=((t) - 2) >= 0)
         qk_27_s12 = warpgroup_mma(inv0, qk_26_s11, cst_16_o, use_acc=False, is_async=True)  # twill: qk j=t
         row_sum_38_s13 = gl.sum(p_35_c0, axis=1)
-        alpha_s14 = (new_max_30_c1 - new_max_30_c0)
-        alpha_36_s15 = gl.exp2(alpha_s14)
-        out_40_s16 = gl.expand_dims(alpha_36_s15, 1)
-        out_41_s17 = out_40_s16
-        out_42_s18 = (out_46_c0 * out_41_s17)
-        out_44_s19 = p_35_c0.to(gl.float16)
-        out_45_s20 = gl.convert_layout(out_44_s19, gl.DotOperandLayout(operand_index=0, parent=gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1], instr_shape=[16, 128, 16]), k_width=2))
+        out_44_s14 = p_35_c0.to(gl.float16)
+        alpha_s15 = (new_max_30_c1 - new_max_30_c0)
+        alpha_36_s16 = gl.exp2(alpha_s15)
+        out_40_s17 = gl.expand_dims(alpha_36_s16, 1)
+        out_41_s18 = out_40_s17
+        out_42_s19 = (out_46_c0 * out_41_s18)
+        out_45_s20 = gl.convert_layout(out_44_s14, gl.DotOperandLayout(operand_index=0, parent=gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1], instr_shape=[16, 128, 16]), k_width=2))
         mbarrier.wait(ready_v.index((((t) - 1) % 3)), ((((t) - 1) // 3) & 1))
         qk_27_s12 = warpgroup_mma_wait(num_outstanding=0, deps=[qk_27_s12])
         mbarrier.arrive(empty_k.index((((t) - 0) % 3)))
-        out_46_s21 = warpgroup_mma(out_45_s20, ring_v.index((((t) - 1) % 3)), out_42_s18, is_async=True)  # twill: out j=(t) - 1
+        out_46_s21 = warpgroup_mma(out_45_s20, ring_v.index((((t) - 1) % 3)), out_42_s19, is_async=True)  # twill: out j=(t) - 1
         out_46_c0 = out_46_s21
         new_max_28_s22 = gl.max(qk_27_s12, axis=1)
         new_max_29_s23 = (new_max_28_s22 * new_max_o)
@@ -110,24 +110,24 @@ def _part1_g1(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
         p_34_s28 = (p_31_s25 - p_33_s27)
         p_35_s29 = gl.exp2(p_34_s28)
         p_35_c0 = p_35_s29
-        row_sum_37_s30 = (row_sum_39_c0 * alpha_36_s15)
+        row_sum_37_s30 = (row_sum_39_c0 * alpha_36_s16)
         row_sum_39_s31 = (row_sum_37_s30 + row_sum_38_s13)
         row_sum_39_c0 = row_sum_39_s31
     # epilogue trip 0
     row_sum_38_e32 = gl.sum(p_35_c0, axis=1)
-    alpha_e33 = (new_max_30_c1 - new_max_30_c0)
-    alpha_36_e34 = gl.exp2(alpha_e33)
+    out_44_e33 = p_35_c0.to(gl.float16)
+    alpha_e34 = (new_max_30_c1 - new_max_30_c0)
+    alpha_36_e35 = gl.exp2(alpha_e34)
     out_46_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out_46_c0])
     mbarrier.arrive(empty_v.index((((n_iter + 0) - 2) % 3)), pred=((n_iter + 0) - 2) >= 0)
-    out_40_e35 = gl.expand_dims(alpha_36_e34, 1)
-    out_41_e36 = out_40_e35
-    out_42_e37 = (out_46_c0 * out_41_e36)
-    out_44_e38 = p_35_c0.to(gl.float16)
-    out_45_e39 = gl.convert_layout(out_44_e38, gl.DotOperandLayout(operand_index=0, parent=gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1], instr_shape=[16, 128, 16]), k_width=2))
+    out_40_e36 = gl.expand_dims(alpha_36_e35, 1)
+    out_41_e37 = out_40_e36
+    out_42_e38 = (out_46_c0 * out_41_e37)
+    out_45_e39 = gl.convert_layout(out_44_e33, gl.DotOperandLayout(operand_index=0, parent=gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1], instr_shape=[16, 128, 16]), k_width=2))
     mbarrier.wait(ready_v.index((((n_iter + 0) - 1) % 3)), ((((n_iter + 0) - 1) // 3) & 1))
-    out_46_e40 = warpgroup_mma(out_45_e39, ring_v.index((((n_iter + 0) - 1) % 3)), out_42_e37, is_async=True)  # twill: out j=(n_iter + 0) - 1
+    out_46_e40 = warpgroup_mma(out_45_e39, ring_v.index((((n_iter + 0) - 1) % 3)), out_42_e38, is_async=True)  # twill: out j=(n_iter + 0) - 1
     out_46_c0 = out_46_e40
-    row_sum_37_e41 = (row_sum_39_c0 * alpha_36_e34)
+    row_sum_37_e41 = (row_sum_39_c0 * alpha_36_e35)
     row_sum_39_e42 = (row_sum_37_e41 + row_sum_38_e32)
     row_sum_39_c0 = row_sum_39_e42
     out_46_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out_46_c0])

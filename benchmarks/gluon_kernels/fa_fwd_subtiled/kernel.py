@@ -8,7 +8,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 @gluon.jit
 def _part0_g1(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k, empty_k, ring_v, ready_v, empty_v, inv0, inv1, inv_bar, turn):
-    # warp group 1 (consumer): 4 warps, setmaxnreg 240; trip order: qk0, max0_reduce, max0, p0, row_sum0, row_sum0_reduce, alpha0, out0_alu, out0_convert, out0
+    # warp group 1 (consumer): 4 warps, setmaxnreg 240; trip order: qk0, max0_reduce, max0, p0, row_sum0, row_sum0_reduce, out0_convert, alpha0, out0_alu, out0
     c0_i32_o = 0
     c128_i32_o = 128
     n_iter = gl.cdiv(seq_len - c0_i32_o, c128_i32_o)
@@ -40,7 +40,7 @@ def _part0_g1(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
     mbarrier.arrive(empty_k.index((((0) - 0) % 2)))
     max0_27_p3 = gl.max(qk0_p2, axis=1)
     max0_28_p4 = (max0_27_p3 * max0_o)
-    max0_29_p5 = gl.maximum(max0_29_c0, max0_28_p4)
+    max0_29_p5 = gl.maximum(cst_19_o, max0_28_p4)
     max0_29_c1 = max0_29_c0
     max0_29_c0 = max0_29_p5
     p0_30_p6 = (qk0_p2 * p0_o)
@@ -50,19 +50,19 @@ def _part0_g1(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
     p0_34_p10 = gl.exp2(p0_33_p9)
     row_sum0_36_p11 = gl.sum(p0_34_p10, axis=1)
     row_sum0_36_c0 = row_sum0_36_p11
-    alpha0_p12 = (max0_29_c1 - max0_29_c0)
-    alpha0_35_p13 = gl.exp2(alpha0_p12)
-    alpha0_35_c0 = alpha0_35_p13
-    out0_p14 = gl.expand_dims(alpha0_35_c0, 1)
-    out0_38_p15 = out0_p14
-    out0_39_p16 = out0_38_p15
-    out0_40_p17 = (out0_43_c0 * out0_39_p16)
-    out0_41_p18 = p0_34_p10.to(gl.float16)
-    out0_42_p19 = gl.convert_layout(out0_41_p18, gl.DotOperandLayout(operand_index=0, parent=gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 128, 16]), k_width=2))
+    out0_41_p12 = p0_34_p10.to(gl.float16)
+    alpha0_p13 = (cst_19_o - max0_29_c0)
+    alpha0_35_p14 = gl.exp2(alpha0_p13)
+    alpha0_35_c0 = alpha0_35_p14
+    out0_p15 = gl.expand_dims(alpha0_35_c0, 1)
+    out0_38_p16 = out0_p15
+    out0_39_p17 = out0_38_p16
+    out0_40_p18 = (cst_18_o * out0_39_p17)
+    out0_42_p19 = gl.convert_layout(out0_41_p12, gl.DotOperandLayout(operand_index=0, parent=gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 128, 16]), k_width=2))
     mbarrier.wait(ready_v.index(((0) % 2)), (((0) // 2) & 1))
     mbarrier.wait(turn.index(0), tphase, pred=True)
     tphase = tphase ^ 1
-    out0_43_p20 = warpgroup_mma(out0_42_p19, ring_v.index(((0) % 2)), out0_40_p17, is_async=True)  # twill: out0 j=0
+    out0_43_p20 = warpgroup_mma(out0_42_p19, ring_v.index(((0) % 2)), out0_40_p18, is_async=True)  # twill: out0 j=0
     mbarrier.arrive(turn.index(2), pred=((~((1 < n_iter)))))
     out0_43_c0 = out0_43_p20
     for t in range(1, n_iter):
@@ -88,19 +88,19 @@ def _part0_g1(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
         row_sum0_37_c0 = row_sum0_37_s32
         row_sum0_36_s33 = gl.sum(p0_34_s30, axis=1)
         row_sum0_36_c0 = row_sum0_36_s33
-        alpha0_s34 = (max0_29_c1 - max0_29_c0)
-        alpha0_35_s35 = gl.exp2(alpha0_s34)
-        alpha0_35_c0 = alpha0_35_s35
-        out0_s36 = gl.expand_dims(alpha0_35_c0, 1)
-        out0_38_s37 = out0_s36
-        out0_39_s38 = out0_38_s37
-        out0_40_s39 = (out0_43_c0 * out0_39_s38)
-        out0_41_s40 = p0_34_s30.to(gl.float16)
-        out0_42_s41 = gl.convert_layout(out0_41_s40, gl.DotOperandLayout(operand_index=0, parent=gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 128, 16]), k_width=2))
+        out0_41_s34 = p0_34_s30.to(gl.float16)
+        alpha0_s35 = (max0_29_c1 - max0_29_c0)
+        alpha0_35_s36 = gl.exp2(alpha0_s35)
+        alpha0_35_c0 = alpha0_35_s36
+        out0_s37 = gl.expand_dims(alpha0_35_c0, 1)
+        out0_38_s38 = out0_s37
+        out0_39_s39 = out0_38_s38
+        out0_40_s40 = (out0_43_c0 * out0_39_s39)
+        out0_42_s41 = gl.convert_layout(out0_41_s34, gl.DotOperandLayout(operand_index=0, parent=gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 128, 16]), k_width=2))
         mbarrier.wait(ready_v.index(((t) % 2)), (((t) // 2) & 1))
         mbarrier.wait(turn.index(0), tphase, pred=True)
         tphase = tphase ^ 1
-        out0_43_s42 = warpgroup_mma(out0_42_s41, ring_v.index(((t) % 2)), out0_40_s39, is_async=True)  # twill: out0 j=t
+        out0_43_s42 = warpgroup_mma(out0_42_s41, ring_v.index(((t) % 2)), out0_40_s40, is_async=True)  # twill: out0 j=t
         mbarrier.arrive(turn.index(2), pred=((~((((t) + 1 < n_iter))))))
         out0_43_c0 = out0_43_s42
     # epilogue trip 0
@@ -155,7 +155,7 @@ def _part1_g0(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
 
 @gluon.jit
 def _part2_g2(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k, empty_k, ring_v, ready_v, empty_v, inv0, inv1, inv_bar, turn):
-    # warp group 2 (consumer): 4 warps, setmaxnreg 240; trip order: row_sum1_reduce, alpha1, out1_convert, out1_alu, out1, row_sum1, qk1, max1_reduce, max1, p1
+    # warp group 2 (consumer): 4 warps, setmaxnreg 240; trip order: row_sum1_reduce, out1_convert, alpha1, out1_alu, out1, row_sum1, qk1, max1_reduce, max1, p1
     c0_i32_o = 0
     c128_i32_o = 128
     n_iter = gl.cdiv(seq_len - c0_i32_o, c128_i32_o)
@@ -191,7 +191,7 @@ def _part2_g2(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
     mbarrier.arrive(empty_k.index((((0) - 0) % 2)))
     max1_p3 = gl.max(qk1_p2, axis=1)
     max1_44_p4 = (max1_p3 * max0_o)
-    max1_45_p5 = gl.maximum(max1_45_c0, max1_44_p4)
+    max1_45_p5 = gl.maximum(cst_19_o, max1_44_p4)
     max1_45_c1 = max1_45_c0
     max1_45_c0 = max1_45_p5
     p1_p6 = (qk1_p2 * p0_o)
@@ -202,20 +202,20 @@ def _part2_g2(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
     p1_49_c0 = p1_49_p10
     for t in range(1, n_iter):
         row_sum1_51_s11 = gl.sum(p1_49_c0, axis=1)
-        alpha1_s12 = (max1_45_c1 - max1_45_c0)
-        alpha1_50_s13 = gl.exp2(alpha1_s12)
-        out1_57_s14 = p1_49_c0.to(gl.float16)
-        out1_53_s15 = gl.expand_dims(alpha1_50_s13, 1)
+        out1_57_s12 = p1_49_c0.to(gl.float16)
+        alpha1_s13 = (max1_45_c1 - max1_45_c0)
+        alpha1_50_s14 = gl.exp2(alpha1_s13)
+        out1_53_s15 = gl.expand_dims(alpha1_50_s14, 1)
         out1_54_s16 = out1_53_s15
         out1_55_s17 = out1_54_s16
         out1_56_s18 = (out1_59_c0 * out1_55_s17)
-        out1_58_s19 = gl.convert_layout(out1_57_s14, gl.DotOperandLayout(operand_index=0, parent=gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 128, 16]), k_width=2))
+        out1_58_s19 = gl.convert_layout(out1_57_s12, gl.DotOperandLayout(operand_index=0, parent=gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 128, 16]), k_width=2))
         mbarrier.wait(ready_v.index((((t) - 1) % 2)), ((((t) - 1) // 2) & 1))
         mbarrier.wait(turn.index(2), tphase, pred=True)
         tphase = tphase ^ 1
         out1_59_s20 = warpgroup_mma(out1_58_s19, ring_v.index((((t) - 1) % 2)), out1_56_s18, is_async=True)  # twill: out1 j=(t) - 1
         out1_59_c0 = out1_59_s20
-        row_sum1_s21 = (row_sum1_52_c0 * alpha1_50_s13)
+        row_sum1_s21 = (row_sum1_52_c0 * alpha1_50_s14)
         row_sum1_52_s22 = (row_sum1_s21 + row_sum1_51_s11)
         row_sum1_52_c0 = row_sum1_52_s22
         mbarrier.wait(ready_k.index(((t) % 2)), (((t) // 2) & 1))
@@ -238,20 +238,20 @@ def _part2_g2(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
         p1_49_c0 = p1_49_s32
     # epilogue trip 0
     row_sum1_51_e33 = gl.sum(p1_49_c0, axis=1)
-    alpha1_e34 = (max1_45_c1 - max1_45_c0)
-    alpha1_50_e35 = gl.exp2(alpha1_e34)
-    out1_57_e36 = p1_49_c0.to(gl.float16)
-    out1_53_e37 = gl.expand_dims(alpha1_50_e35, 1)
+    out1_57_e34 = p1_49_c0.to(gl.float16)
+    alpha1_e35 = (max1_45_c1 - max1_45_c0)
+    alpha1_50_e36 = gl.exp2(alpha1_e35)
+    out1_53_e37 = gl.expand_dims(alpha1_50_e36, 1)
     out1_54_e38 = out1_53_e37
     out1_55_e39 = out1_54_e38
     out1_56_e40 = (out1_59_c0 * out1_55_e39)
-    out1_58_e41 = gl.convert_layout(out1_57_e36, gl.DotOperandLayout(operand_index=0, parent=gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 128, 16]), k_width=2))
+    out1_58_e41 = gl.convert_layout(out1_57_e34, gl.DotOperandLayout(operand_index=0, parent=gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 128, 16]), k_width=2))
     mbarrier.wait(ready_v.index((((n_iter + 0) - 1) % 2)), ((((n_iter + 0) - 1) // 2) & 1))
     mbarrier.wait(turn.index(2), tphase, pred=True)
     tphase = tphase ^ 1
     out1_59_e42 = warpgroup_mma(out1_58_e41, ring_v.index((((n_iter + 0) - 1) % 2)), out1_56_e40, is_async=True)  # twill: out1 j=(n_iter + 0) - 1
     out1_59_c0 = out1_59_e42
-    row_sum1_e43 = (row_sum1_52_c0 * alpha1_50_e35)
+    row_sum1_e43 = (row_sum1_52_c0 * alpha1_50_e36)
     row_sum1_52_e44 = (row_sum1_e43 + row_sum1_51_e33)
     row_sum1_52_c0 = row_sum1_52_e44
     out1_59_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out1_59_c0])
