@@ -33,6 +33,11 @@ so a killed run keeps what was measured. Run from the repository root::
 
     python3 benchmarks/calibrate/tune_grid.py --out tune_grid.json
     python3 benchmarks/calibrate/tune_grid.py --out quick.json --quick      # 2 configs per grid, smoke test
+
+Another problem with the same grids (a held-out grid: the model is scored on timings it was not fitted to)::
+
+    python3 benchmarks/calibrate/tune_grid.py --out heldout.json --fa-shape 4,32,4096,64 \\
+        --gemm-shape 4096,4096,4096 --gemm-tiles 128x128x64,128x256x64,64x128x64,128x128x128,256x128x64,64x256x64
 """
 
 from __future__ import annotations
@@ -57,6 +62,14 @@ GEMM_FILE = ROOT / "examples" / "gemm.py"
 FA_SHAPE = {"batch": 4, "heads": 32, "seq": 8192, "head_dim": 128}
 GEMM_SHAPE = {"M": 8192, "N": 8192, "K": 8192}
 GEMM_TILES = ((128, 128, 64), (128, 256, 64), (64, 128, 64), (128, 128, 128))
+_SHAPES_ENV = "TWILL_TUNE_GRID_SHAPES"
+"""Environment variable through which ``main`` hands ``--fa-shape`` / ``--gemm-shape`` / ``--gemm-tiles`` to
+the compile subprocesses (JSON ``{"fa": {...}, "gemm": {...}, "tiles": [[bm, bn, bk], ...]}``)."""
+if os.environ.get(_SHAPES_ENV):
+    _given = json.loads(os.environ[_SHAPES_ENV])
+    FA_SHAPE.update(_given["fa"])
+    GEMM_SHAPE.update(_given["gemm"])
+    GEMM_TILES = tuple(tuple(t) for t in _given["tiles"])
 BENCH = {"warmup": 25, "rep": 100, "quantiles": [0.5, 0.2, 0.8]}
 
 
@@ -249,8 +262,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config-timeout", type=int, default=60, help="seconds per config launch + timing")
     parser.add_argument("--budget", type=float, default=390.0,
                         help="start no new config after this many seconds (default 390)")
+    parser.add_argument("--fa-shape", metavar="B,H,N,D",
+                        help="FA problem: batch, heads, sequence length, head dim (default 4,32,8192,128)")
+    parser.add_argument("--gemm-shape", metavar="M,N,K", help="GEMM problem (default 8192,8192,8192)")
+    parser.add_argument("--gemm-tiles", metavar="BMxBNxBK,...",
+                        help="GEMM tiles (default 128x128x64,128x256x64,64x128x64,128x128x128)")
     parser.add_argument("--compile-one", metavar="JSON", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    global GEMM_TILES
+    try:
+        if args.fa_shape:
+            b, h, n, d = (int(x) for x in args.fa_shape.split(","))
+            FA_SHAPE.update(batch=b, heads=h, seq=n, head_dim=d)
+        if args.gemm_shape:
+            m, n, k = (int(x) for x in args.gemm_shape.split(","))
+            GEMM_SHAPE.update(M=m, N=n, K=k)
+        if args.gemm_tiles:
+            GEMM_TILES = tuple(tuple(int(x) for x in t.split("x")) for t in args.gemm_tiles.split(","))
+            if any(len(t) != 3 for t in GEMM_TILES):
+                raise ValueError("each tile is BMxBNxBK")
+    except ValueError as exc:
+        parser.error(f"bad shape option: {exc}")
+    os.environ[_SHAPES_ENV] = json.dumps({"fa": FA_SHAPE, "gemm": GEMM_SHAPE, "tiles": GEMM_TILES})
     if args.compile_one:
         return compile_one(json.loads(args.compile_one))
     if args.out is None:
