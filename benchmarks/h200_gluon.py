@@ -149,7 +149,7 @@ def _applied(name):
                   and not e.get("note")), None)
     if entry is None:
         return None
-    loader = _import(ROOT / "twill" / "apply_kernel.py", "twill_apply_kernel")
+    loader = _import(ROOT / "twill" / "apply" / "kernel.py", "twill_apply_kernel")
     return loader.AppliedKernel.load(Path(folder) / entry["folder"])
 
 
