@@ -204,7 +204,8 @@ def check_against(schedule: Schedule, graph: Any) -> None:
 
 
 def generate(schedule: Schedule, kernel: Any, machine: str | os.PathLike[str] | Machine | None = None,
-             out_dir: str | os.PathLike[str] | None = None, *, compile: bool = True) -> GluonKernel:
+             out_dir: str | os.PathLike[str] | None = None, *, compile: bool = True,
+             default_group: int | None = None) -> GluonKernel:
     """Generate the Gluon kernel that executes ``schedule`` on ``kernel``'s loop, compile it and save it.
 
     Parameters
@@ -219,6 +220,11 @@ def generate(schedule: Schedule, kernel: Any, machine: str | os.PathLike[str] | 
         Folder to write (default ``twill-gluon/<kernel>``).
     compile : bool
         Compile on the CPU and read registers, spills and shared memory (needed for the report's numbers).
+    default_group : int, optional
+        The warp group to make ``gl.warp_specialize``'s default partition. Default: the candidates of
+        :func:`twill.codegen.gluon.plan.default_candidates` in order, the first without spills kept. On the
+        H200 the choice moved the sub-tiled FA forward by 25 % (``benchmarks/h200_gluon.md``, "Which group
+        is the default partition").
 
     Returns
     -------
@@ -228,7 +234,8 @@ def generate(schedule: Schedule, kernel: Any, machine: str | os.PathLike[str] | 
     ------
     CodegenError
         Another graph's schedule; an op without a lowering (op, kind, TTGIR line); a machine that is not
-        Hopper; the compiled kernel over the machine's shared memory per CTA; Triton rejects the module.
+        Hopper; the compiled kernel over the machine's shared memory per CTA; Triton rejects the module;
+        ``default_group`` not a warp group of the schedule.
     """
     from twill.frontend.compile import KernelSpec, compile_to_ttgir, load_kernel, target_for
     from twill.frontend.lower import lower_loop
@@ -253,7 +260,13 @@ def generate(schedule: Schedule, kernel: Any, machine: str | os.PathLike[str] | 
     tried: list[str] = []
     best = None
     failure: CodegenError | None = None
-    for default in (default_candidates(schedule) if compile else default_candidates(schedule)[:1]):
+    candidates = default_candidates(schedule)
+    if default_group is not None:
+        if default_group not in candidates:
+            raise CodegenError(f"default_group {default_group} is not a warp group of the schedule "
+                               f"(groups {sorted(candidates)})")
+        candidates = [default_group]
+    for default in (candidates if compile else candidates[:1]):
         plan = make_plan(schedule, lowering, default)
         source = emit_kernel(schedule, lowering, plan, spec)
         module = _import_source(source.text, spec.name, folder)
