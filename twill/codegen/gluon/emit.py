@@ -59,22 +59,17 @@ class KernelSource:
 
 def check_lowerable(lowering: Lowering) -> None:
     """``CodegenError`` naming the first graph op (body order) with a TTGIR op that has no Gluon lowering
-    (the graph op, its kind, the TTGIR op and its line), or a loop-carried value the frontend folded."""
+    (the graph op, its kind, the TTGIR op and its line). A loop-carried value the frontend folded is given a
+    graph op by :class:`~twill.codegen.gluon.facts.KernelFacts` (or refused there)."""
+    lines = lowering.module.text.splitlines()
     for name, members in lowering.members.items():
         for m in members:
-            if not lowerable(m):
+            text = lines[m.line - 1] if 0 < m.line <= len(lines) else ""
+            if not lowerable(m, text):
                 raise CodegenError(f"graph op {name!r} (kind {lowering.graph.op(name).kind}) is made of "
                                    f"{m.name} at TTGIR line {m.line}, which has no Gluon lowering (the "
-                                   "backend lowers TMA descriptor loads, wgmma, elementwise, reduction, exp "
-                                   "and conversion ops)")
-    member_ids = {id(m) for ms in lowering.members.values() for m in ms}
-    body = next(op for op in lowering.loop.body.ops if op.name == "scf.yield")
-    for v in body.operands:
-        op = v.owner
-        if op is not None and lowering.loop in op.ancestors() and id(op) not in member_ids:
-            raise CodegenError(f"the loop-carried value {v.name} ({op.name} at TTGIR line {op.line}) is a "
-                               "folded op of the graph (scalar bookkeeping merged into its consumers); a "
-                               "loop-carried folded value is not lowered")
+                                   "backend lowers TMA descriptor loads, pointer loads and stores, wgmma, "
+                                   "elementwise, comparison, reduction, exp and conversion ops)")
 
 
 def plan_staging(k: KernelFacts, parts: list[PartitionEmitter]) -> dict[int, dict[str, Any]]:
@@ -84,7 +79,7 @@ def plan_staging(k: KernelFacts, parts: list[PartitionEmitter]) -> dict[int, dic
     staging: dict[int, dict[str, Any]] = {}
     for part in parts:
         for n in part.p.order:
-            for m in k.lowering.members[n]:
+            for m in k.members[n]:
                 for v, dist in part.operand_sources(m):
                     src = k.node_of[id(v.owner)]
                     if k.plan.part(src, sched) == part.p.position or src in k.plan.rings:
