@@ -38,8 +38,9 @@ __all__ = ["PartitionEmitter"]
 class PartitionEmitter:
     """Emits one partition function: its preamble (``pre``) and body (``out``) lines, from :meth:`body`."""
 
-    def __init__(self, k: KernelFacts, part: Partition) -> None:
+    def __init__(self, k: KernelFacts, part: Partition, prefix: str = "") -> None:
         self.k, self.p = k, part
+        self.prefix = prefix   # of every name this emitter makes (a second body of the same partition)
         self.pre: list[str] = []
         self.out: list[str] = []
         self.ind = 1
@@ -73,7 +74,7 @@ class PartitionEmitter:
 
     def _fresh(self, hint: str) -> str:
         self.counter += 1
-        return f"{hint}_{self.tag}{self.counter}"
+        return f"{self.prefix}{hint}_{self.tag}{self.counter}"
 
     def _stage(self, node: str) -> int:
         return self.k.plan.stage[node]
@@ -331,7 +332,7 @@ class PartitionEmitter:
         return None
 
     def _slot_name(self, v: Value, k: int) -> str:
-        return f"{py_name(v)}_c{k}"
+        return f"{self.prefix}{py_name(v)}_c{k}"
 
     def _value(self, v: Value, j: str, dist: int, reader: Op | None, complete: bool = True) -> str:
         """Expression of ``v`` for iteration ``j`` read by member ``reader`` (None: after the loop).
