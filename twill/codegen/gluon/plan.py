@@ -178,7 +178,8 @@ def make_plan(schedule: Schedule, lowering: Lowering, default_group: int | None 
         if p.stages > 1:
             notes.append(f"partition {p.position} (group {p.group}) runs {p.stages} stages: a prologue of "
                          f"{p.stages - 1} trip(s) and an epilogue of {p.stages - 1}; the loop must run at "
-                         f"least {p.stages - 1} iteration(s)")
+                         f"least {p.stages - 1} iteration(s)"
+                         + (" for it (a shorter loop takes the sequential body)" if p.stages > 2 else ""))
     plan = Plan(partitions, part_of_group, rings, _turns(schedule, lowering, part_of),
                 {n: s.stage for n, s in schedule.slots.items()}, offset, notes)
     return plan
