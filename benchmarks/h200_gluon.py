@@ -18,7 +18,8 @@ Runs on a GPU machine with only torch and Triton (no twill solver): the generate
   torch SDPA with the backend SDPA picks for one query row (row backend ``cudnn`` when it picks cuDNN, else
   ``sdpa-<backend>``; the choice is in ``env.decode_sdpa_backend``), SDPA given its own contiguous
   ``[B, H, N, D]`` copy made outside the timed region. Decode is memory bound: its rows also carry ``gbps``
-  (K and V bytes read + q and out, per second).
+  (K and V bytes read + q and out, per second). Its checks add N = 64 (one loop trip: the kernel's short-loop
+  body) and N = 1000 (a partial last tile, against the example's own semantics: see ``_decode_ref``).
 
     python3 benchmarks/h200_gluon.py --quick            # one size, one round (smoke run; includes decode)
     python3 benchmarks/h200_gluon.py --kernels decode_attn --quick   # decode alone
@@ -134,12 +135,22 @@ def _decode_args(q, k, v, o):
             *o.stride())
 
 
-def _decode_ref(q, k, v, heads):
+def _decode_ref(q, k, v, heads, block_n):
+    """fp32 decode attention of ``heads``. ``examples/decode_attention.py`` masks its loads only, so the
+    zero-filled rows of a partial last tile take part in its softmax with score 0 and value 0: for N not a
+    multiple of ``block_n`` the reference pads K and V with zero rows the same way (for N a multiple it is
+    attention over the N rows)."""
     import torch
+    n = k.shape[0]
+    pad = -n % block_n
     out = []
     for h in heads:
-        s = (k[:, h].float() @ q[h].float()) * D ** -0.5
-        out.append(torch.softmax(s, dim=0) @ v[:, h].float())
+        kh, vh = k[:, h].float(), v[:, h].float()
+        if pad:
+            zeros = torch.zeros((pad, D), device=k.device)
+            kh, vh = torch.cat([kh, zeros]), torch.cat([vh, zeros])
+        s = (kh @ q[h].float()) * D ** -0.5
+        out.append(torch.softmax(s, dim=0) @ vh)
     return torch.stack(out)
 
 
@@ -218,6 +229,9 @@ def _sizes(name, quick, timing):
     """Sizes to check (``timing=False``) or time for one kernel."""
     if PROBLEMS[name][0] == "gemm":
         return (4096,) if quick else ((1024, 4096, 8192) if timing else (128, 256, 1024, 4096, 8192, 16384))
+    if PROBLEMS[name][0] == "decode" and not timing:
+        # also one loop trip (the short-loop body) and a partial last tile
+        return (1024,) if quick else (64, 1000, *SIZES)
     return (1024,) if quick else ((1024, 4096, 16384) if timing else SIZES)
 
 
@@ -237,7 +251,7 @@ def _check(name, sizes):
             _decode_launch(launcher, q, k, v, o)()
             torch.cuda.synchronize()
             heads = list(range(DECODE_HEADS)) if n <= 4096 else [0, 1, DECODE_HEADS // 2, DECODE_HEADS - 1]
-            ref = _decode_ref(q, k, v, heads)
+            ref = _decode_ref(q, k, v, heads, manifest["constexprs"]["BLOCK_N"])
             got = o[heads].float()
         elif family == "fa":
             q, k, v = _fa_inputs(n)
@@ -305,7 +319,8 @@ def _competitors(name, n):
         choice = _sdpa_choice(q4, k4, v4, scale)
         SDPA_CHOICE[n] = choice
         F = torch.nn.functional
-        label = "cudnn" if choice == "CUDNN_ATTENTION" else f"sdpa-{choice.lower()}"
+        label = "cudnn" if choice == "CUDNN_ATTENTION" else \
+            (f"sdpa-{choice.lower()}" if choice.isidentifier() else "sdpa")
         out[label] = lambda: F.scaled_dot_product_attention(q4, k4, v4, scale=scale)
     elif family == "fa":
         q, k, v = _fa_inputs(n)
