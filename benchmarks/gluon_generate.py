@@ -1,6 +1,7 @@
 """Regenerate the Gluon kernels that ``benchmarks/h200_gluon.py`` times (CPU only; needs twill's solver).
 
-    python benchmarks/gluon_generate.py            # writes benchmarks/gluon_kernels/<name>/
+    python benchmarks/gluon_generate.py                      # writes benchmarks/gluon_kernels/<name>/
+    python benchmarks/gluon_generate.py --only decode_attn   # one of them
 
 Each folder gets the generated ``kernel.py``, ``manifest.json``, ``report.json`` and ``schedule.json``
 (the compiled PTX is left out: it is large and rebuilt on the GPU machine by Triton's JIT).
@@ -22,6 +23,8 @@ TARGETS = {
     "fa_fwd_subtiled": ("examples/flash_attention_fwd_subtiled.py::attn_fwd_subtiled_sm90", {}),
     "fa_fwd_subtiled_p2": ("examples/flash_attention_fwd_subtiled.py::attn_fwd_subtiled_sm90",
                            {"prefetch": 2}),
+    # pointer loads on a producer group, staged in shared memory for the consumer group
+    "decode_attn": ("examples/decode_attention.py", {}),
 }
 """Each kernel with twill's default schedule and with the schedule solved for ``prefetch=2`` (streaming loads
 two iterations ahead: one more buffer per ring)."""

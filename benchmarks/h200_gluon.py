@@ -11,12 +11,23 @@ Runs on a GPU machine with only torch and Triton (no twill solver): the generate
   same way (``triton.testing.do_bench``, median, outputs preallocated, no copy in the timed region):
   the generated kernels (``twill-gluon``), Triton's JIT of the example kernel (``triton``), twill's Triton
   re-entry kernels with ``--applied DIR`` (``twill-triton``), cuDNN through SDPA (``cudnn``), cuBLAS through
-  ``torch.matmul(out=)`` (``cublas``).
+  ``torch.matmul(out=)`` (``cublas``);
+* decode attention (``decode_attn``, one query row per head): ``DECODE_HEADS`` = 16 x 32 heads (batch 16 of a
+  32-head model, D = 128: one program per head, 512 programs, about four per SM on the H200's 132), K/V cache
+  ``[N, heads, D]`` fp16 as ``examples/decode_attention.py`` takes it; against Triton's JIT of the example and
+  torch SDPA with the backend SDPA picks for one query row (row backend ``cudnn`` when it picks cuDNN, else
+  ``sdpa-<backend>``; the choice is in ``env.decode_sdpa_backend``), SDPA given its own contiguous
+  ``[B, H, N, D]`` copy made outside the timed region. Decode is memory bound: its rows also carry ``gbps``
+  (K and V bytes read + q and out, per second). Its checks add N = 64 (one loop trip: the kernel's short-loop
+  body) and N = 1000 (a partial last tile, against the example's own semantics: see ``_decode_ref``).
 
-    python3 benchmarks/h200_gluon.py --quick            # one size, one round (smoke run)
+    python3 benchmarks/h200_gluon.py --quick            # one size, one round (smoke run; includes decode)
+    python3 benchmarks/h200_gluon.py --kernels decode_attn --quick   # decode alone
+
     python3 benchmarks/h200_gluon.py --out $OUT/h200_gluon.json
 
-Writes ``{"env": {...}, "rows": [{"kernel", "backend", "N", "tflops", "rel_err"}, ...], "checks": [...]}``.
+Writes ``{"env": {...}, "rows": [{"kernel", "backend", "N", "tflops", "rel_err"[, "gbps"]}, ...],
+"checks": [...]}``.
 """
 
 from __future__ import annotations
@@ -35,6 +46,9 @@ KERNELS = ROOT / "benchmarks" / "gluon_kernels"
 SIZES = (128, 256, 1024, 4096, 16384)
 B, H, D = 4, 32, 128
 TOL = 1e-2
+DECODE_B, DECODE_H = 16, 32
+DECODE_HEADS = DECODE_B * DECODE_H
+"""Decode attention's heads (one program each): a batch of 16 sequences of a 32-head, D = 128 model."""
 
 
 def _import(path: Path, name: str):
@@ -104,6 +118,63 @@ def _gemm_launch(fn, a, b, c, tile):
     return lambda: fn[grid](*descs, k)
 
 
+def _decode_inputs(n, seed=0):
+    """``q [heads, D]``, ``k, v [N, heads, D]`` (fp16), the layout ``examples/decode_attention.py`` reads."""
+    import torch
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn((DECODE_HEADS, D), device="cuda", dtype=torch.float16, generator=g)
+    k, v = (torch.randn((n, DECODE_HEADS, D), device="cuda", dtype=torch.float16, generator=g)
+            for _ in range(2))
+    return q, k, v
+
+
+def _decode_args(q, k, v, o):
+    """The example kernel's arguments in order (all of them, strides included)."""
+    n = k.shape[0]
+    return (q, k, v, o, D ** -0.5, n, DECODE_HEADS, D, q.stride(0), q.stride(1), *k.stride(), *v.stride(),
+            *o.stride())
+
+
+def _decode_ref(q, k, v, heads, block_n):
+    """fp32 decode attention of ``heads``. ``examples/decode_attention.py`` masks its loads only, so the
+    zero-filled rows of a partial last tile take part in its softmax with score 0 and value 0: for N not a
+    multiple of ``block_n`` the reference pads K and V with zero rows the same way (for N a multiple it is
+    attention over the N rows)."""
+    import torch
+    n = k.shape[0]
+    pad = -n % block_n
+    out = []
+    for h in heads:
+        kh, vh = k[:, h].float(), v[:, h].float()
+        if pad:
+            zeros = torch.zeros((pad, D), device=k.device)
+            kh, vh = torch.cat([kh, zeros]), torch.cat([vh, zeros])
+        s = (kh @ q[h].float()) * D ** -0.5
+        out.append(torch.softmax(s, dim=0) @ vh)
+    return torch.stack(out)
+
+
+def _decode_launch(fn, q, k, v, o):
+    args = _decode_args(q, k, v, o)
+    grid = (DECODE_HEADS,)
+    if hasattr(fn, "bind"):
+        return fn.bind(grid, *args)
+    return lambda: fn[grid](*args)
+
+
+def _sdpa_choice(q4, k4, v4, scale):
+    """Name of the backend SDPA picks for these inputs (``torch._fused_sdp_choice``)."""
+    import torch
+    from torch.nn.attention import SDPBackend
+    try:
+        choice = int(torch._fused_sdp_choice(q4, k4, v4, None, 0.0, False, scale=scale))
+        members = (getattr(SDPBackend, n) for n in dir(SDPBackend) if n.isupper())
+        names = {int(getattr(b, "value", b)): b.name for b in members}
+    except Exception as exc:  # a torch without the private helper: say so
+        return f"unknown ({type(exc).__name__})"
+    return names.get(choice, str(choice))
+
+
 PROBLEMS = {
     # kernel dir -> (family, example file, example entry)
     "gemm": ("gemm", "examples/gemm.py", "matmul"),
@@ -113,6 +184,7 @@ PROBLEMS = {
     "fa_fwd_p2": ("fa", "examples/flash_attention_fwd.py", "attn_fwd"),
     "fa_fwd_subtiled": ("fa", "examples/flash_attention_fwd_subtiled.py", "attn_fwd_subtiled_sm90"),
     "fa_fwd_subtiled_p2": ("fa", "examples/flash_attention_fwd_subtiled.py", "attn_fwd_subtiled_sm90"),
+    "decode_attn": ("decode", "examples/decode_attention.py", "decode_attn"),
 }
 
 
@@ -157,6 +229,9 @@ def _sizes(name, quick, timing):
     """Sizes to check (``timing=False``) or time for one kernel."""
     if PROBLEMS[name][0] == "gemm":
         return (4096,) if quick else ((1024, 4096, 8192) if timing else (128, 256, 1024, 4096, 8192, 16384))
+    if PROBLEMS[name][0] == "decode" and not timing:
+        # also one loop trip (the short-loop body) and a partial last tile
+        return (1024,) if quick else (64, 1000, *SIZES)
     return (1024,) if quick else ((1024, 4096, 16384) if timing else SIZES)
 
 
@@ -170,7 +245,15 @@ def _check(name, sizes):
         if family == "gemm" and any(n % t for t in _tile(manifest)):
             print(json.dumps({"kernel": name, "N": n, "skipped": "not a multiple of the tile"}), flush=True)
             continue
-        if family == "fa":
+        if family == "decode":
+            q, k, v = _decode_inputs(n)
+            o = torch.full_like(q, float("nan"))
+            _decode_launch(launcher, q, k, v, o)()
+            torch.cuda.synchronize()
+            heads = list(range(DECODE_HEADS)) if n <= 4096 else [0, 1, DECODE_HEADS // 2, DECODE_HEADS - 1]
+            ref = _decode_ref(q, k, v, heads, manifest["constexprs"]["BLOCK_N"])
+            got = o[heads].float()
+        elif family == "fa":
             q, k, v = _fa_inputs(n)
             o = torch.full_like(q, float("nan"))
             scale = D ** -0.5
@@ -194,7 +277,18 @@ def _check(name, sizes):
 
 # ------------------------------------------------------------------------------------------- timing
 def _flops(family, n):
+    if family == "decode":
+        return 4.0 * DECODE_HEADS * n * D
     return 4.0 * B * H * n * n * D if family == "fa" else 2.0 * n ** 3
+
+
+def _bytes(family, n):
+    """Bytes a decode call must move (K and V read once, q read, out written), None for the others."""
+    return 2.0 * (2 * n * DECODE_HEADS * D + 2 * DECODE_HEADS * D) if family == "decode" else None
+
+
+SDPA_CHOICE = {}
+"""N -> the backend SDPA picked for decode (recorded in env)."""
 
 
 def _competitors(name, n):
@@ -208,7 +302,27 @@ def _competitors(name, n):
     out = {}
     launcher, manifest = _generated(name)
     applied = _applied(name)
-    if family == "fa":
+    if family == "decode":
+        q, k, v = _decode_inputs(n)
+        o1, o2 = torch.empty_like(q), torch.empty_like(q)
+        out["twill-gluon"] = _decode_launch(launcher, q, k, v, o1)
+
+        class _DecodeJit:
+            def __getitem__(self, grid):
+                return lambda *a: jit[grid](*a, BLOCK_N=consts["BLOCK_N"], BLOCK_D=consts["BLOCK_D"],
+                                            num_warps=spec["num_warps"], num_stages=spec["num_stages"])
+        out["triton"] = _decode_launch(_DecodeJit(), q, k, v, o2)
+        # SDPA's own layout, copied here (outside the timed region): [B, H, 1, D] and [B, H, N, D]
+        q4 = q.view(DECODE_B, DECODE_H, 1, D)
+        k4, v4 = (t.view(n, DECODE_B, DECODE_H, D).permute(1, 2, 0, 3).contiguous() for t in (k, v))
+        scale = D ** -0.5
+        choice = _sdpa_choice(q4, k4, v4, scale)
+        SDPA_CHOICE[n] = choice
+        F = torch.nn.functional
+        label = "cudnn" if choice == "CUDNN_ATTENTION" else \
+            (f"sdpa-{choice.lower()}" if choice.isidentifier() else "sdpa")
+        out[label] = lambda: F.scaled_dot_product_attention(q4, k4, v4, scale=scale)
+    elif family == "fa":
         q, k, v = _fa_inputs(n)
         scale = D ** -0.5
         o1, o2 = torch.empty_like(q), torch.empty_like(q)
@@ -345,11 +459,18 @@ def main(argv=None) -> int:
                 continue
             for backend, t in ms.items():
                 err = ok.get(name, {}).get(n) if backend == "twill-gluon" and ok.get(name) else None
-                result["rows"].append({"kernel": name, "backend": backend, "N": n,
-                                       "tflops": round(_flops(family, n) / (t * 1e-3) / 1e12, 1),
-                                       "rel_err": err})
-                tf = result["rows"][-1]["tflops"]
-                print(f"{name:16s} {backend:12s} N={n:6d} {tf:7.1f} TFLOP/s", flush=True)
+                row = {"kernel": name, "backend": backend, "N": n,
+                       "tflops": round(_flops(family, n) / (t * 1e-3) / 1e12, 1), "rel_err": err}
+                moved = _bytes(family, n)
+                if moved is not None:
+                    row["gbps"] = round(moved / (t * 1e-3) / 1e9, 1)
+                result["rows"].append(row)
+                tf = row["tflops"]
+                extra = f" {row['gbps']:7.1f} GB/s" if "gbps" in row else ""
+                print(f"{name:16s} {backend:12s} N={n:6d} {tf:7.1f} TFLOP/s{extra}", flush=True)
+    if SDPA_CHOICE:
+        result["env"]["decode_sdpa_backend"] = {str(n): c for n, c in SDPA_CHOICE.items()}
+        result["env"]["decode_heads"] = {"B": DECODE_B, "H": DECODE_H, "D": D}
     result["wall_s"] = round(time.time() - start, 1)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(result, indent=2))

@@ -21,7 +21,7 @@ pytest.importorskip("triton.experimental.gluon")
 
 import twill
 from twill.codegen.gluon import CodegenError, generate, load
-from twill.codegen.gluon.cpu_sim import Descriptor, SimulationError, run_kernel
+from twill.codegen.gluon.cpu_sim import Descriptor, Pointer, SimulationError, run_kernel
 from twill.ir.machine import load_machine
 from twill.schedule import OpSlot, WarpGroup
 
@@ -54,12 +54,14 @@ def _functions(text: str) -> dict[str, str]:
 
 
 def _steady(body: str) -> str:
-    """The steady-state loop of a partition function (the lines indented under ``for t in range``)."""
+    """The steady-state loop of a partition function: the lines indented under its first ``for t in range``
+    (the pipelined body's; a kernel with a short-loop body has a second loop after ``else:``)."""
     lines = body.splitlines()
-    at = next(i for i, line in enumerate(lines) if line.startswith("    for t in range("))
+    at = next(i for i, line in enumerate(lines) if line.lstrip().startswith("for t in range("))
+    indent = len(lines[at]) - len(lines[at].lstrip()) + 4
     out = []
     for line in lines[at + 1:]:
-        if not line.startswith("        "):
+        if not line.startswith(" " * indent):
             break
         out.append(line)
     return "\n".join(out)
@@ -265,12 +267,43 @@ def test_schedule_of_another_graph_is_refused(built):
         generate(sched, str(ROOT / "examples/flash_attention_fwd.py"), "h100", compile=False)
 
 
+_SINE = """import triton
+import triton.language as tl
+
+
+@triton.jit
+def sine(x_ptr, out_ptr, N, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, N, BLOCK):
+        x = tl.load(x_ptr + start + offs)
+        acc = acc + tl.sin(x)
+    tl.store(out_ptr + offs, acc)
+
+
+TWILL_KERNELS = {"sine": {"signature": {"x_ptr": "*fp32", "out_ptr": "*fp32", "N": "i32"},
+                          "constexprs": {"BLOCK": 128}, "num_warps": 4, "num_stages": 3, "default": True}}
+"""
+
+
 def test_op_without_lowering_names_op_kind_and_line(tmp_path):
-    spec = str(ROOT / "examples/decode_attention.py")
-    sched = twill.schedule(twill.graph_from_kernel(spec, machine="h200"), "h200")
-    want = r"graph op 'k' \(kind load\) is made of tt\.load at TTGIR line \d+"
+    """``math.sin`` has no Gluon lowering: the error names the graph op made of it, its kind and the TTGIR
+    line (found here in the kernel's TTGIR text)."""
+    from twill.frontend.compile import compile_to_ttgir, load_kernel
+    from twill.frontend.lower import lower_loop
+    from twill.frontend.ttgir import parse_ttgir
+
+    spec = tmp_path / "sine.py"
+    spec.write_text(_SINE)
+    text = compile_to_ttgir(load_kernel(str(spec)), target="sm_90").pre_swp
+    line = next(i + 1 for i, row in enumerate(text.splitlines()) if "math.sin" in row)
+    lowering = lower_loop(parse_ttgir(text), load_machine("h200"), name="sine")
+    graph = lowering.graph
+    node = graph.op(next(n for n, ms in lowering.members.items() if any(m.line == line for m in ms)))
+    sched = twill.schedule(graph, "h200")
+    want = rf"graph op '{node.name}' \(kind {node.kind}\) is made of math\.sin at TTGIR line {line}\b"
     with pytest.raises(CodegenError, match=want):
-        generate(sched, spec, "h200", tmp_path)
+        generate(sched, str(spec), "h200", tmp_path / "out", compile=False)
 
 
 def test_kernel_over_the_machines_shared_memory_is_refused(built, tmp_path):
@@ -453,6 +486,175 @@ def test_other_valid_schedules_generate_and_compute(tmp_path, name, variant, opt
         run_kernel(kernel.source, "matmul", args, (1, 1))
         ref = a.astype(np.float32) @ b.astype(np.float32).T
         assert np.abs(c.astype(np.float32) - ref).max() / np.abs(ref).max() < 1e-2
-    else:   # one trip (where the loop may run once: S - 1 <= 1) and three
-        for n in ((128, 384) if sched.stages <= 2 else (256, 384)):
+    else:   # one trip and three (and two with a three-stage partition: one trip is its short-loop body)
+        for n in ((128, 384) if sched.stages <= 2 else (128, 256, 384)):
             assert _simulate_fa(kernel, n) < 1e-2
+
+
+# ------------------------------------------------------------------------------------------ decode attention
+DECODE = str(ROOT / "examples/decode_attention.py")
+
+
+@pytest.fixture(scope="module")
+def decode(tmp_path_factory):
+    """Decode attention's h200 schedule (pointer loads on a producer group, staged in shared memory) and its
+    generated kernel, with the graph op -> TTGIR lowering."""
+    from twill.frontend.compile import compile_to_ttgir, load_kernel
+    from twill.frontend.lower import lower_loop
+    from twill.frontend.ttgir import parse_ttgir
+
+    graph = twill.graph_from_kernel(DECODE, machine="h200")
+    sched = twill.schedule(graph, "h200")
+    lowering = lower_loop(parse_ttgir(compile_to_ttgir(load_kernel(DECODE), target="sm_90").pre_swp),
+                          load_machine("h200"), name="decode_attn")
+    kernel = generate(sched, DECODE, "h200", tmp_path_factory.mktemp("decode"))
+    return graph, sched, lowering, kernel
+
+
+def _decode_reference(q, k, v, block_n):
+    """numpy (fp32) model of ``examples/decode_attention.py`` for ``q [H, D]``, ``k, v [N, H, D]``: the
+    kernel masks its loads only, so the zero-filled rows of a partial last tile take part in the softmax
+    with score 0 (and value 0); the same as attention over the N rows when N is a multiple of BLOCK_N."""
+    n, heads, d = k.shape
+    pad = -(-n // block_n) * block_n
+    kp, vp = (np.zeros((pad, heads, d), np.float32) for _ in range(2))
+    kp[:n], vp[:n] = k, v
+    s = np.einsum("hd,nhd->hn", q.astype(np.float32), kp) * d ** -0.5
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    return np.einsum("hn,nhd->hd", p / p.sum(axis=1, keepdims=True), vp)
+
+
+def _simulate_decode(kernel, n, heads=2, seed=0):
+    rng = np.random.default_rng(seed)
+    consts = kernel.manifest["constexprs"]
+    d = consts["BLOCK_D"]
+    q = rng.standard_normal((heads, d)).astype(np.float16)
+    k, v = (rng.standard_normal((n, heads, d)).astype(np.float16) for _ in range(2))
+    out = np.full((heads, d), np.nan, dtype=np.float16)
+    values = {"Q_ptr": Pointer(q), "K_ptr": Pointer(k), "V_ptr": Pointer(v), "Out_ptr": Pointer(out),
+              "softmax_scale": d ** -0.5, "N": n, "H": heads, "D": d, "stride_qh": d, "stride_kn": heads * d,
+              "stride_kh": d, "stride_vn": heads * d, "stride_vh": d, "stride_oh": d, **consts}
+    run_kernel(kernel.source, kernel.manifest["kernel"], [values[a] for a in kernel.manifest["arg_names"]],
+               (heads,))
+    ref = _decode_reference(q, k, v, consts["BLOCK_N"])
+    return float(np.abs(out.astype(np.float32) - ref).max() / np.abs(ref).max())
+
+
+def test_decode_partitions_and_budgets_are_the_schedules(decode):
+    _graph, sched, _lowering, kernel = decode
+    call = re.search(r"gl\.warp_specialize\(\[(.*)\], \[([\d, ]*)\], \[([\d, ]*)\]\)", kernel.source)
+    parts = [int(g) for g in re.findall(r"\(_part\d+_g(\d+), ", call.group(1))]
+    groups = {g.index: g for g in sched.warp_groups}
+    assert sorted(parts) == sorted(groups)
+    assert [int(x) for x in call.group(2).split(",")] == [groups[g].warps for g in parts[1:]]
+    assert [int(x) for x in call.group(3).split(",")] == [groups[g].registers for g in parts[1:]]
+    assert kernel.manifest["num_warps"] == groups[parts[0]].warps
+    ptx = (kernel.folder / "decode_attn.ptx").read_text()
+    budgets = {int(x) for x in re.findall(r"setmaxnreg\.(?:inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx)}
+    assert {groups[g].registers for g in parts[1:]} <= budgets
+    default = kernel.report.partitions[0]
+    assert default.setmaxnreg_ptx in budgets and default.setmaxnreg_ptx >= groups[parts[0]].registers_needed
+
+
+def test_decode_loads_are_issued_by_their_group_and_staged_with_the_schedules_depths(decode):
+    """Each pointer load is a ``gl.load`` in the partition of its warp group, stored into a staging ring of
+    the schedule's depth; its reader (another group) loads the ring; the producer's steady loop stores in
+    the schedule's ``start mod II`` order."""
+    graph, sched, lowering, kernel = decode
+    funcs = _functions(kernel.source)
+    depths = sched.buffer_depths()
+    loads = [op.name for op in graph.ops if op.kind == "load"]
+    assert loads
+    body_of = {int(re.match(r"_part\d+_g(\d+)", f).group(1)): b for f, b in funcs.items()
+               if f.startswith("_part")}
+    producer = body_of[sched.slots[loads[0]].warp_group]
+    for n in loads:
+        value = py_name_of(lowering.members[n][0].results[0].name)
+        mine = body_of[sched.slots[n].warp_group]
+        assert re.search(rf"{value}_\w+ = gl\.load\(", mine)
+        ring = re.search(rf"stage_(\d+)\.index\([^\n]*\)\.store\({value}_", mine).group(1)
+        alloc = re.search(rf"stage_{ring} = gl\.allocate_shared_memory\(gl\.float16, \[(\d+), ",
+                          kernel.source)
+        assert int(alloc.group(1)) == depths[n]
+        readers = {sched.slots[e.dst].warp_group for e in graph.out_edges(n)}
+        for g in readers - {sched.slots[n].warp_group}:
+            assert f"stage_{ring}.index(" in body_of[g] and ").load(" in body_of[g]
+    order = sorted(loads, key=lambda n: (sched.slots[n].start % sched.ii, list(sched.slots).index(n)))
+    stored = re.findall(r"stage_\d+\.index\([^\n]*\)\.store\((\w+?)_s\d+\)", _steady(producer))
+    names = {py_name_of(lowering.members[n][0].results[0].name): n for n in loads}
+    assert [names[s] for s in stored] == order
+
+
+def py_name_of(ttgir_name):
+    """The generator's Python name of a TTGIR value (``%k_33`` -> ``k_33``)."""
+    return ttgir_name.lstrip("%")
+
+
+def test_decode_shared_memory_is_the_staging_plus_barriers(decode):
+    """Compiled shared memory = the staged tiles (TTGIR load bytes x the schedule's depth) + the mbarriers
+    (two per ring slot) + what the report names as Triton's scratch (the cross-warp reductions)."""
+    graph, sched, lowering, kernel = decode
+    depths = sched.buffer_depths()
+    tiles = sum(lowering.members[op.name][0].results[0].type.nbytes * depths[op.name]
+                for op in graph.ops if op.kind == "load")
+    report = kernel.report
+    assert report.shared_model_buffers == tiles
+    assert report.barrier_bytes == 8 * 2 * sum(depths[op.name] for op in graph.ops if op.kind == "load")
+    scratch = report.shared_difference.get("alignment and Triton scratch", 0)
+    assert report.shared_compiled == tiles + report.barrier_bytes + scratch
+    assert 0 <= scratch <= 4096
+    assert set(report.shared_difference) <= {"mbarriers", "alignment and Triton scratch"}
+
+
+def test_decode_short_loops_take_a_sequential_body(decode):
+    """The consumer runs three stages (a prologue of two trips): a one-trip loop takes the second body of
+    each partition, the schedule's ops one iteration after the other in start order."""
+    graph, sched, lowering, kernel = decode
+    stages = {g.index: 1 + max(s.stage for s in sched.slots.values() if s.warp_group == g.index)
+              for g in sched.warp_groups}
+    short = max(stages.values()) - 1
+    assert short >= 2
+    names = {py_name_of(lowering.members[op.name][0].results[0].name): op.name
+             for op in graph.ops if op.kind == "load"}
+    for fname, body in _functions(kernel.source).items():
+        if not fname.startswith("_part"):
+            continue
+        group = int(re.match(r"_part\d+_g(\d+)", fname).group(1))
+        assert f"    if n_iter >= {short}:" in body and f"    else:   # fewer than {short} iterations" in body
+        seq = body.split("    else:   # fewer than", 1)[1]
+        assert "for t in range(0, n_iter):" in seq and "# prologue" not in seq
+        order = sorted((n for n, s in sched.slots.items() if s.warp_group == group and n in names.values()),
+                       key=lambda n: (sched.slots[n].start, list(sched.slots).index(n)))
+        stored = re.findall(r"stage_\d+\.index\([^\n]*\)\.store\(x_(\w+?)_s\d+\)", seq)
+        assert [names[v] for v in stored] == order      # loads of one iteration in start order
+
+
+def test_decode_has_no_spills(decode):
+    _graph, sched, _lowering, kernel = decode
+    assert all(g.registers_needed <= g.registers for g in sched.warp_groups)
+    assert kernel.report.spill_store_bytes == 0 and kernel.report.spill_load_bytes == 0
+
+
+@pytest.mark.parametrize("n", [64, 40, 128, 100, 320, 333])
+def test_decode_computes_attention_in_the_cpu_simulation(decode, n):
+    """One trip (the short-loop body: fewer iterations than the three-stage prologue), two and five or six;
+    N a multiple of BLOCK_N (64) and not (the masked last tile); output pre-filled with NaN."""
+    assert _simulate_decode(decode[3], n) < 1e-2
+
+
+@pytest.mark.parametrize("variant", ["relabel", "shift", "stage"])
+def test_decode_other_valid_schedules_generate_and_compute(tmp_path, decode, variant):
+    """The decode schedule with its warp groups relabelled, one op moved in its slack, the latest op a stage
+    later (a four-stage consumer: loops of one and two trips take the short-loop body); each is accepted by
+    ``twill.verify``, compiles and computes decode attention in the CPU simulation."""
+    _graph, sched, _lowering, _kernel = decode
+    sched = {"relabel": _relabelled, "shift": _shifted, "stage": _staged}[variant](sched)
+    assert sched is not None
+    twill.verify(sched)
+    kernel = generate(sched, DECODE, "h200", tmp_path / "out")
+    assert kernel.report.spill_store_bytes == 0
+    prologue = max(1 + max(s.stage for n, s in sched.slots.items() if s.warp_group == g.index)
+                   for g in sched.warp_groups) - 1
+    assert (f"if n_iter >= {prologue}:" in kernel.source) == (prologue >= 2)   # the short-loop body
+    for n in (64, 100, 192, 333):
+        assert _simulate_decode(kernel, n) < 1e-2

@@ -12,7 +12,11 @@ partition in its own thread:
 * a **wgmma** is computed when it completes (at the ``warpgroup_mma_wait`` that retires it, in issue order),
   reading its shared-memory operands then (a ring slot released and refilled too early gives wrong results);
   its result cannot be read before that wait (an error);
-* loop counters are integers whose comparisons give booleans with ``~``, ``&`` and ``|`` as on ``i1``.
+* loop counters are integers whose comparisons give booleans with ``~``, ``&`` and ``|`` as on ``i1``;
+* a **pointer** argument is a :class:`Pointer` into a numpy array (element offsets, as ``tt.addptr``);
+  ``gl.load`` reads only the lanes its mask keeps (``other`` elsewhere, NaN without one, so a lane the
+  kernel should not use shows up in the result) and refuses an address outside the array on a live lane;
+  ``gl.store`` writes only the masked lanes.
 
 The kernel's output (written by its TMA stores into the numpy arrays behind the descriptors) is compared by
 the caller with a reference. Layouts, warps and registers are not modelled.
@@ -28,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Descriptor", "SimulationError", "run_kernel"]
+__all__ = ["Descriptor", "Pointer", "SimulationError", "run_kernel"]
 
 _DTYPES = {"float16": np.float16, "bfloat16": np.float32, "float32": np.float32, "float64": np.float64,
            "int32": np.int32, "int64": np.int64, "int1": np.bool_, "int8": np.int8, "int16": np.int16}
@@ -81,9 +85,59 @@ class Arr(np.ndarray):
     def to(self, dtype: Any) -> Arr:
         return np.asarray(self).astype(dtype).view(Arr)
 
+    def broadcast_to(self, shape: Sequence[int]) -> Arr:
+        return _arr(np.broadcast_to(np.asarray(self), tuple(shape)))
+
 
 def _arr(x: Any) -> Arr:
     return np.asarray(x).view(Arr)
+
+
+class Pointer:
+    """A pointer (scalar or tensor) into a numpy array: the array, seen flat, and element offsets."""
+
+    __array_ufunc__ = None   # ndarray + Pointer goes to Pointer.__radd__
+
+    def __init__(self, memory: np.ndarray, offset: Any = 0) -> None:
+        if not memory.flags.c_contiguous:
+            raise ValueError("a Pointer needs a C-contiguous array")
+        self.memory = memory.reshape(-1)
+        self.offset = offset
+
+    def __add__(self, other: Any) -> Pointer:
+        if isinstance(other, Pointer):
+            raise SimulationError("pointer + pointer")
+        delta = np.asarray(other).astype(np.int64) if np.ndim(other) else int(other)
+        return Pointer(self.memory, self.offset + delta)
+
+    __radd__ = __add__
+
+    def broadcast_to(self, shape: Sequence[int]) -> Pointer:
+        return Pointer(self.memory, np.broadcast_to(np.asarray(self.offset), tuple(shape)))
+
+    def load(self, mask: Any = None, other: Any = None) -> Arr:
+        off = np.asarray(self.offset, dtype=np.int64)
+        keep = np.broadcast_to(np.asarray(True if mask is None else mask, dtype=bool), off.shape)
+        live = off[keep]
+        if live.size and (live.min() < 0 or live.max() >= self.memory.size):
+            raise SimulationError(f"gl.load outside the array ({self.memory.size} elements) on a live lane: "
+                                  f"offsets {live.min()} .. {live.max()}")
+        dtype = self.memory.dtype
+        fill = other if other is not None else (np.nan if np.issubdtype(dtype, np.floating) else 0)
+        out = np.empty(off.shape, dtype=dtype)
+        out[...] = np.broadcast_to(np.asarray(fill), off.shape).astype(dtype)
+        out[keep] = self.memory[live]
+        return _arr(out)
+
+    def store(self, value: Any, mask: Any = None) -> None:
+        off = np.asarray(self.offset, dtype=np.int64)
+        keep = np.broadcast_to(np.asarray(True if mask is None else mask, dtype=bool), off.shape)
+        live = off[keep]
+        if live.size and (live.min() < 0 or live.max() >= self.memory.size):
+            raise SimulationError(f"gl.store outside the array ({self.memory.size} elements) on a live "
+                                  f"lane: offsets {live.min()} .. {live.max()}")
+        data = np.broadcast_to(np.asarray(value), off.shape)
+        self.memory[live] = data[keep].astype(self.memory.dtype)
 
 
 class _Dummy:
@@ -245,7 +299,22 @@ class _Machine:
             @staticmethod
             def sum(x: Any, axis: int) -> Arr: return _arr(np.sum(np.asarray(x), axis=axis))
             @staticmethod
-            def expand_dims(x: Any, axis: int) -> Arr: return _arr(np.expand_dims(np.asarray(x), axis))
+            def expand_dims(x: Any, axis: int) -> Any:
+                if isinstance(x, Pointer):
+                    return Pointer(x.memory, np.expand_dims(np.asarray(x.offset), axis))
+                return _arr(np.expand_dims(np.asarray(x), axis))
+            @staticmethod
+            def arange(start: int, end: int, layout: Any = None) -> Arr:
+                return _arr(np.arange(int(start), int(end), dtype=np.int32))
+            @staticmethod
+            def where(cond: Any, a: Any, b: Any) -> Arr:
+                return _arr(np.where(np.asarray(cond, dtype=bool), a, b))
+            @staticmethod
+            def load(ptr: Pointer, mask: Any = None, other: Any = None) -> Arr:
+                return ptr.load(mask, other)
+            @staticmethod
+            def store(ptr: Pointer, value: Any, mask: Any = None) -> None:
+                ptr.store(value, mask)
             @staticmethod
             def convert_layout(x: Any, layout: Any) -> Any: return x
             @staticmethod

@@ -21,6 +21,7 @@ which allocates the rings, buffers and mbarriers and calls ``gl.warp_specialize`
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +29,7 @@ from twill.codegen.gluon.errors import CodegenError
 from twill.codegen.gluon.facts import KernelFacts, descriptor_block
 from twill.codegen.gluon.ops import dtype_of, lowerable
 from twill.codegen.gluon.partition import PartitionEmitter
-from twill.codegen.gluon.plan import Plan
+from twill.codegen.gluon.plan import Plan, sequential_plan
 from twill.frontend.lower import Lowering
 from twill.schedule import Schedule
 
@@ -59,22 +60,17 @@ class KernelSource:
 
 def check_lowerable(lowering: Lowering) -> None:
     """``CodegenError`` naming the first graph op (body order) with a TTGIR op that has no Gluon lowering
-    (the graph op, its kind, the TTGIR op and its line), or a loop-carried value the frontend folded."""
+    (the graph op, its kind, the TTGIR op and its line). A loop-carried value the frontend folded is given a
+    graph op by :class:`~twill.codegen.gluon.facts.KernelFacts` (or refused there)."""
+    lines = lowering.module.text.splitlines()
     for name, members in lowering.members.items():
         for m in members:
-            if not lowerable(m):
+            text = lines[m.line - 1] if 0 < m.line <= len(lines) else ""
+            if not lowerable(m, text):
                 raise CodegenError(f"graph op {name!r} (kind {lowering.graph.op(name).kind}) is made of "
                                    f"{m.name} at TTGIR line {m.line}, which has no Gluon lowering (the "
-                                   "backend lowers TMA descriptor loads, wgmma, elementwise, reduction, exp "
-                                   "and conversion ops)")
-    member_ids = {id(m) for ms in lowering.members.values() for m in ms}
-    body = next(op for op in lowering.loop.body.ops if op.name == "scf.yield")
-    for v in body.operands:
-        op = v.owner
-        if op is not None and lowering.loop in op.ancestors() and id(op) not in member_ids:
-            raise CodegenError(f"the loop-carried value {v.name} ({op.name} at TTGIR line {op.line}) is a "
-                               "folded op of the graph (scalar bookkeeping merged into its consumers); a "
-                               "loop-carried folded value is not lowered")
+                                   "backend lowers TMA descriptor loads, pointer loads and stores, wgmma, "
+                                   "elementwise, comparison, reduction, exp and conversion ops)")
 
 
 def plan_staging(k: KernelFacts, parts: list[PartitionEmitter]) -> dict[int, dict[str, Any]]:
@@ -84,7 +80,7 @@ def plan_staging(k: KernelFacts, parts: list[PartitionEmitter]) -> dict[int, dic
     staging: dict[int, dict[str, Any]] = {}
     for part in parts:
         for n in part.p.order:
-            for m in k.lowering.members[n]:
+            for m in k.members[n]:
                 for v, dist in part.operand_sources(m):
                     src = k.node_of[id(v.owner)]
                     if k.plan.part(src, sched) == part.p.position or src in k.plan.rings:
@@ -111,6 +107,51 @@ def barrier_array(name: str, n: int) -> str:
 
 
 
+def _issue_invariants(k: KernelFacts, parts: list[PartitionEmitter]) -> None:
+    """The loop-invariant TMA loads are issued by the partition that issues the loop's TMA loads (else the
+    first), in its first trip, each just before the first op (by iteration 0's start) after its first use."""
+    issuer = next((r.producer for r in k.plan.rings.values()), 0)
+    for key, info in k.invariant.items():
+        readers = [n for n in k.schedule.slots if any(key in {u.key for u in m.operands}
+                                                      for m in k.lowering.members[n])]
+        need = min((k.schedule.slots[n].start for n in readers), default=0)
+        parts[issuer].invariant_issue.append((need, info))
+    parts[issuer].invariant_issue.sort(key=lambda x: (x[0], x[1]["index"]))
+
+
+def _with_short_loops(k: KernelFacts, parts: list[PartitionEmitter], short: int) -> list[list[str]]:
+    """Each partition's body as ``if n_iter >= short: <pipelined> else: <sequential>``: the pipelined code's
+    prologue runs ``short`` iterations, so a shorter loop takes the body of
+    :func:`~twill.codegen.gluon.plan.sequential_plan` (names prefixed ``x_``). Every partition decides on
+    the same ``n_iter``, so all take the same body. The lines that compute ``n_iter`` come before the
+    ``if``; the rest of each body is inside its branch (a name both define has the same TTGIR value)."""
+    seq = copy.copy(k)
+    seq.plan = sequential_plan(k.plan, k.schedule)
+    reused = {key: info.pop("reused", None) for key, info in k.invariant.items()}   # as before the first
+    store_buffers = len(k.buffers)
+    others = [PartitionEmitter(seq, p, prefix="x_") for p in seq.plan.partitions]
+    _issue_invariants(seq, others)
+    for p in others:
+        p.body()
+    del k.buffers[store_buffers:]   # the second body's store staging is the first's, in the other branch
+    for key, info in k.invariant.items():
+        if reused[key] is not None:
+            info["reused"] = reused[key]
+    out = []
+    for a, b in zip(parts, others, strict=True):
+        at = next(i for i, line in enumerate(a.pre) if line.startswith("    n_iter = "))
+        head = a.pre[:at + 1]
+        first = a.pre[at + 1:] + a.out
+        second = [line for line in b.pre if line not in head] + b.out
+        body = list(head)
+        body.append(f"    if n_iter >= {short}:")
+        body += ["    " + line for line in first] or ["        pass"]
+        body.append(f"    else:   # fewer than {short} iterations: one after the other")
+        body += ["    " + line for line in second] or ["        pass"]
+        out.append(body)
+    return out
+
+
 def emit_kernel(schedule: Schedule, lowering: Lowering, plan: Plan, spec: Any) -> KernelSource:
     """The Gluon module text for ``schedule`` (see the module docstring).
 
@@ -123,17 +164,17 @@ def emit_kernel(schedule: Schedule, lowering: Lowering, plan: Plan, spec: Any) -
     k = KernelFacts(schedule, lowering, plan, spec)
     parts = [PartitionEmitter(k, p) for p in plan.partitions]
     k.staging = plan_staging(k, parts)
-    # the loop-invariant loads are issued by the partition that issues the loop's TMA loads (else the first
-    # reader), in its first trip, each just before the first op (by iteration 0's start) after its first use
-    issuer = next((r.producer for r in plan.rings.values()), 0)
-    for key, info in k.invariant.items():
-        readers = [n for n in schedule.slots if any(key in {u.key for u in m.operands}
-                                                    for m in lowering.members[n])]
-        need = min((schedule.slots[n].start for n in readers), default=0)
-        parts[issuer].invariant_issue.append((need, info))
-    parts[issuer].invariant_issue.sort(key=lambda x: (x[0], x[1]["index"]))
+    _issue_invariants(k, parts)
     for p in parts:
         p.body()
+    bodies = [p.pre + p.out for p in parts]
+    notes: list[str] = []
+    short = max(p.stages for p in plan.partitions) - 1
+    if short >= 2:
+        bodies = _with_short_loops(k, parts, short)
+        notes.append(f"a loop of fewer than {short} iterations (the longest prologue) runs each partition's "
+                     "ops one iteration after the other, in the schedule's start order (no overlap, no "
+                     "turns), in a second body of each partition")
     common = list(k.params)
     buffers: list[dict[str, Any]] = []
     alloc: list[str] = []
@@ -196,7 +237,6 @@ def emit_kernel(schedule: Schedule, lowering: Lowering, plan: Plan, spec: Any) -
         k.barrier_count += len(parts)
         common.append("turn")
     alloc.append("    fence_async_shared()")
-    bodies = [p.pre + p.out for p in parts]
     text = [_HEADER]
     args = ", ".join(common)
     for p, body in zip(plan.partitions, bodies, strict=True):
@@ -218,5 +258,5 @@ def emit_kernel(schedule: Schedule, lowering: Lowering, plan: Plan, spec: Any) -
                 f"[{', '.join(str(p.regs) for p in workers)}])")
     buffers += k.buffers
     tc = {p.p.position: p.tc_log for p in parts}
-    notes = [n for p in parts for n in p.notes]
+    notes = [n for p in parts for n in p.notes] + notes
     return KernelSource("\n".join(text) + "\n", spec.name, default.warps, buffers, k.barrier_count, tc, notes)

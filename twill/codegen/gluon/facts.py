@@ -40,6 +40,7 @@ class KernelFacts:
         self.func = func
         self.node_of: dict[int, str] = {}
         self.members_order: dict[int, int] = {}
+        self.members: dict[str, list[Op]] = {name: list(ms) for name, ms in lowering.members.items()}
         for name, members in lowering.members.items():
             for m in members:
                 self.node_of[id(m)] = name
@@ -67,6 +68,8 @@ class KernelFacts:
                         self.mma_columns[key] = v.type.shape[1]
         self.yield_op = next(op for op in self.loop.body.ops if op.name == "scf.yield")
         self.body_index = {id(op): i for i, op in enumerate(self.loop.body.ops)}
+        self.attached: dict[str, list[str]] = {}
+        self._attach_carried()
         # invariant TMA loads: before the loop, in the function body
         self.invariant: dict[int, dict[str, Any]] = {}
         for op in func.body.ops:
@@ -80,6 +83,54 @@ class KernelFacts:
         self.barrier_count = 0
         self.buffers: list[dict[str, Any]] = []
         self.staging: dict[int, dict[str, Any]] = {}
+
+    def _attach_carried(self) -> None:
+        """Give each loop-carried value that the frontend folded (scalar bookkeeping such as the running max
+        ``m_i = max(m_i, m_new)``) a graph op: it is computed in the trip of the graph op among its
+        in-loop sources that the schedule starts last, right after that op's members, and carried in slots as
+        a member's value is. A folded op cannot be recomputed from its operands as other folded ops are: its
+        iter_arg operand is itself of the previous iteration, back to the first.
+
+        Raises
+        ------
+        CodegenError
+            The value has no graph op among its sources (a counter carried alone), or its sources are on
+            several warp groups.
+        """
+        for v in self.yield_op.operands:
+            op = v.owner
+            if op is None or not self.in_loop(op) or id(op) in self.node_of:
+                continue
+            nodes = self._source_nodes(op, set())
+            if not nodes:
+                raise CodegenError(f"the loop-carried value {v.name} ({op.name} at TTGIR line {op.line}) "
+                                   "is a folded op of the graph that no graph op of the iteration feeds (a "
+                                   "value carried alone, such as a counter): not lowered")
+            groups = {self.schedule.slots[n].warp_group for n in nodes}
+            if len(groups) > 1:
+                raise CodegenError(f"the loop-carried value {v.name} ({op.name} at TTGIR line {op.line}) "
+                                   f"is a folded op of graph ops {sorted(nodes)} on warp groups "
+                                   f"{sorted(groups)}: a folded value made on several warp groups is not "
+                                   "lowered")
+            node = max(nodes, key=lambda n: (self.schedule.slots[n].start, self.body_index.get(
+                id(self.members[n][-1]), 0)))
+            self.members[node].append(op)
+            self.node_of[id(op)] = node
+            self.attached.setdefault(node, []).append(v.name)
+
+    def _source_nodes(self, op: Op, seen: set[int]) -> set[str]:
+        """Graph ops whose values of the same iteration ``op`` (folded) reads, through other folded ops."""
+        out: set[str] = set()
+        for u in op.operands:
+            src = u.owner
+            if src is None or not self.in_loop(src) or id(src) in seen:
+                continue
+            seen.add(id(src))
+            if id(src) in self.node_of:
+                out.add(self.node_of[id(src)])
+            else:
+                out |= self._source_nodes(src, seen)
+        return out
 
     def users(self, value: Value) -> list[Op]:
         return [u for u in self.func.walk() if value in u.operands]

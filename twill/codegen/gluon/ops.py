@@ -14,8 +14,9 @@ from collections.abc import Callable
 
 from twill.frontend.ttgir import Op
 
-__all__ = ["BINARY", "CASTS", "DTYPES", "LAYOUT_OPS", "MEMORY_OPS", "UNARY", "constant_value", "dtype_of",
-           "lowerable", "reduce_combiner"]
+__all__ = ["BINARY", "CASTS", "COMPARE", "DTYPES", "LAYOUT_OPS", "MEMORY_OPS", "POINTER_OPS", "UNARY",
+           "broadcasts_operand", "compare_operator", "constant_value", "dtype_of", "lowerable",
+           "reduce_combiner", "splat_constant"]
 
 DTYPES = {"f16": "gl.float16", "bf16": "gl.bfloat16", "f32": "gl.float32", "f64": "gl.float64",
           "i1": "gl.int1", "i8": "gl.int8", "i16": "gl.int16", "i32": "gl.int32", "i64": "gl.int64"}
@@ -33,8 +34,22 @@ BINARY: dict[str, Callable[[str, str], str]] = {
     "arith.maximumf": lambda a, b: f"gl.maximum({a}, {b})",
     "arith.minnumf": lambda a, b: f"gl.minimum({a}, {b})",
     "arith.minimumf": lambda a, b: f"gl.minimum({a}, {b})",
+    "arith.andi": lambda a, b: f"({a} & {b})",
+    "arith.ori": lambda a, b: f"({a} | {b})",
+    "arith.xori": lambda a, b: f"({a} ^ {b})",
+    "tt.addptr": lambda a, b: f"({a} + {b})",
 }
-"""Elementwise binary ops (Gluon broadcasts scalars and size-1 dimensions as Triton does)."""
+"""Elementwise binary ops (Gluon broadcasts scalars and size-1 dimensions as Triton does). ``tt.addptr``
+is pointer + offset in elements, which is ``+`` on a Gluon pointer (tensor)."""
+
+COMPARE = {"arith.cmpi": {"slt": "<", "sle": "<=", "sgt": ">", "sge": ">=", "eq": "==", "ne": "!="},
+           "arith.cmpf": {"olt": "<", "ole": "<=", "ogt": ">", "oge": ">=", "oeq": "==", "une": "!="}}
+"""Comparison predicates with a Python operator of the same meaning on Gluon's signed integers and floats
+(Triton's ``<`` on ``i32`` is ``slt``, on floats ``olt``; ``!=`` on floats is ``une``). An unsigned or
+unordered predicate has no entry (its operator would compare differently) and is refused."""
+
+POINTER_OPS = frozenset({"tt.load", "tt.store"})
+"""Pointer loads and stores (``gl.load`` / ``gl.store`` with the TTGIR's mask and other)."""
 
 UNARY: dict[str, Callable[[str], str]] = {
     "math.exp2": lambda a: f"gl.exp2({a})",
@@ -91,7 +106,7 @@ def constant_value(line: str) -> str:
 
 
 LAYOUT_OPS = frozenset({"arith.constant", "tt.get_program_id", "tt.splat", "tt.expand_dims", "tt.broadcast",
-                        "ttg.convert_layout", "ttg.memdesc_trans"})
+                        "ttg.convert_layout", "ttg.memdesc_trans", "tt.make_range", "arith.select"})
 """Ops the table lowers that only shape, place or name values."""
 
 MEMORY_OPS = frozenset({"tt.descriptor_load", "ttg.local_alloc", "ttng.warp_group_dot",
@@ -99,9 +114,42 @@ MEMORY_OPS = frozenset({"tt.descriptor_load", "ttg.local_alloc", "ttng.warp_grou
 """Ops the emitter places itself (TMA, shared memory, wgmma)."""
 
 
-def lowerable(op: Op) -> bool:
-    """Whether :mod:`twill.codegen.gluon` has a lowering for ``op``."""
+def compare_operator(op: Op, line: str) -> str | None:
+    """The Python operator of an ``arith.cmpi`` / ``arith.cmpf`` from its TTGIR text ``line``
+    (``arith.cmpi slt, %a, %b``), None for a predicate without one (see :data:`COMPARE`)."""
+    m = re.search(rf"{re.escape(op.name)}\s+(\w+)\s*,", line)
+    return COMPARE[op.name].get(m.group(1)) if m else None
+
+
+def splat_constant(op: Op | None, line: str) -> str | None:
+    """The Python literal of ``op`` when it is an ``arith.constant`` with one value (a scalar or a
+    ``dense<v>`` splat, the ``other`` of a masked load), else None."""
+    if op is None or op.name != "arith.constant":
+        return None
+    try:
+        return constant_value(line)
+    except ValueError:
+        return None
+
+
+def broadcasts_operand(user: Op, value: object) -> bool:
+    """Whether ``user`` broadcasts its operand ``value`` to its shape itself, so a ``tt.broadcast`` feeding it
+    can be left out: elementwise binary ops, comparisons and ``arith.select`` (Gluon broadcasts size-1
+    dimensions as Triton does), the mask and ``other`` of ``tt.load`` and the value and mask of ``tt.store``
+    (``gl.load`` / ``gl.store`` broadcast them to the pointer's shape; the pointer itself is not)."""
+    if user.name in BINARY or user.name in COMPARE or user.name == "arith.select":
+        return True
+    if user.name in POINTER_OPS:
+        return bool(user.operands) and user.operands[0] is not value
+    return False
+
+
+def lowerable(op: Op, line: str = "") -> bool:
+    """Whether :mod:`twill.codegen.gluon` has a lowering for ``op`` (``line``: its TTGIR text, for the
+    predicate of a comparison)."""
     if op.name == "tt.reduce":
         return reduce_combiner(op) is not None
+    if op.name in COMPARE:
+        return compare_operator(op, line) is not None
     return op.name in BINARY or op.name in UNARY or op.name in CASTS or op.name in LAYOUT_OPS \
-        or op.name in MEMORY_OPS
+        or op.name in MEMORY_OPS or op.name in POINTER_OPS

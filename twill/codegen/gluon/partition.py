@@ -17,7 +17,18 @@ from twill.codegen.gluon.facts import (
     tile_bytes,
 )
 from twill.codegen.gluon.layouts import gluon_layout, parse_encoding
-from twill.codegen.gluon.ops import BINARY, CASTS, UNARY, constant_value, dtype_of, reduce_combiner
+from twill.codegen.gluon.ops import (
+    BINARY,
+    CASTS,
+    COMPARE,
+    UNARY,
+    broadcasts_operand,
+    compare_operator,
+    constant_value,
+    dtype_of,
+    reduce_combiner,
+    splat_constant,
+)
 from twill.codegen.gluon.plan import LOADS, MMAS, Partition
 from twill.frontend.ttgir import Op, Value
 
@@ -27,8 +38,9 @@ __all__ = ["PartitionEmitter"]
 class PartitionEmitter:
     """Emits one partition function: its preamble (``pre``) and body (``out``) lines, from :meth:`body`."""
 
-    def __init__(self, k: KernelFacts, part: Partition) -> None:
+    def __init__(self, k: KernelFacts, part: Partition, prefix: str = "") -> None:
         self.k, self.p = k, part
+        self.prefix = prefix   # of every name this emitter makes (a second body of the same partition)
         self.pre: list[str] = []
         self.out: list[str] = []
         self.ind = 1
@@ -51,7 +63,7 @@ class PartitionEmitter:
         self.pos = {}
         order = 0
         for n in part.order:
-            for m in sorted(k.lowering.members[n], key=lambda m: k.body_index.get(id(m), 0)):
+            for m in sorted(k.members[n], key=lambda m: k.body_index.get(id(m), 0)):
                 self.pos[id(m)] = order
                 order += 1
         self.chains = self._chain_lengths()
@@ -62,7 +74,7 @@ class PartitionEmitter:
 
     def _fresh(self, hint: str) -> str:
         self.counter += 1
-        return f"{hint}_{self.tag}{self.counter}"
+        return f"{self.prefix}{hint}_{self.tag}{self.counter}"
 
     def _stage(self, node: str) -> int:
         return self.k.plan.stage[node]
@@ -85,7 +97,7 @@ class PartitionEmitter:
         by this partition from a member of its own ops."""
         out = []
         for n in self.p.order:
-            for m in self.k.lowering.members[n]:
+            for m in self.k.members[n]:
                 for v in self.operand_sources(m):
                     out.append((v[0], m, v[1]))
         for i, v in enumerate(self.k.yield_op.operands):
@@ -206,7 +218,7 @@ class PartitionEmitter:
         elif op.name in LOADS:
             raise CodegenError(f"{self.k.where(op)}: a TMA load read in registers is not lowered")
         else:
-            expr = self._pure(op, [self._outer_value(u) for u in op.operands], v, 0)
+            expr = self._pure(op, self._operand_args(op, self._outer_value), v, 0)
             name = f"{py_name(v)}_o"
             self.pre.append(f"    {name} = {expr}")
         self.outer[v.key] = name
@@ -242,10 +254,23 @@ class PartitionEmitter:
         if name == "tt.expand_dims":
             return f"gl.expand_dims({args[0]}, {op.attrs['axis']})"
         if name == "tt.broadcast":
-            # Gluon's binary ops broadcast size-1 dimensions themselves (as Triton's do)
-            if all(u.name in BINARY for u in self.k.users(result)):
+            # Gluon's binary ops, comparisons, where, and the mask / other of a load broadcast size-1
+            # dimensions themselves (as Triton's do)
+            if all(broadcasts_operand(u, result) for u in self.k.users(result)):
                 return args[0]
             return f"{args[0]}.broadcast_to({list(result.type.shape)})"
+        if name in COMPARE:
+            operator = compare_operator(op, self.k.line(op))
+            if operator is None:
+                raise CodegenError(f"{self.k.where(op)}: the predicate of {self.k.line(op).strip()[:120]} "
+                                   "has no Gluon operator of the same meaning (unsigned or unordered)")
+            return f"({args[0]} {operator} {args[1]})"
+        if name == "arith.select":
+            return f"gl.where({args[0]}, {args[1]}, {args[2]})"
+        if name == "tt.make_range":
+            return f"gl.arange({op.attrs['start']}, {op.attrs['end']}, {self._layout(result)})"
+        if name == "tt.load":
+            return self._pointer_load(op, args)
         if name == "ttg.convert_layout":
             src, dst = self._layout(op.operands[0]), self._layout(result)
             return args[0] if src == dst else f"gl.convert_layout({args[0]}, {dst})"
@@ -258,8 +283,41 @@ class PartitionEmitter:
         if name == "ttg.memdesc_trans":
             return f"{args[0]}.permute({tuple(op.attrs['order'])})"
         raise CodegenError(f"no Gluon lowering for {self.k.where(op)}: {self.k.line(op).strip()[:200]} "
-                           "(the backend lowers TMA descriptor loads and stores, wgmma, and elementwise, "
-                           "reduction, exp and conversion ops; pointer loads and stores are not lowered)")
+                           "(the backend lowers TMA descriptor loads and stores, pointer loads and stores, "
+                           "wgmma, and elementwise, comparison, reduction, exp and conversion ops)")
+
+    def _operand_args(self, op: Op, value: Any) -> list[str]:
+        """The source expressions of ``op``'s operands (``value`` maps one operand to its expression); the
+        ``other`` of a ``tt.load`` that is a one-value constant is not evaluated (:meth:`_pointer_load`
+        writes its literal)."""
+        if op.name == "tt.load" and len(op.operands) > 2 and op.operands[2].owner is not None and \
+                splat_constant(op.operands[2].owner, self.k.line(op.operands[2].owner)) is not None:
+            return [value(u) for u in op.operands[:2]] + ["None"]
+        return [value(u) for u in op.operands]
+
+    def _plain_access(self, op: Op) -> None:
+        """``CodegenError`` for a pointer load / store with a cache, eviction or volatile attribute other
+        than the default (Triton prints none for the defaults); the lowering would drop it."""
+        odd = {k: v for k, v in op.attrs.items() if k in ("cache", "evict", "isVolatile")
+               and str(v) not in ("1", "false", "False")}
+        if odd:
+            raise CodegenError(f"{self.k.where(op)}: a pointer access with attributes {odd} is not lowered")
+
+    def _pointer_load(self, op: Op, args: list[str]) -> str:
+        """``gl.load(pointers, mask, other)``: operands are the pointers, then an optional mask, then an
+        optional ``other`` (TTGIR ``tt.load %ptr[, %mask[, %other]]``). An ``other`` that is a one-value
+        constant is written as its literal (Gluon broadcasts it to the pointers' shape and layout, and no
+        register tile of it is kept alive)."""
+        self._plain_access(op)
+        text = [args[0]]
+        if len(args) > 1:
+            text.append(f"mask={args[1]}")
+        if len(args) > 2:
+            other = op.operands[2]
+            literal = splat_constant(other.owner, self.k.line(other.owner)) if other.owner is not None \
+                else None
+            text.append(f"other={literal if literal is not None else args[2]}")
+        return f"gl.load({', '.join(text)})"
 
     # ------------------------------------------------------------------ in-loop values
     def _iv(self, j: str) -> str:
@@ -274,7 +332,7 @@ class PartitionEmitter:
         return None
 
     def _slot_name(self, v: Value, k: int) -> str:
-        return f"{py_name(v)}_c{k}"
+        return f"{self.prefix}{py_name(v)}_c{k}"
 
     def _value(self, v: Value, j: str, dist: int, reader: Op | None, complete: bool = True) -> str:
         """Expression of ``v`` for iteration ``j`` read by member ``reader`` (None: after the loop).
@@ -305,7 +363,7 @@ class PartitionEmitter:
         if op.name == "ttg.local_alloc" and op.operands and op.operands[0].owner is not None \
                 and op.operands[0].owner.name in LOADS:
             return self._remote(v, self.k.node_of[id(op.operands[0].owner)], j, reader)
-        args = [self._value(u, j, dist, reader) for u in op.operands]
+        args = self._operand_args(op, lambda u: self._value(u, j, dist, reader))
         expr = self._pure(op, args, v, j)
         name = self._fresh(py_name(v))
         self._emit(f"{name} = {expr}")
@@ -454,7 +512,7 @@ class PartitionEmitter:
 
     # ------------------------------------------------------------------ graph ops
     def _run_node(self, node: str, j: str) -> None:
-        members = sorted(self.k.lowering.members[node], key=lambda m: self.k.body_index.get(id(m), 0))
+        members = sorted(self.k.members[node], key=lambda m: self.k.body_index.get(id(m), 0))
         for m in members:
             if m.name not in MMAS and m.name not in LOADS and m.name != "ttg.local_alloc" and any(
                     self._ring_reads(u) for u in m.operands):
@@ -468,7 +526,7 @@ class PartitionEmitter:
                 self._issue_mma(node, m, j)
                 self.ran.add(id(m))
             else:
-                args = [self._value(u, j, 0, m) for u in m.operands]
+                args = self._operand_args(m, lambda u, m=m: self._value(u, j, 0, m))
                 expr = self._pure(m, args, m.results[0], j)
                 name = self._fresh(py_name(m.results[0]))
                 self._emit(f"{name} = {expr}")
@@ -837,11 +895,14 @@ class PartitionEmitter:
         for op in self.k.func.body.ops:
             if self.k.body_index.get(id(op)) is not None or op is self.k.loop:
                 continue
-            if op.name not in ("tt.descriptor_store",) or self.k.in_loop(op):
+            if op.name not in ("tt.descriptor_store", "tt.store") or self.k.in_loop(op):
                 continue
-            data = op.operands[-1] if op.name != "tt.descriptor_store" else op.operands[1]
+            data = op.operands[1]
             owner = self._after_owner(data)
             if owner != self.p.position:
+                continue
+            if op.name == "tt.store":
+                self._pointer_store(op)
                 continue
             value = self._after_value(data)
             desc = self._outer_value(op.operands[0])
@@ -860,6 +921,14 @@ class PartitionEmitter:
             self._emit("fence_async_shared()")
             self._emit(f"tma.async_copy_shared_to_global({desc}, [{', '.join(coords)}], {buf})")
             self._emit("tma.store_wait(0)")
+
+    def _pointer_store(self, op: Op) -> None:
+        """``gl.store(pointers, value[, mask])`` of a kernel epilogue (TTGIR ``tt.store %ptr, %value[,
+        %mask]``), by the partition that owns the stored loop result."""
+        self._plain_access(op)
+        args = [self._after_value(u) for u in op.operands]
+        mask = f", mask={args[2]}" if len(args) > 2 else ""
+        self._emit(f"gl.store({args[0]}, {args[1]}{mask})")
 
     def _reusable(self, shape: tuple[int, ...], elem: str) -> str | None:
         """A loop-invariant TMA buffer of this partition with the same block (dead after the loop)."""
@@ -896,7 +965,7 @@ class PartitionEmitter:
         if op.name == "ttg.convert_layout" and all(u.name == "tt.descriptor_store" for u in self.k.users(v)):
             # the TMA store goes through shared memory, where the register layout does not matter
             return self._after_value(op.operands[0])
-        args = [self._after_value(u) for u in op.operands]
+        args = self._operand_args(op, self._after_value)
         expr = self._pure(op, args, v, 0)
         name = self._fresh(py_name(v))
         self._emit(f"{name} = {expr}")

@@ -23,7 +23,8 @@ from twill.frontend.lower import Lowering
 from twill.frontend.ttgir import Op
 from twill.schedule import Schedule, WarpGroup
 
-__all__ = ["Partition", "Plan", "Ring", "TurnStep", "default_budget", "default_candidates", "make_plan"]
+__all__ = ["Partition", "Plan", "Ring", "TurnStep", "default_budget", "default_candidates", "make_plan",
+           "sequential_plan"]
 
 LOADS = ("tt.descriptor_load",)
 MMAS = ("ttng.warp_group_dot",)
@@ -177,10 +178,28 @@ def make_plan(schedule: Schedule, lowering: Lowering, default_group: int | None 
         if p.stages > 1:
             notes.append(f"partition {p.position} (group {p.group}) runs {p.stages} stages: a prologue of "
                          f"{p.stages - 1} trip(s) and an epilogue of {p.stages - 1}; the loop must run at "
-                         f"least {p.stages - 1} iteration(s)")
+                         f"least {p.stages - 1} iteration(s)"
+                         + (" for it (a shorter loop takes the sequential body)" if p.stages > 2 else ""))
     plan = Plan(partitions, part_of_group, rings, _turns(schedule, lowering, part_of),
                 {n: s.stage for n, s in schedule.slots.items()}, offset, notes)
     return plan
+
+
+def sequential_plan(plan: Plan, schedule: Schedule) -> Plan:
+    """``plan`` without overlap between iterations: every op in stage 0, each partition's ops in the order of
+    their start in the schedule, one trip per iteration, no turns. It is the schedule stretched to an II
+    longer than its length (every dependence and every buffer's depth still holds), for a loop that runs
+    fewer iterations than the pipelined code's prologue needs (``max stages - 1``): each partition works
+    through the iterations in order, so a write of iteration ``j`` waits only on releases of ``j - depth``.
+    The Tensor Core order between partitions is left to the hardware (it is the steady state's, not an
+    order the results depend on)."""
+    topo = {n: i for i, n in enumerate(schedule.slots)}
+    parts = []
+    for p in plan.partitions:
+        order = sorted(p.order, key=lambda n: (schedule.slots[n].start, topo[n]))
+        parts.append(Partition(p.position, p.group, p.warps, p.regs, order, 1, p.role))
+    return Plan(parts, dict(plan.part_of_group), dict(plan.rings), {}, {n: 0 for n in plan.stage},
+                {n: s.start for n, s in schedule.slots.items()}, [])
 
 
 def ring_bytes(plan: Plan) -> int:
