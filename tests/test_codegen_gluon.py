@@ -658,3 +658,27 @@ def test_decode_other_valid_schedules_generate_and_compute(tmp_path, decode, var
     assert (f"if n_iter >= {prologue}:" in kernel.source) == (prologue >= 2)   # the short-loop body
     for n in (64, 100, 192, 333):
         assert _simulate_decode(kernel, n) < 1e-2
+
+
+def test_the_default_partition_is_the_group_that_opens_the_tensor_core_order(tmp_path):
+    """Among groups that Triton's leftover budget serves equally well, the default partition is the one
+    whose first Tensor Core op starts earliest (measured: the other choices ran 25 % slower on the H200).
+    The sub-tiled FA forward's two consumer groups are swapped by label, so the lower index no longer
+    opens the order: the default must follow the schedule, not the label."""
+    spec, machine, _ = TARGETS["fa_fwd_subtiled"]
+    graph = twill.graph_from_kernel(str(ROOT / spec), machine=machine)
+    sched = twill.schedule(graph, machine)
+    consumers = sorted(g.index for g in sched.warp_groups if g.registers == max(w.registers
+                                                                             for w in sched.warp_groups))
+    assert len(consumers) == 2
+    a, b = consumers
+    swap = {a: b, b: a}
+    slots = {n: OpSlot(n, s.start, s.stage, swap.get(s.warp_group, s.warp_group))
+             for n, s in sched.slots.items()}
+    groups = tuple(dataclasses.replace(g, index=swap.get(g.index, g.index)) for g in sched.warp_groups)
+    swapped = dataclasses.replace(sched, slots=slots, warp_groups=groups)
+    twill.verify(swapped)
+    gemms = [n for n in swapped.slots if graph.op(n).kind == "gemm"]
+    opener = swapped.slots[min(gemms, key=lambda n: (swapped.slots[n].start, n))].warp_group
+    kernel = generate(swapped, str(ROOT / spec), machine, tmp_path / "out", compile=False)
+    assert kernel.report.partitions[0].group == opener

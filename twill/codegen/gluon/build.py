@@ -260,7 +260,7 @@ def generate(schedule: Schedule, kernel: Any, machine: str | os.PathLike[str] | 
     tried: list[str] = []
     best = None
     failure: CodegenError | None = None
-    candidates = default_candidates(schedule)
+    candidates = default_candidates(schedule, lowering)
     if default_group is not None:
         if default_group not in candidates:
             raise CodegenError(f"default_group {default_group} is not a warp group of the schedule "

@@ -133,15 +133,25 @@ def default_budget(schedule: Schedule, default_group: int) -> int:
     return min(res.setmaxnreg_max, left // res.setmaxnreg_step * res.setmaxnreg_step - res.setmaxnreg_step)
 
 
-def default_candidates(schedule: Schedule) -> list[int]:
+def default_candidates(schedule: Schedule, lowering: Lowering | None = None) -> list[int]:
     """Warp groups to try as the default partition, best first: those to which Triton's leftover budget
-    (:func:`default_budget`) still gives their model need, closest to their schedule budget first, then
+    (:func:`default_budget`) still gives their model need, closest to their schedule budget first; among
+    equals, the group whose first Tensor Core op starts earliest in the schedule (given ``lowering``;
+    measured on the H200, sub-tiled FA forward: the group that opens the Tensor Core order as the default
+    ran 619 TFLOP/s, either other choice 449-457, ``benchmarks/h200_gluon.md``), then the lower index; then
     the others in the same order."""
     groups = sorted(schedule.warp_groups, key=lambda g: g.index)
+    first_tc: dict[int, int] = {}
+    if lowering is not None:
+        for n in _tc_ops(schedule, lowering):
+            slot = schedule.slots[n]
+            first_tc[slot.warp_group] = min(first_tc.get(slot.warp_group, slot.start), slot.start)
+    never = 1 + max((s.start for s in schedule.slots.values()), default=0)
 
-    def key(g: WarpGroup) -> tuple[int, int, int]:
+    def key(g: WarpGroup) -> tuple[int, int, int, int]:
         budget = default_budget(schedule, g.index)
-        return (0 if budget >= g.registers_needed else 1, abs(budget - g.registers), g.index)
+        return (0 if budget >= g.registers_needed else 1, abs(budget - g.registers),
+                first_tc.get(g.index, never), g.index)
     return [g.index for g in sorted(groups, key=key)]
 
 
@@ -150,7 +160,7 @@ def make_plan(schedule: Schedule, lowering: Lowering, default_group: int | None 
     ``default_group`` (default: the first of :func:`default_candidates`) as the default partition."""
     groups = sorted(schedule.warp_groups, key=lambda g: g.index)
     if default_group is None:
-        default_group = default_candidates(schedule)[0]
+        default_group = default_candidates(schedule, lowering)[0]
     default = next(g for g in groups if g.index == default_group)
     ordered = [default] + [g for g in groups if g is not default]
     part_of_group = {g.index: pos for pos, g in enumerate(ordered)}
