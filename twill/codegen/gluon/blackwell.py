@@ -344,11 +344,49 @@ class BlackwellPartition(PartitionEmitter):
             return self.local[key]
         return super()._after_value(v)
 
+    def _reusable(self, shape: tuple[int, ...], elem: str) -> str | None:
+        """A loop-invariant TMA buffer with the same block that is dead after the loop: every graph op
+        reading it reaches, in the same iteration, an op whose final barrier this partition waits on (so its
+        last read is complete once the final value is)."""
+        from twill.codegen.gluon.facts import descriptor_block
+
+        finals = {src for _l, _b, src in self.tm.finals if (_l, _b, src) in self._waited_finals()}
+        graph = self.k.lowering.graph
+        for key, info in self.k.invariant.items():
+            if info.get("reused"):
+                continue
+            lshape, lelem = descriptor_block(info["load"].operands[0].type.text)
+            if lshape != shape or lelem != elem:
+                continue
+            readers = [n for n in self.k.schedule.slots if any(key in {u.key for u in m.operands}
+                                                                for m in self.k.lowering.members[n])]
+            if readers and all(_reaches(graph, r, finals) for r in readers):
+                info["reused"] = True
+                return f"inv{info['index']}"
+        return None
+
+    def _waited_finals(self) -> list[tuple[Op, TmemBuffer, str]]:
+        return [f for f in self.tm.finals if (f[0].results[0].key, "after") in self.local]
+
     def kernel_value(self, v: Value) -> tuple[list[str], str]:
         """Lines and expression of a value before the loop, computed in the kernel body (these warps)."""
         expr = self._outer_value(v)
         lines, self.pre = self.pre, []
         return lines, expr
+
+
+def _reaches(graph: Any, src: str, targets: set[str]) -> bool:
+    """Whether ``src`` reaches one of ``targets`` through same-iteration (distance 0) graph edges."""
+    todo, seen = [src], set()
+    while todo:
+        n = todo.pop()
+        if n in targets:
+            return True
+        if n in seen:
+            continue
+        seen.add(n)
+        todo += [e.dst for e in graph.out_edges(n) if e.distance == 0]
+    return False
 
 
 class BlackwellTarget(KernelTarget):
