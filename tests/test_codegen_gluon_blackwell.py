@@ -188,12 +188,13 @@ def test_mma_results_are_waited_where_their_consumer_starts(built):
         waits = [i for i, x in enumerate(loop[:at]) if x.startswith(f"mbarrier.wait(done_{e.src}.")]
         assert waits, f"{e.dst} reads {e.src}'s TMEM without waiting"
         between = [x for x in loop[waits[-1] + 1:at] if "# twill:" in x]
-        assert between == []                                              # no op between the wait and the read
+        assert between == []                                  # no op between the wait and the read
 
 
 def test_ring_slots_are_released_by_the_mma_that_reads_them(built):
     graph, _sched, kernel = built["gemm"]
-    mma = next(x for b in _functions(kernel.source).values() for x in _steady(b) if x.startswith("tcgen05_mma("))
+    mma = next(x for b in _functions(kernel.source).values() for x in _steady(b)
+               if x.startswith("tcgen05_mma("))
     for e in graph.edges:
         if e.carrier == "smem" and graph.op(e.src).kind == "tma_load":
             assert f"empty_{e.src}.index(" in mma.split("mbarriers=")[1]

@@ -23,7 +23,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                                    "and (sm_100) warp groups into Triton's scheduled TTGIR and finish the "
                                    "compile to a cubin (--backend triton), or generate a warp-specialized "
                                    "Gluon kernel that executes the schedule (--backend gluon: one partition "
-                                   "per warp group, TMA rings, mbarriers, async wgmma on Hopper, tcgen05 with tensor memory on Blackwell); save it as a "
+                                   "per warp group, TMA rings, mbarriers, async wgmma on Hopper, tcgen05 "
+                                   "with tensor memory on Blackwell); save it as a "
                                    "launchable kernel and print what was kept and what was dropped.")
     p.add_argument("file", help="FILE.py[::KERNEL] with a TWILL_KERNELS entry")
     p.add_argument("--schedule", metavar="JSON", help="use this saved schedule instead of solving")

@@ -173,7 +173,8 @@ def compile_source(fn: Any, signature: dict[str, str], constexprs: dict[str, Any
     from triton.experimental.gluon._runtime import GluonASTSource
 
     try:
-        return triton.compile(GluonASTSource(fn, signature, constexprs), target=GPUTarget("cuda", _ARCH[target][0], 32),
+        gpu = GPUTarget("cuda", _ARCH[target][0], 32)
+        return triton.compile(GluonASTSource(fn, signature, constexprs), target=gpu,
                               options={"num_warps": num_warps})
     except Exception as exc:  # Triton raises CompilationError, RuntimeError, AssertionError...
         raise CodegenError(f"Triton did not compile the generated Gluon kernel: {type(exc).__name__}: "
@@ -309,8 +310,8 @@ def generate(schedule: Schedule, kernel: Any, machine: str | os.PathLike[str] | 
                                f"machine {machine.name!r} has ({machine.smem_per_cta} B)")
         tmem = int(getattr(compiled.metadata, "tmem_size", 0) or 0)
         if tmem > machine.tmem_columns:
-            raise CodegenError(f"the compiled kernel allocates {tmem} tensor-memory columns, more than machine "
-                               f"{machine.name!r} has ({machine.tmem_columns})")
+            raise CodegenError(f"the compiled kernel allocates {tmem} tensor-memory columns, more than "
+                               f"machine {machine.name!r} has ({machine.tmem_columns})")
     if len(tried) > 1:
         source.notes.append("default partition chosen by compiling: " + "; ".join(tried))
     manifest = _manifest(spec, source, desc_params, plan)

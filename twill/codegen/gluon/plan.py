@@ -23,7 +23,8 @@ from twill.frontend.lower import Lowering
 from twill.frontend.ttgir import Op
 from twill.schedule import Schedule, WarpGroup
 
-__all__ = ["TENSOR_CORE", "Partition", "Plan", "Ring", "TurnStep", "default_budget", "default_candidates", "make_plan"]
+__all__ = ["TENSOR_CORE", "Partition", "Plan", "Ring", "TurnStep", "default_budget", "default_candidates",
+           "make_plan"]
 
 LOADS = ("tt.descriptor_load",)
 MMAS = ("ttng.warp_group_dot",)

@@ -168,8 +168,8 @@ def plan_tmem(schedule: Schedule, lowering: Lowering, machine: Machine, part_of:
         buf = TmemBuffer(name, v, tuple(v.type.shape), v.type.element, tmem_layout(v), cols, depth, writer,
                          readers)
         if depth > 1 and any(part_of[r] != part_of[writer] for r in readers if writer):
-            raise CodegenError(f"tensor-memory buffer {v.name} of graph op {writer!r} has {depth} slots and is "
-                               "read on another partition: multi-slot TMEM hand-offs are not lowered")
+            raise CodegenError(f"tensor-memory buffer {v.name} of graph op {writer!r} has {depth} slots and "
+                               "is read on another partition: multi-slot TMEM hand-offs are not lowered")
         buffers.append(buf)
         of_value[v.key] = buf
     waits: dict[str, list[TmemWait]] = {}
