@@ -21,14 +21,18 @@ Decided from the TTGIR, the graph and the schedule (no source text here):
 * **columns**: the sum over allocations, checked against the machine's columns (:class:`CodegenError`
   naming every buffer and its columns when over).
 
-Precondition of the phase arithmetic (a done barrier completes once per iteration; a wait for iteration
-``i`` uses parity ``i & 1``): an op cannot complete two iterations ahead of a waiter. It holds when every
-buffer has one slot per value alive and each writer is ordered after the previous iteration's readers, which
-the waits above add (:func:`plan_tmem` refuses a multi-slot buffer that is read on another partition).
+A done barrier has ``R`` slots, ``R`` the largest distance waited on it (at least 1): iteration ``i`` arrives
+on slot ``i % R``, and a wait for iteration ``i`` uses that slot with parity ``(i // R) & 1``. Precondition
+of that arithmetic (stated, not proved here): the op never completes ``R`` iterations beyond the one a waiter
+wants before the waiter has waited. It holds on the graphs the frontend builds when every buffer has one
+slot per value alive and each writer is ordered after the readers of the value it overwrites, which the
+waits above add (:func:`plan_tmem` refuses a multi-slot buffer that is read on another partition); the CPU
+simulation (:mod:`twill.codegen.gluon.cpu_sim`) checks the generated kernels' barrier protocol.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from twill.codegen.gluon.errors import CodegenError
@@ -85,6 +89,8 @@ class TmemPlan:
     waits: dict[str, list[TmemWait]]
     done: dict[str, int]
     finals: list[tuple[Op, TmemBuffer, str]]
+    """``waits``: per graph op, what it waits for; ``done``: the ops with a done barrier and its slots;
+    ``finals``: each ``tmem_load`` after the loop, its buffer, the graph op whose partition signals it."""
     columns: int
     limit: int
     notes: list[str] = field(default_factory=list)
@@ -96,8 +102,6 @@ class TmemPlan:
 
 def tmem_layout(value: Value) -> str:
     """Gluon ``TensorMemoryLayout`` of a TMEM memdesc from its ``#ttng.tensor_memory_encoding``."""
-    import re
-
     enc = value.type.encoding
     m = re.search(r"blockM\s*=\s*(\d+),\s*blockN\s*=\s*(\d+)(?:,\s*colStride\s*=\s*(\d+))?", enc)
     if not m:
