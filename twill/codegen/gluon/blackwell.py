@@ -337,6 +337,25 @@ class BlackwellPartition(PartitionEmitter):
                 self._emit(f"mbarrier.arrive(fin.index({f}))")
         super()._after_loop()
 
+    def _after_owner(self, v: Value) -> int | None:
+        """The partition that computes ``v`` after the loop: the one holding the register loop results it
+        reads (any partition can load a final TMEM tile after waiting on its final barrier); with none,
+        Hopper's rule (the partition of the op that made the TMEM tile)."""
+        reg = self._register_owner(v)
+        return reg if reg is not None else super()._after_owner(v)
+
+    def _register_owner(self, v: Value) -> int | None:
+        op = v.owner
+        if op is None:
+            return None
+        if op is self.k.loop:
+            y = self.k.yield_op.operands[v.index]
+            return None if not _carried(y) else self._owner_part(y)
+        if op.name == "ttng.tmem_load" and not self.k.in_loop(op):
+            return None
+        owners = {o for u in op.operands if (o := self._register_owner(u)) is not None}
+        return min(owners) if owners else None
+
     def _after_value(self, v: Value) -> str:
         op = v.owner
         if op is not None and op.name == "ttng.tmem_load" and not self.k.in_loop(op):
