@@ -131,7 +131,7 @@ def _partitions(items: list):
     first, rest = items[0], items[1:]
     for part in _partitions(rest):
         for i in range(len(part)):
-            yield part[:i] + [[first, *part[i]]] + part[i + 1:]
+            yield [*part[:i], [first, *part[i]], *part[i + 1:]]
         yield [[first], *part]
 
 
@@ -307,3 +307,12 @@ def test_the_simulation_catches_a_missing_tmem_wait(built):
     ref = _fa_reference(q, k, v, heads, n, d ** -0.5)
     err = np.abs(o.astype(np.float32) - ref).max() / np.abs(ref).max()
     assert not err < 1e-2                                                 # NaN or far off
+
+
+def test_a_split_accumulator_is_refused_with_its_op_and_line(tmp_path):
+    """The correction step that splits an accumulator in halves (``tests/data/tmem_splits.py``) is not
+    lowered: a clear error naming the TTGIR op and line."""
+    spec = str(ROOT / "tests" / "data" / "tmem_splits.py") + "::rescale"
+    sched = twill.schedule(twill.graph_from_kernel(spec, machine="b200"), "b200")
+    with pytest.raises(CodegenError, match=r"\(tt\.\w+ at TTGIR line \d+\)"):
+        generate(sched, spec, "b200", tmp_path, compile=False)
