@@ -23,7 +23,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                                    "and (sm_100) warp groups into Triton's scheduled TTGIR and finish the "
                                    "compile to a cubin (--backend triton), or generate a warp-specialized "
                                    "Gluon kernel that executes the schedule (--backend gluon: one partition "
-                                   "per warp group, TMA rings, mbarriers, async wgmma; Hopper); save it as a "
+                                   "per warp group, TMA rings, mbarriers, async wgmma on Hopper, tcgen05 "
+                                   "with tensor memory on Blackwell); save it as a "
                                    "launchable kernel and print what was kept and what was dropped.")
     p.add_argument("file", help="FILE.py[::KERNEL] with a TWILL_KERNELS entry")
     p.add_argument("--schedule", metavar="JSON", help="use this saved schedule instead of solving")
@@ -60,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
         target = target_for(load_machine(machine))
         refuse_unsupported(compile_to_ttgir(load_kernel(args.file), target=target), target)  # before solving
         graph = graph_from_kernel(args.file, machine)
-        apart = triton_apart(graph) if target == "sm_100" else ()
+        # the pairs Triton's sm_100 pipeliner must keep apart bind only the Triton re-entry path
+        apart = triton_apart(graph) if target == "sm_100" and args.backend == "triton" else ()
         with console.status(f"solving {graph.name} for {machine}..."):
             sched = solve(graph, machine, time_limit=args.time_limit, apart=apart)
     if args.backend == "gluon":

@@ -1,4 +1,4 @@
-"""Gluon backend: a warp-specialized Hopper kernel generated from a twill schedule.
+"""Gluon backend: a warp-specialized Hopper (sm_90) or Blackwell (sm_100) kernel from a twill schedule.
 
     from twill.codegen.gluon import generate, load
     kernel = generate(schedule, "examples/gemm.py", "h100", "out/gemm")   # on the CPU: generate + compile
@@ -8,7 +8,8 @@
 
 Modules: :mod:`.plan` (partitions, rings, turns), :mod:`.layouts` (TTGIR layouts for a partition's warps),
 :mod:`.ops` (TTGIR op -> Gluon table), :mod:`.emit` (the source), :mod:`.build` (compile, report, save),
-:mod:`.loader` (load a saved kernel without twill).
+:mod:`.loader` (load a saved kernel without twill); sm_100: :mod:`.tmem` (tensor-memory buffers, columns,
+waits) and :mod:`.blackwell` (tcgen05 partitions and the kernel target).
 """
 
 from twill.codegen.gluon.build import GluonKernel, GluonReport, PartitionReport, generate

@@ -22,9 +22,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from twill.codegen.gluon.blackwell import blackwell_target
 from twill.codegen.gluon.emit import KernelSource, check_lowerable, emit_kernel
 from twill.codegen.gluon.errors import CodegenError
 from twill.codegen.gluon.plan import Plan, default_budget, default_candidates, make_plan
+from twill.codegen.gluon.tmem import TMEM_OPS
 from twill.ir.machine import Machine, load_machine
 from twill.model.liveness import fold, memory_intervals
 from twill.schedule import Schedule
@@ -32,6 +34,9 @@ from twill.schedule import Schedule
 __all__ = ["GluonKernel", "GluonReport", "PartitionReport", "compile_source", "generate"]
 
 _SETMAXNREG = r"setmaxnreg\.(?:inc|dec)\.sync\.aligned\.u32\s+(\d+)"
+
+_ARCH = {"sm_90": (90, "sm_90a", "ptxas"), "sm_100": (100, "sm_100a", "ptxas-blackwell")}
+"""Per target: compute capability, the ptxas ``--gpu-name`` and the Triton wheel's ptxas binary for it."""
 
 MBARRIER_BYTES = 8
 """Bytes of one mbarrier (a 64-bit shared-memory word, PTX ISA ``mbarrier`` object size)."""
@@ -75,6 +80,12 @@ class GluonReport:
     threads: int
     not_kept: tuple[str, ...]
     notes: tuple[str, ...] = field(default_factory=tuple)
+    target: str = "sm_90"
+    tmem_columns: int = 0
+    tmem_compiled: int = 0
+    tmem_model_peak: int = 0
+    tmem_limit: int = 0
+    tmem_buffers: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (JSON-ready)."""
@@ -96,6 +107,10 @@ class GluonReport:
                    f"{self.shared_model_peak} B, "
                    f"model buffers {self.shared_model_buffers} B; barriers {self.barrier_bytes} B; "
                    f"difference: {diff or 'none'}; limit {self.shared_limit} B")
+        if self.target != "sm_90":
+            bufs = ", ".join(f"{k} {v}" for k, v in self.tmem_buffers.items())
+            out.append(f"  tensor memory: {self.tmem_columns} columns allocated ({bufs}); compiled "
+                       f"{self.tmem_compiled}; model peak {self.tmem_model_peak}; limit {self.tmem_limit}")
         out.append(f"  ptxas: {self.registers_ptxas} registers (kernel-wide cap), spills "
                    f"{self.spill_store_bytes} B stores / {self.spill_load_bytes} B loads")
         out += [f"  not kept: {n}" for n in self.not_kept]
@@ -144,8 +159,9 @@ def _signature(spec: Any, desc_params: dict[str, tuple[tuple[int, ...], str]]) -
     return sig
 
 
-def compile_source(fn: Any, signature: dict[str, str], constexprs: dict[str, Any], num_warps: int) -> Any:
-    """``triton.compile`` a Gluon function for sm_90 on the CPU.
+def compile_source(fn: Any, signature: dict[str, str], constexprs: dict[str, Any], num_warps: int,
+                   target: str = "sm_90") -> Any:
+    """``triton.compile`` a Gluon function for ``target`` (``sm_90`` or ``sm_100``) on the CPU.
 
     Raises
     ------
@@ -157,20 +173,22 @@ def compile_source(fn: Any, signature: dict[str, str], constexprs: dict[str, Any
     from triton.experimental.gluon._runtime import GluonASTSource
 
     try:
-        return triton.compile(GluonASTSource(fn, signature, constexprs), target=GPUTarget("cuda", 90, 32),
+        gpu = GPUTarget("cuda", _ARCH[target][0], 32)
+        return triton.compile(GluonASTSource(fn, signature, constexprs), target=gpu,
                               options={"num_warps": num_warps})
     except Exception as exc:  # Triton raises CompilationError, RuntimeError, AssertionError...
         raise CodegenError(f"Triton did not compile the generated Gluon kernel: {type(exc).__name__}: "
                            f"{str(exc)[-3000:]}") from exc
 
 
-def _ptxas(ptx: str) -> dict[str, Any]:
+def _ptxas(ptx: str, target: str = "sm_90") -> dict[str, Any]:
     from twill.calibrate.regs import parse_ptxas_log, triton_tool
 
     with tempfile.TemporaryDirectory(prefix="twill-gluon-") as tmp:
         src = Path(tmp) / "k.ptx"
         src.write_text(ptx)
-        log = subprocess.run([str(triton_tool("ptxas")), "-v", "--gpu-name", "sm_90a", str(src), "-o",
+        _cap, gpu, tool = _ARCH[target]
+        log = subprocess.run([str(triton_tool(tool)), "-v", "--gpu-name", gpu, str(src), "-o",
                               str(Path(tmp) / "k.cubin")], capture_output=True, text=True, timeout=300)
     if log.returncode != 0:
         raise CodegenError(f"ptxas rejected the generated kernel's PTX: {log.stderr[-2000:]}")
@@ -245,14 +263,14 @@ def generate(schedule: Schedule, kernel: Any, machine: str | os.PathLike[str] | 
     if machine.name != schedule.machine:
         raise CodegenError(f"the schedule was solved for {schedule.machine!r}, not {machine.name!r}")
     target = target_for(machine)
-    if target != "sm_90":
-        raise CodegenError(f"the Gluon backend generates Hopper (sm_90) kernels; machine {machine.name!r} is "
-                           f"{machine.arch}")
+    if target not in _ARCH:
+        raise CodegenError(f"the Gluon backend generates Hopper (sm_90) and Blackwell (sm_100) kernels; "
+                           f"machine {machine.name!r} is {machine.arch}")
     spec = kernel if isinstance(kernel, KernelSpec) else load_kernel(os.fspath(kernel))
     snaps = compile_to_ttgir(spec, target=target)
     lowering = lower_loop(parse_ttgir(snaps.pre_swp), machine, name=spec.name)
     check_against(schedule, lowering.graph)
-    check_lowerable(lowering)
+    check_lowerable(lowering, TMEM_OPS if target == "sm_100" else frozenset())
     folder = Path(out_dir) if out_dir is not None else Path("twill-gluon") / spec.name
     folder.mkdir(parents=True, exist_ok=True)
     desc_params = _desc_params(spec)
@@ -268,7 +286,8 @@ def generate(schedule: Schedule, kernel: Any, machine: str | os.PathLike[str] | 
         candidates = [default_group]
     for default in (candidates if compile else candidates[:1]):
         plan = make_plan(schedule, lowering, default)
-        source = emit_kernel(schedule, lowering, plan, spec)
+        kt = blackwell_target(schedule, lowering, plan, machine) if target == "sm_100" else None
+        source = emit_kernel(schedule, lowering, plan, spec, kt)
         module = _import_source(source.text, spec.name, folder)
         compiled, stats, shared, ptx_regs = None, {"registers": 0, "spill_store_bytes": 0,
                                                   "spill_load_bytes": 0}, 0, []
@@ -276,40 +295,61 @@ def generate(schedule: Schedule, kernel: Any, machine: str | os.PathLike[str] | 
             sig = _signature(spec, desc_params)
             try:
                 compiled = compile_source(getattr(module, spec.name), sig, dict(spec.constexprs),
-                                          source.num_warps)
+                                          source.num_warps, target)
             except CodegenError as exc:   # e.g. ptxas cannot allocate within the default's leftover budget
                 tried.append(f"group {default} as the default partition: {str(exc)[:300]}")
                 failure = failure or exc
                 continue
             ptx = compiled.asm["ptx"]
-            stats = _ptxas(ptx)
+            stats = _ptxas(ptx, target)
             shared = int(compiled.metadata.shared)
             ptx_regs = [int(x) for x in re.findall(_SETMAXNREG, ptx)]
         spills = int(stats.get("spill_store_bytes", 0)) + int(stats.get("spill_load_bytes", 0))
         tried.append(f"group {default} as the default partition (Triton gives it "
                      f"{default_budget(schedule, default)} registers): ptxas spills {spills} B")
         if best is None or spills < best[0]:
-            best = (spills, plan, source, compiled, stats, shared, ptx_regs)
+            best = (spills, plan, source, compiled, stats, shared, ptx_regs, kt)
         if spills == 0:
             break
     if best is None:
         assert failure is not None
         raise CodegenError(f"{failure} (every default partition was tried: {'; '.join(tried)})") from failure
-    _spills, plan, source, compiled, stats, shared, ptx_regs = best
+    _spills, plan, source, compiled, stats, shared, ptx_regs, kt = best
     _import_source(source.text, spec.name, folder)
     if compiled is not None:
         (folder / f"{spec.name}.ptx").write_text(compiled.asm["ptx"])
         if shared > machine.smem_per_cta:
             raise CodegenError(f"the generated kernel needs {shared} B of shared memory per CTA, more than "
                                f"machine {machine.name!r} has ({machine.smem_per_cta} B)")
+        tmem = int(getattr(compiled.metadata, "tmem_size", 0) or 0)
+        if tmem > machine.tmem_columns:
+            raise CodegenError(f"the compiled kernel allocates {tmem} tensor-memory columns, more than "
+                               f"machine {machine.name!r} has ({machine.tmem_columns})")
     if len(tried) > 1:
         source.notes.append("default partition chosen by compiling: " + "; ".join(tried))
     manifest = _manifest(spec, source, desc_params, plan)
     report = _report(schedule, machine, plan, source, shared, stats, ptx_regs, threads)
+    if kt is not None:
+        report = _with_tmem(report, schedule, kt.tm, compiled, target)
     (folder / "report.json").write_text(json.dumps(report.to_dict(), indent=2))
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=2))
     (folder / "schedule.json").write_text(schedule.to_json(timings=False))
     return GluonKernel(folder, source.text, report, manifest, compiled)
+
+
+def _with_tmem(report: GluonReport, schedule: Schedule, tm: Any, compiled: Any, target: str) -> GluonReport:
+    """``report`` with the tensor-memory numbers: columns allocated (per buffer), compiled, model peak."""
+    from dataclasses import replace
+
+    p = schedule.problem
+    intervals = memory_intervals(p, schedule.ii, schedule.start, schedule.group, "tmem")
+    peak = max(fold(intervals, schedule.ii, p.fixed_tmem)) if intervals else p.fixed_tmem
+    bufs = {(b.value.name or b.name) + (f" (view of {b.alias_of})" if b.alias_of else ""):
+            (0 if b.alias_of else b.columns) for b in tm.buffers}
+    tmem = int(getattr(compiled.metadata, "tmem_size", 0) or 0) if compiled is not None else 0
+    notes = tuple(report.notes) + tuple(tm.notes)
+    return replace(report, target=target, tmem_columns=tm.columns, tmem_compiled=tmem, tmem_model_peak=peak,
+                   tmem_limit=tm.limit, tmem_buffers=bufs, notes=notes)
 
 
 def _desc_params(spec: Any) -> dict[str, tuple[tuple[int, ...], str]]:

@@ -17,6 +17,13 @@ partition in its own thread:
   ``gl.load`` reads only the lanes its mask keeps (``other`` elsewhere, NaN without one, so a lane the
   kernel should not use shows up in the result) and refuses an address outside the array on a live lane;
   ``gl.store`` writes only the masked lanes.
+* sm_100: **tensor memory** is a numpy tile per allocation; a ``_reinterpret`` view shares the allocation's
+  columns, so writing one member of such a group poisons (NaN) the others (a read of S after P overwrote it
+  is wrong); a **tcgen05 MMA** is computed when it completes: when a partition waits on one of the mbarriers
+  it was given (or on a ``tcgen05_commit`` barrier issued after it), completing the issuer's earlier MMAs
+  first (issue order), reading its operands then; an MMA without barriers is synchronous. With
+  ``mma="early"`` every MMA completes at issue instead (also a legal execution): "late" exposes a result read
+  before its wait, "early" an operand or accumulator overwritten before its reader is done.
 
 The kernel's output (written by its TMA stores into the numpy arrays behind the descriptors) is compared by
 the caller with a reference. Layouts, warps and registers are not modelled.
@@ -32,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Descriptor", "Pointer", "SimulationError", "run_kernel"]
+__all__ = ["Descriptor", "Pointer", "SimulationError", "Tmem", "run_kernel"]
 
 _DTYPES = {"float16": np.float16, "bfloat16": np.float32, "float32": np.float32, "float64": np.float64,
            "int32": np.int32, "int64": np.int64, "int1": np.bool_, "int8": np.int8, "int16": np.int16}
@@ -250,6 +257,59 @@ class _Token:
     __add__ = __radd__ = __mul__ = __rmul__ = __sub__ = __rsub__ = __truediv__ = _bad
 
 
+class Tmem:
+    """A tensor-memory allocation or a view of one; ``group`` lists the members sharing its columns."""
+
+    def __init__(self, data: np.ndarray, group: list[Tmem] | None = None) -> None:
+        self.data = data
+        self.group = group if group is not None else []
+        self.group.append(self)
+
+    def index(self, i: int) -> Tmem:
+        view = Tmem.__new__(Tmem)
+        view.data, view.group = self.data[int(i)], self.group
+        return view
+
+    def _reinterpret(self, dtype: Any, shape: Sequence[int], layout: Any = None) -> Tmem:
+        return Tmem(np.full(tuple(shape), np.nan, dtype=dtype), self.group)
+
+    def load(self, _layout: Any = None) -> Arr:
+        return _arr(self.data.copy())
+
+    def store(self, value: Any, pred: Any = True) -> None:
+        if not pred:
+            return
+        for other in self.group:   # the views that share these columns under another type
+            if not np.shares_memory(other.data, self.data):
+                other.data[...] = np.nan
+        np.copyto(self.data, np.asarray(value).astype(self.data.dtype))
+
+
+class _Mma:
+    """An asynchronous tcgen05 MMA (or a commit): computed when it completes, after the issuer's earlier
+    ones; it then arrives on its barriers."""
+
+    def __init__(self, issued: list[_Mma], a: Any, b: Any, acc: Tmem | None, use_acc: bool,
+                 bars: Sequence[Barrier]) -> None:
+        self.issued, self.a, self.b, self.acc, self.use_acc = issued, a, b, acc, use_acc
+        self.bars = list(bars)
+        self.done = False
+        issued.append(self)
+
+    def complete(self) -> None:   # called with the machine's condition held
+        if self.done:
+            return
+        for earlier in self.issued[:self.issued.index(self)]:
+            earlier.complete()
+        self.done = True
+        if self.acc is not None:
+            prod = self.a.data.astype(np.float32) @ self.b.data.astype(np.float32)
+            self.acc.store(prod + (self.acc.data.astype(np.float32) if self.use_acc else 0.0))
+        for bar in self.bars:
+            bar.pending -= 1
+            bar._check()
+
+
 class _Machine:
     """The shared state of one simulated CTA and the mock modules bound to it."""
 
@@ -258,6 +318,7 @@ class _Machine:
         self.pid = (0, 0, 0)
         self.local = threading.local()
         self.timeout = 20.0
+        self.mma = "late"
 
     # ---------------------------------------------------------------- gl
     def gl(self) -> Any:
@@ -425,6 +486,40 @@ class _Machine:
         out = [d.value if isinstance(d, _Token) and d.value is not None else d for d in deps]
         return out[0] if len(out) == 1 else tuple(out)
 
+    # ---------------------------------------------------------------- tcgen05
+    def issued(self) -> list[_Mma]:
+        if not hasattr(self.local, "issued"):
+            self.local.issued = []
+        return self.local.issued
+
+    def tcgen05_mma(self, a: Any, b: Any, acc: Tmem, *, use_acc: Any = True, pred: Any = True,
+                    mbarriers: Sequence[Barrier] | None = None, mbarrier_preds: Any = None) -> None:
+        if not pred:
+            return
+        with self.cond:
+            mma = _Mma(self.issued(), a, b, acc, bool(use_acc), mbarriers or [])
+            if not mbarriers or self.mma == "early":
+                mma.complete()
+            for bar in mma.bars:
+                bar.in_flight.append(mma.complete)
+            self.cond.notify_all()
+
+    def tcgen05_commit(self, bar: Barrier) -> None:
+        with self.cond:
+            commit = _Mma(self.issued(), None, None, None, False, [bar])
+            if self.mma == "early":
+                commit.complete()
+            else:
+                bar.in_flight.append(commit.complete)
+            self.cond.notify_all()
+
+    def allocate_tensor_memory(self, dtype: Any, shape: Sequence[int], layout: Any = None,
+                               value: Any = None) -> Tmem:
+        buf = Tmem(np.full(tuple(shape), np.nan, dtype=dtype))
+        if value is not None:
+            buf.store(value)
+        return buf
+
     # ---------------------------------------------------------------- partitions
     def run_partitions(self, entries: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]]) -> None:
         errors: list[BaseException] = []
@@ -453,7 +548,7 @@ def _strip_imports(text: str) -> str:
 
 
 def run_kernel(source: str, kernel: str, args: Sequence[Any], grid: Sequence[int], *,
-               timeout: float = 20.0) -> None:
+               timeout: float = 20.0, mma: str = "late") -> None:
     """Execute generated Gluon module text ``source``'s ``kernel`` over ``grid`` on the CPU.
 
     Parameters
@@ -468,6 +563,8 @@ def run_kernel(source: str, kernel: str, args: Sequence[Any], grid: Sequence[int
         Programs along x, y (and z); they run one after the other.
     timeout : float
         Seconds a barrier wait may block before the run is reported as a deadlock.
+    mma : {"late", "early"}
+        When a tcgen05 MMA completes: when its barrier is waited on (default), or at issue.
 
     Raises
     ------
@@ -476,9 +573,14 @@ def run_kernel(source: str, kernel: str, args: Sequence[Any], grid: Sequence[int
     """
     m = _Machine()
     m.timeout = timeout
+    if mma not in ("late", "early"):
+        raise ValueError(f"mma must be 'late' or 'early', not {mma!r}")
+    m.mma = mma
     mods = {"gl": m.gl(), "mbarrier": m.mbarrier(), "tma": m.tma(),
             "fence_async_shared": lambda *a, **k: None, "warpgroup_mma": m.warpgroup_mma,
             "warpgroup_mma_wait": m.warpgroup_mma_wait, "warpgroup_mma_init": lambda x: x,
+            "tcgen05_mma": m.tcgen05_mma, "tcgen05_commit": m.tcgen05_commit,
+            "allocate_tensor_memory": m.allocate_tensor_memory, "TensorMemoryLayout": _Dummy,
             "range": lambda *a: (RInt(i) for i in range(*(int(x) for x in a)))}
 
     class _Gluon:

@@ -87,6 +87,9 @@ def reduce_combiner(op: Op) -> str | None:
 def constant_value(line: str) -> str:
     """The Python literal of an ``arith.constant`` from its TTGIR text line (``dense<0xFF800000>``,
     ``1.44269502 : f32``, ``128 : i32``)."""
+    b = re.search(r"arith\.constant\s+(true|false)\b", line)   # i1 constants print without a type
+    if b:
+        return "True" if b.group(1) == "true" else "False"
     m = re.search(r"arith\.constant\s+(?:dense<)?([^>:\s]+)>?\s*:", line)
     if not m:
         raise ValueError(f"cannot read the value of {line.strip()!r}")

@@ -23,11 +23,14 @@ from twill.frontend.lower import Lowering
 from twill.frontend.ttgir import Op
 from twill.schedule import Schedule, WarpGroup
 
-__all__ = ["Partition", "Plan", "Ring", "TurnStep", "default_budget", "default_candidates", "make_plan",
-           "sequential_plan"]
+__all__ = ["TENSOR_CORE", "Partition", "Plan", "Ring", "TurnStep", "default_budget", "default_candidates",
+           "make_plan", "sequential_plan"]
 
 LOADS = ("tt.descriptor_load",)
 MMAS = ("ttng.warp_group_dot",)
+TENSOR_CORE = (*MMAS, "ttng.tc_gen5_mma")
+"""Tensor Core ops of either target (Hopper wgmma, Blackwell tcgen05): the ops whose cross-partition order the
+turns keep."""
 
 
 @dataclass
@@ -96,7 +99,7 @@ class Plan:
 
 
 def _tc_ops(schedule: Schedule, lowering: Lowering) -> list[str]:
-    return [n for n in schedule.slots if any(m.name in MMAS for m in lowering.members[n])]
+    return [n for n in schedule.slots if any(m.name in TENSOR_CORE for m in lowering.members[n])]
 
 
 def _turns(schedule: Schedule, lowering: Lowering, part_of: dict[str, int]) -> dict[str, TurnStep]:
