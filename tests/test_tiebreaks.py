@@ -10,6 +10,7 @@ group, one mbarrier pair per reader group), not read from the code under test.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -64,3 +65,22 @@ def test_ties_go_to_the_fewest_barriers_and_handoff_bytes(solver: str, nbytes: i
     assert not violations(other)
     assert (other.ii, other.length, len(set(other.group.values()))) == (s.ii, s.length, 3)
     assert exchange(s.problem, other.group) == {"barriers": 2, "handoff_bytes": 3 * nbytes}
+
+
+def test_the_tie_breaks_leave_fa_forward_ii_length_and_proof_as_they_were(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import twill.solvers.joint.cpsat as cpsat_encoding
+    import twill.solvers.joint.smt as smt_encoding
+    from twill.solvers.joint.result import GOALS, TIEBREAKS
+
+    kernel = str(Path(__file__).resolve().parents[1] / "examples" / "flash_attention_fwd.py")
+    g = twill.graph_from_kernel(kernel, machine="h100")
+    with_tiebreaks = twill.schedule(g, "h100", time_limit=300)
+    before = tuple(x for x in GOALS if x not in TIEBREAKS)
+    monkeypatch.setattr(smt_encoding, "GOALS", before)
+    monkeypatch.setattr(cpsat_encoding, "GOALS", before)
+    without = twill.schedule(g, "h100", time_limit=300)
+    assert (with_tiebreaks.ii, with_tiebreaks.length) == (without.ii, without.length)
+    assert with_tiebreaks.certificate.proven_optimal == without.certificate.proven_optimal
+    assert exchange(with_tiebreaks.problem, with_tiebreaks.group)["barriers"] \
+        <= exchange(without.problem, without.group)["barriers"]

@@ -56,7 +56,7 @@ class Task:
     time_limit : float
         Seconds for twill's solve of this config.
     backend : str
-        ``"triton"``.
+        ``"triton"`` or ``"gluon"`` (:mod:`twill.tune.gluon_worker`).
     cache_dir : str or None
         Folder of the compile cache (None: no cache).
     index : int
@@ -259,8 +259,14 @@ def _tune(task: Task) -> dict[str, Any]:
         signature = problem.signature(spec.signature, {**spec.constexprs, **task.constexprs})
     except (GridError, TwillError) as exc:
         return _result(task, reason=f"bad input: {exc}", error="input")
+    if task.backend == "gluon":
+        from twill.tune.gluon_worker import tune_gluon
+
+        return tune_gluon(task, spec, machine, ctas=ctas, trips=trips, flops=flops, signature=signature,
+                          result=_result)
     if task.backend != "triton":
-        return _result(task, reason=f"backend {task.backend!r} is not supported (use triton)", error="input")
+        return _result(task, reason=f"backend {task.backend!r} is not supported (use triton or gluon)",
+                       error="input")
     try:
         built = _compile(task, spec, signature, target_for(machine))
     except FrontendError as exc:
