@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -182,3 +183,73 @@ def test_the_examples_name_their_inputs_functions():
     for kernel in (GEMM, FA):
         spec, fn = measure_mod.inputs_function(kernel)
         assert callable(fn) and fn.__module__ == spec.fn.__module__
+
+
+# ------------------------------------------------------------------- bench.py (torch + Triton only)
+FAKE_KERNEL = '''
+CALLS = []
+
+
+class FakeJit:
+    """Stands for a JIT function: ``fn[grid](*args, **kw)`` records the launch."""
+
+    def __getitem__(self, grid):
+        return lambda *args, **kw: CALLS.append((grid, args, kw))
+
+
+kern = FakeJit()
+TWILL_KERNELS = {"entry": {"kernel": "kern", "signature": {}, "default": True}}
+TWILL_TUNE = {"entry": {"problem": {"M": 8}, "ctas": "1", "trips": "1", "flops": "1", "inputs": "make"}}
+
+
+def make(constexprs, problem):
+    return (problem["M"] // constexprs["BLOCK"], 1), ("a", "b", problem["M"])
+'''
+
+
+def test_bench_launches_a_triton_config_with_its_constexprs_warps_and_stages(tmp_path):
+    from twill.tune import bench
+
+    path = tmp_path / "fake_kernel.py"
+    path.write_text(FAKE_KERNEL)
+    result = {"constexprs": {"BLOCK": 4}, "num_warps": 8, "num_stages": 2}
+    fn = bench.launch_config(result, f"{path}::entry", "triton", {"M": 8})
+    module = bench.load_file(path)
+    assert module.CALLS == []  # inputs made, nothing launched yet
+    fn()
+    assert module.CALLS == [((2, 1), ("a", "b", 8), {"BLOCK": 4, "num_warps": 8, "num_stages": 2})]
+
+
+def test_bench_launches_a_gluon_config_through_the_loader(tmp_path):
+    from twill.tune import bench
+
+    path = tmp_path / "fake_kernel2.py"
+    path.write_text(FAKE_KERNEL)
+    folder = tmp_path / "gluon"
+    folder.mkdir()
+    (folder / "kernel.py").write_text(FAKE_KERNEL.replace("kern = FakeJit()", "entry = FakeJit()"))
+    (folder / "manifest.json").write_text(json.dumps({
+        "kind": "twill.gluon_kernel", "kernel": "entry", "source": "kernel.py", "arg_names": ["x", "y", "M",
+                                                                                              "BLOCK"],
+        "constexprs": {"BLOCK": 4}, "descriptors": {}, "num_warps": 12}))
+    result = {"constexprs": {"BLOCK": 4}, "num_warps": 4, "num_stages": 3,
+              "details": {"gluon_kernel": str(folder)}}
+    fn = bench.launch_config(result, f"{path}::entry", "gluon", {"M": 8})
+    fn()
+    launched = [m for name, m in sys.modules.items() if name.startswith("twill_gluon_entry_")]
+    assert [m.CALLS for m in launched] == [[((2, 1), ("a", "b", 8, 4), {"num_warps": 12})]]
+
+
+def test_bench_score_and_its_no_gpu_error(tmp_path, capsys):
+    from twill.tune import bench
+
+    doc = {"kernel": "k.py", "problem": {}, "configs": _fake([1.0, 2.0, 3.0, None])}
+    for r, ms in zip(doc["configs"], (1.5, 1.0, 4.0, None), strict=True):
+        r["measured_ms"] = ms
+    (tmp_path / "m.json").write_text(json.dumps(doc))
+    assert bench.main([str(tmp_path / "m.json"), "--score"]) == 0
+    # predicted ranks 1 2 3, measured 2 1 3: d^2 = 1 + 1, rho = 1 - 6 * 2 / 24
+    assert "Spearman (predicted vs measured, 3 configs): 0.5" in capsys.readouterr().out
+    if not _cuda():
+        assert bench.main([str(tmp_path / "m.json")]) == 2
+        assert "--measure needs a CUDA device; none found" in capsys.readouterr().err

@@ -77,10 +77,11 @@ def require_cuda() -> None:
 
 
 def do_bench_median(fn: Callable[[], Any]) -> float:
-    """Median milliseconds of ``fn()`` by ``triton.testing.do_bench``."""
-    from triton.testing import do_bench
+    """Median milliseconds of ``fn()`` by ``triton.testing.do_bench``
+    (:func:`twill.tune.bench.do_bench_median`)."""
+    from twill.tune.bench import do_bench_median as median
 
-    return float(do_bench(fn, return_mode="median"))
+    return median(fn)
 
 
 def inputs_function(kernel: str) -> tuple[Any, Callable[..., Any]]:
@@ -88,64 +89,57 @@ def inputs_function(kernel: str) -> tuple[Any, Callable[..., Any]]:
 
     Raises
     ------
-    FrontendError, GridError
-        The kernel or its ``TWILL_TUNE`` entry cannot be loaded.
+    FrontendError
+        The kernel cannot be loaded.
     MeasureError
-        No ``inputs`` entry, or it names no function of the file.
+        No ``TWILL_TUNE`` entry or no ``inputs`` entry, or it names no function of the file.
     """
     from twill.frontend.compile import load_kernel
-    from twill.tune.grid import load_tune_problem
+    from twill.tune.bench import inputs_function as find
 
     spec = load_kernel(kernel)
-    tp = load_tune_problem(spec.fn.__globals__.get("TWILL_TUNE"), spec.name, source=spec.source)
-    if not tp.inputs:
-        raise MeasureError(f"{spec.source}: TWILL_TUNE[{spec.name!r}] has no 'inputs' entry: --measure needs "
-                           f"a function that makes the kernel's launch arguments (twill/tune/measure.py)")
-    inputs = spec.fn.__globals__.get(tp.inputs)
-    if not callable(inputs):
-        raise MeasureError(f"{spec.source}: TWILL_TUNE[{spec.name!r}]['inputs'] names {tp.inputs!r}, which "
-                           f"is not a function of the file")
-    return spec, inputs
+    try:
+        return spec, find(_module(spec), spec.name, where=spec.source)
+    except LookupError as exc:
+        raise MeasureError(str(exc)) from None
+
+
+def _module(spec: Any) -> Any:
+    """The names of a loaded kernel's file (its JIT function's globals), as attributes."""
+    import types
+
+    return types.SimpleNamespace(**spec.fn.__globals__)
 
 
 def make_launch(result: Mapping[str, Any], kernel: str, backend: str,
                 problem: Mapping[str, int]) -> Callable[[], Any]:
-    """A zero-argument launch of ``result``'s config (inputs made now, on the device).
+    """A zero-argument launch of ``result``'s config (inputs made now, on the device;
+    :func:`twill.tune.bench.launch_config`).
 
     Raises
     ------
     MeasureError
         As :func:`inputs_function`; a Gluon result without its kernel folder.
     """
-    spec, inputs = inputs_function(kernel)
-    constexprs = dict(result["constexprs"])
-    grid, args = inputs(constexprs, dict(problem))
-    if backend == "gluon":
-        from twill.codegen.gluon.loader import load
+    from twill.tune.bench import launch_config
 
-        folder = result.get("details", {}).get("gluon_kernel")
-        if not folder:
-            raise MeasureError("the result has no generated Gluon kernel (details['gluon_kernel'])")
-        return load(folder).bind(tuple(grid), *args)
-    fn, warps, stages = spec.fn, int(result["num_warps"]), int(result["num_stages"])
-    return lambda: fn[tuple(grid)](*args, **constexprs, num_warps=warps, num_stages=stages)
+    spec, _ = inputs_function(kernel)
+    try:
+        return launch_config(result, f"{kernel.partition('::')[0]}::{spec.name}", backend, problem)
+    except LookupError as exc:
+        raise MeasureError(str(exc)) from None
 
 
 def spearman(predicted: Sequence[float], measured: Sequence[float]) -> float | None:
-    """Spearman's rho (``scipy.stats.spearmanr``); None for fewer than 2 pairs, no variation, or without
-    scipy.
+    """Spearman's rho (:func:`twill.tune.bench.spearman`, ``scipy.stats.spearmanr``); None for fewer than
+    2 pairs, a constant column, or without scipy.
 
     >>> spearman([1.0, 2.0, 3.0], [10.0, 30.0, 20.0])
     0.5
     """
-    if len(predicted) < 2 or len(set(predicted)) < 2 or len(set(measured)) < 2:
-        return None
-    try:
-        from scipy.stats import spearmanr
-    except ImportError:
-        return None
-    rho = spearmanr(predicted, measured).statistic
-    return None if rho != rho else round(float(rho), 4)  # NaN: a constant column
+    from twill.tune.bench import spearman as rho
+
+    return rho(predicted, measured)
 
 
 def measure(results: Sequence[dict[str, Any]], top: int, *,
@@ -153,7 +147,8 @@ def measure(results: Sequence[dict[str, Any]], top: int, *,
             timer: Callable[[Callable[[], Any]], float] | None = None,
             timer_name: str = "triton.testing.do_bench (median)",
             on_measured: Callable[[dict[str, Any]], None] | None = None) -> Measurement:
-    """Time the ``top`` configs predicted fastest; set ``measured_ms`` on each result (in place).
+    """Time the ``top`` configs predicted fastest; set ``measured_ms`` on each result (in place;
+    :func:`twill.tune.bench.measure_document`).
 
     Parameters
     ----------
@@ -164,8 +159,8 @@ def measure(results: Sequence[dict[str, Any]], top: int, *,
         How many of the fitting configs, fastest predicted first, to time.
     launch : callable
         ``launch(result)`` -> a zero-argument launch (:func:`make_launch` bound to the kernel).
-    timer : callable
-        ``timer(fn)`` -> milliseconds (default, None: :func:`do_bench_median`).
+    timer : callable, optional
+        ``timer(fn)`` -> milliseconds (default :func:`do_bench_median`).
     timer_name : str
         How ``timer`` times, for the report.
     on_measured : callable, optional
@@ -174,31 +169,19 @@ def measure(results: Sequence[dict[str, Any]], top: int, *,
     Returns
     -------
     Measurement
+
+    Raises
+    ------
+    MeasureError
+        ``top`` < 1.
     """
-    from twill.tune.report import rank
+    from twill.tune.bench import measure_document
 
     if top < 1:
         raise MeasureError(f"--top {top} must be >= 1")
-    timer = timer or do_bench_median
-    by_index = {r.get("index"): r for r in results}
-    for r in results:
-        r["measured_ms"] = None
-    chosen = [by_index[r.get("index")] for r in rank(results)
-              if r.get("fits") and r.get("predicted_ms") is not None][:top]
-    measured, failed = [], []
-    for r in chosen:
-        try:
-            ms = float(timer(launch(r)))
-        except Exception as exc:  # a launch the GPU rejects: reported on the config, the others go on
-            r["measure_error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
-            failed.append(r)
-            continue
-        r["measured_ms"] = ms
-        measured.append(r)
-        if on_measured is not None:
-            on_measured(r)
-    rho = spearman([float(r["predicted_ms"]) for r in measured], [float(r["measured_ms"]) for r in measured])
-    return Measurement(measured, failed, rho, timer_name)
+    out = measure_document(list(results), top, launch=launch, timer=timer or do_bench_median,
+                           on_measured=on_measured)
+    return Measurement(out["measured"], out["failed"], out["spearman"], timer_name)
 
 
 def render_measured(m: Measurement, names: Sequence[str], *, title: str = "") -> Any:
