@@ -240,16 +240,20 @@ def test_bench_launches_a_gluon_config_through_the_loader(tmp_path):
     assert [m.CALLS for m in launched] == [[((2, 1), ("a", "b", 8, 4), {"num_warps": 12})]]
 
 
-def test_bench_score_and_its_no_gpu_error(tmp_path, capsys):
-    from twill.tune import bench
+def test_the_measure_script_scores_and_stops_without_a_gpu(tmp_path, capsys):
+    import importlib.util
 
+    path = ROOT / "benchmarks" / "tune_measure.py"
+    spec = importlib.util.spec_from_file_location("tune_measure_script", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
     doc = {"kernel": "k.py", "problem": {}, "configs": _fake([1.0, 2.0, 3.0, None])}
     for r, ms in zip(doc["configs"], (1.5, 1.0, 4.0, None), strict=True):
         r["measured_ms"] = ms
     (tmp_path / "m.json").write_text(json.dumps(doc))
-    assert bench.main([str(tmp_path / "m.json"), "--score"]) == 0
+    assert script.main([str(tmp_path / "m.json"), "--score"]) == 0
     # predicted ranks 1 2 3, measured 2 1 3: d^2 = 1 + 1, rho = 1 - 6 * 2 / 24
     assert "Spearman (predicted vs measured, 3 configs): 0.5" in capsys.readouterr().out
     if not _cuda():
-        assert bench.main([str(tmp_path / "m.json")]) == 2
+        assert script.main([str(tmp_path / "m.json")]) == 2
         assert "--measure needs a CUDA device; none found" in capsys.readouterr().err

@@ -175,9 +175,10 @@ def run(args: argparse.Namespace) -> int:
                   f"{escape(str(r['reason']))}", soft_wrap=True)
     unproven = [r for r in results if r.get("schedule") and not r["schedule"].get("proven_optimal")]
     if unproven:
-        why = "; ".join(sorted({r["schedule"]["not_proven"] for r in unproven}))[:300]
-        console.print(f"{len(unproven)} of twill's schedules are not proven optimal ({why}); "
-                      "the predicted times are of the kernel Triton builds, with its own schedule",
+        why = "; ".join(sorted({str(r["schedule"].get("not_proven")) for r in unproven}))[:300]
+        what = ("the Gluon kernels execute these schedules" if meta["backend"] == "gluon" else
+                "the predicted times are of the kernel Triton builds, with its own schedule")
+        console.print(f"{len(unproven)} of twill's schedules are not proven optimal ({why}); {what}",
                       soft_wrap=True)
     if outcome.sweep.interrupted:
         err.print(f"[yellow]interrupted[/]: {meta['finished']} of {meta['total']} configs finished; "

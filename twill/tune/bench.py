@@ -2,10 +2,10 @@
 
 ``twill tune --measure`` times through this module (:mod:`twill.tune.measure`), and so does a GPU machine
 that has torch and Triton but not twill's solvers: this file imports nothing from twill, so it runs by
-path on the JSON ``twill tune --json`` wrote on the CPU::
+path (``benchmarks/tune_measure.py`` does) on the JSON ``twill tune --json`` wrote on the CPU::
 
-    python twill/tune/bench.py tune.json --top 3 --out measured.json     # on the GPU machine
-    python twill/tune/bench.py --score measured.json                     # anywhere: Spearman (scipy)
+    python3 benchmarks/tune_measure.py tune.json --top 3 --out measured.json    # on the GPU machine
+    python3 benchmarks/tune_measure.py --score measured.json                    # anywhere: Spearman (scipy)
 
 How a config is launched:
 
@@ -25,15 +25,14 @@ allocation or copy is in the timed region.
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
-import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["do_bench_median", "inputs_function", "launch_config", "load_file", "measure_document", "spearman"]
+__all__ = ["do_bench_median", "inputs_function", "launch_config", "load_file", "measure_document", "ranked",
+           "spearman"]
 
 LOADER = Path(__file__).resolve().parents[1] / "codegen" / "gluon" / "loader.py"
 """The Gluon loader (torch and Triton only)."""
@@ -131,7 +130,7 @@ def spearman(predicted: Sequence[float], measured: Sequence[float]) -> float | N
     return round(float(spearmanr(predicted, measured).statistic), 4)
 
 
-def _ranked(configs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def ranked(configs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Fitting configs by predicted time (then grid order): the JSON's own order, re-derived."""
     def key(r: Mapping[str, Any]) -> tuple[float, int]:
         index = r.get("index")
@@ -156,7 +155,7 @@ def measure_document(configs: Sequence[dict[str, Any]], top: int, *,
     for r in configs:
         r["measured_ms"] = None
     measured, failed = [], []
-    for r in _ranked(configs)[:top]:
+    for r in ranked(configs)[:top]:
         try:
             r["measured_ms"] = float(timer(launch(r)))
         except Exception as exc:  # a launch the GPU rejects: reported on the config, the others go on
@@ -168,55 +167,3 @@ def measure_document(configs: Sequence[dict[str, Any]], top: int, *,
             on_measured(r)
     rho = spearman([float(r["predicted_ms"]) for r in measured], [float(r["measured_ms"]) for r in measured])
     return {"measured": measured, "failed": failed, "spearman": rho}
-
-
-def _print_rows(rows: Sequence[Mapping[str, Any]]) -> None:
-    for i, r in enumerate(rows, 1):
-        label = " ".join(f"{k}={v}" for k, v in r["constexprs"].items())
-        print(f"{i:3d}. {label} w{r['num_warps']} s{r['num_stages']}: predicted {r['predicted_ms']:.3f} ms, "
-              f"measured {r['measured_ms']:.3f} ms ({r['measured_ms'] / r['predicted_ms']:.2f}x)")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line (module docstring); returns the exit code."""
-    ap = argparse.ArgumentParser(description="time the top K configs of a `twill tune --json` file on a GPU")
-    ap.add_argument("json", help="the file `twill tune --json` wrote (or, with --score, a measured one)")
-    ap.add_argument("--top", type=int, default=5, help="configs to time, fastest predicted first")
-    ap.add_argument("--out", help="write the document with measured_ms here (default: next to the input)")
-    ap.add_argument("--score", action="store_true", help="only print the measured rows and Spearman")
-    args = ap.parse_args(argv)
-    doc = json.loads(Path(args.json).read_text(encoding="utf-8"))
-    configs = doc["configs"]
-    if args.score:
-        rows = [r for r in _ranked(configs) if r.get("measured_ms") is not None]
-        _print_rows(rows)
-        rho = spearman([r["predicted_ms"] for r in rows], [r["measured_ms"] for r in rows])
-        print(f"Spearman (predicted vs measured, {len(rows)} configs): {rho if rho is not None else 'n/a'}")
-        return 0
-    try:
-        import torch
-    except ImportError:
-        print("--measure needs a CUDA device; none found (torch is not installed)", file=sys.stderr)
-        return 2
-    if not torch.cuda.is_available():
-        print("--measure needs a CUDA device; none found", file=sys.stderr)
-        return 2
-    kernel, backend, problem = doc["kernel"], doc.get("backend", "triton"), doc["problem"]
-    out = measure_document(configs, args.top,
-                           launch=lambda r: launch_config(r, kernel, backend, problem))
-    _print_rows(out["measured"])
-    for r in out["failed"]:
-        print(f"not measured {r['constexprs']} w{r['num_warps']} s{r['num_stages']}: {r['measure_error']}")
-    print(f"Spearman (predicted vs measured, {len(out['measured'])} configs): "
-          f"{out['spearman'] if out['spearman'] is not None else 'n/a (fewer than 2, or no scipy)'}")
-    doc["measure"] = {"configs": len(out["measured"]), "failed": len(out["failed"]),
-                      "spearman": out["spearman"], "timer": "triton.testing.do_bench (median)",
-                      "device": torch.cuda.get_device_name()}
-    target = Path(args.out) if args.out else Path(args.json).with_suffix(".measured.json")
-    target.write_text(json.dumps(doc, indent=1, default=str) + "\n", encoding="utf-8")
-    print(f"wrote {target}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

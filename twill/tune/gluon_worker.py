@@ -99,6 +99,7 @@ def tune_gluon(task: Any, spec: Any, machine: Any, *, ctas: int, trips: int, flo
     from twill.frontend.ttgir import parse_ttgir
     from twill.ir.costmodel import CostModel
     from twill.search import schedule as solve
+    from twill.tune.worker import why_not_proven
 
     config = dataclasses.replace(spec, signature={**spec.signature, **signature},
                                  constexprs={**spec.constexprs, **task.constexprs},
@@ -118,13 +119,15 @@ def tune_gluon(task: Any, spec: Any, machine: Any, *, ctas: int, trips: int, flo
     summary = {"strategy": sched.strategy, "ii": sched.ii, "ii_cycles": round(sched.ii_cycles, 1),
                "length": sched.length, "stages": sched.stages,
                "proven_optimal": sched.certificate.proven_optimal,
+               "not_proven": None if sched.certificate.proven_optimal else why_not_proven(sched, task),
                "warp_groups": [{"index": g.index, "ops": list(g.ops), "warps": g.warps,
                                 "registers": g.registers, "role": g.role} for g in sched.warp_groups]}
     folder = gluon_folder(task)
     try:
         kernel = generate(sched, config, machine, folder)
     except CodegenError as exc:
-        return result(task, reason=f"the Gluon backend cannot lower this config: {exc}", error="codegen",
+        return result(task, reason=f"Gluon codegen: the Gluon backend cannot lower this config: {exc}",
+                      error="codegen",
                       schedule=summary, details=details)
     report = kernel.report
     threads, regs, shared = report.threads, report.registers_ptxas, report.shared_compiled
@@ -158,3 +161,4 @@ def tune_gluon(task: Any, spec: Any, machine: Any, *, ctas: int, trips: int, flo
         details["note"] = f"ptxas spills {spill} B (the time assumes none)"
     return result(task, fits=True, predicted_ms=pred["ms"], predicted_tflops=pred["tflops"],
                   schedule=summary, details=details)
+
