@@ -77,7 +77,7 @@ def handoffs(problem: Problem) -> tuple[Handoff, ...]:
     >>> _ = g.add_op("a", "alu", busy={"alu": 2}, result_bytes=512)
     >>> _ = g.add_op("b", "alu", busy={"alu": 2})
     >>> _ = g.add_op("c", "alu", busy={"alu": 2})
-    >>> g.add_edge("a", "b", carrier="register"); g.add_edge("a", "c", carrier="none")
+    >>> _ = g.add_edge("a", "b", carrier="register"), g.add_edge("a", "c", carrier="none")
     >>> handoffs(build_problem(g, load_machine("h100")))
     (Handoff(producer='a', nbytes=512, consumers=('b', 'c'), register_consumers=('b',)),)
     """
@@ -121,7 +121,7 @@ def exchange(problem: Problem, group: Mapping[str, int]) -> dict[str, int]:
     >>> g = Graph("x")
     >>> for n in "abc":
     ...     _ = g.add_op(n, "alu", busy={"alu": 2}, result_bytes=512)
-    >>> g.add_edge("a", "b", carrier="register"); g.add_edge("a", "c", carrier="register")
+    >>> _ = g.add_edge("a", "b", carrier="register"), g.add_edge("a", "c", carrier="register")
     >>> p = build_problem(g, load_machine("h100"))
     >>> exchange(p, {"a": 0, "b": 1, "c": 1}), exchange(p, {"a": 0, "b": 1, "c": 2})
     ({'barriers': 1, 'handoff_bytes': 1024}, {'barriers': 2, 'handoff_bytes': 1536})

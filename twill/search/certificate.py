@@ -186,11 +186,14 @@ def finish(run: Run, found: tuple, norm: Normalization | None, raw_bounds: Any, 
               if not ok and goal in TIEBREAKS]
     if strategy == "joint" and res.start:
         cost = exchange(p, res.group)
+        if all(res.proven.get(g, False) for g in TIEBREAKS):
+            how = "fewest among the schedules equal in II, L, groups, hand-off latency, registers and SMEM"
+        elif any(g in res.proven for g in TIEBREAKS):
+            how = "the fewest found within the tie-break slices, not proven fewest"
+        else:
+            how = "not minimized: the goal phase stopped before the tie-breaks"
         notes.append(f"tie-breaks: {cost['barriers']} mbarrier pair(s) and {cost['handoff_bytes']} B handed "
-                     f"through shared memory per iteration between warp groups (fewest among the "
-                     f"schedules equal in II, L, groups, hand-off latency, registers and SMEM"
-                     + ("" if all(res.proven.get(g, False) for g in TIEBREAKS) else ", as far as searched")
-                     + "; twill.model.exchange)")
+                     f"through shared memory per iteration between warp groups ({how}; twill.model.exchange)")
     stats = tuple(PhaseStats(ph, round(t, 4), run.phase_calls.get(ph, 1)) for ph, t in run.phase_time.items())
     slots = slots_from(start, group, ii, p.names)
     return Schedule(
