@@ -17,6 +17,7 @@ import pytest
 import twill
 from twill.ir.graph import Graph
 from twill.model.exchange import exchange
+from twill.model.liveness import smem_footprint
 from twill.schedule import slots_from
 from twill.solvers import cpsat
 from twill.verify import violations
@@ -64,6 +65,14 @@ def test_ties_go_to_the_fewest_barriers_and_handoff_bytes(solver: str, nbytes: i
     other = dataclasses.replace(s, slots=slots, warp_groups=tuple(groups))
     assert not violations(other)
     assert (other.ii, other.length, len(set(other.group.values()))) == (s.ii, s.length, 3)
+    p = s.problem
+
+    def latency(group: dict[str, int]) -> int:
+        return sum(e.cross for e in p.edges if group[e.src] != group[e.dst])
+
+    assert latency(other.group) == latency(s.group)
+    assert [w.registers for w in other.warp_groups] == [w.registers for w in s.warp_groups]
+    assert smem_footprint(p, s.ii, s.start, other.group) == smem_footprint(p, s.ii, s.start, s.group)
     assert exchange(s.problem, other.group) == {"barriers": 2, "handoff_bytes": 3 * nbytes}
 
 
