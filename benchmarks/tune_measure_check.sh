@@ -29,7 +29,7 @@ case "${1:-}" in
     for f in "$DIR"/gemm_triton.json "$DIR"/gemm_gluon.json "$DIR"/fa_triton.json "$DIR"/fa_gluon.json; do
       echo "== $f"
       timeout 120 python3 benchmarks/tune_measure.py "$f" --top 3 \
-        --out "$out/$(basename "$f" .json).measured.json"
+        --out "$out/$(basename "$f" .json).measured.json" || echo "FAILED: $f (exit $?)"
     done ;;
   score)
     for f in "${2:-$DIR}"/*.measured.json; do echo "== $f"; python3 benchmarks/tune_measure.py --score "$f"; done ;;
