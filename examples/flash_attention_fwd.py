@@ -88,10 +88,30 @@ TWILL_TUNE = {
         "ctas": "ceil(seq_len / BLOCK_M) * batch * heads",
         "trips": "ceil(seq_len / BLOCK_N)",
         "flops": "4 * batch * heads * seq_len * seq_len * HEAD_DIM",
+        "inputs": "attn_fwd_inputs",
     },
 }
 """What ``twill tune`` needs: descriptor blocks in constexpr names, the problem size, the launch grid's
-CTA count, loop trips per CTA and FLOPs (non-causal: two GEMMs of 2 N^2 D per head)."""
+CTA count, loop trips per CTA and FLOPs (non-causal: two GEMMs of 2 N^2 D per head); ``inputs``: what
+``--measure`` launches."""
+
+
+def attn_fwd_inputs(constexprs, problem):  # pragma: no cover - needs a GPU
+    """Launch arguments of :func:`attn_fwd` for ``twill tune --measure``: ``(grid, args)`` with random fp16
+    Q, K, V and a preallocated O, ``[batch * heads * seq_len, HEAD_DIM]`` on the GPU, descriptors of the
+    config's blocks (``TWILL_TUNE["attn_fwd"]["inputs"]``, twill/tune/measure.py)."""
+    import torch
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    batch, heads, seq = problem["batch"], problem["heads"], problem["seq_len"]
+    bm, bn, dim = constexprs["BLOCK_M"], constexprs["BLOCK_N"], constexprs["HEAD_DIM"]
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn((batch * heads * seq, dim), device="cuda", dtype=torch.float16, generator=gen)
+               for _ in range(3))
+    o = torch.empty_like(q)
+    descs = (TensorDescriptor.from_tensor(q, [bm, dim]), TensorDescriptor.from_tensor(k, [bn, dim]),
+             TensorDescriptor.from_tensor(v, [bn, dim]), TensorDescriptor.from_tensor(o, [bm, dim]))
+    return (triton.cdiv(seq, bm), batch * heads), (*descs, dim ** -0.5, seq)
 
 
 def run_attention(q, k, v, sm_scale: float):  # pragma: no cover - needs a GPU

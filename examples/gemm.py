@@ -100,10 +100,30 @@ TWILL_TUNE = {
         "ctas": "ceil(M / BLOCK_M) * ceil(N / BLOCK_N)",
         "trips": "ceil(K / BLOCK_K)",
         "flops": "2 * M * N * K",
+        "inputs": "matmul_inputs",
     },
 }
 """What ``twill tune`` needs (``twill/tune/grid.py``): descriptor blocks in constexpr names, the problem
-size, the launch grid's CTA count, loop trips per CTA and FLOPs."""
+size, the launch grid's CTA count, loop trips per CTA and FLOPs; ``inputs``: what ``--measure``
+launches."""
+
+
+def matmul_inputs(constexprs, problem):  # pragma: no cover - needs a GPU
+    """Launch arguments of :func:`matmul` for ``twill tune --measure``: ``(grid, args)`` with random fp16
+    ``A [M, K]``, ``B [N, K]`` and a preallocated ``C [M, N]`` on the GPU, descriptors of the config's
+    blocks (``TWILL_TUNE["matmul"]["inputs"]``, twill/tune/measure.py)."""
+    import torch
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    m, n, k = problem["M"], problem["N"], problem["K"]
+    bm, bn, bk = constexprs["BLOCK_M"], constexprs["BLOCK_N"], constexprs["BLOCK_K"]
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn((m, k), device="cuda", dtype=torch.float16, generator=gen)
+    b = torch.randn((n, k), device="cuda", dtype=torch.float16, generator=gen)
+    c = torch.empty((m, n), device="cuda", dtype=torch.float16)
+    descs = (TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b, [bn, bk]),
+             TensorDescriptor.from_tensor(c, [bm, bn]))
+    return (triton.cdiv(m, bm), triton.cdiv(n, bn)), (*descs, k)
 
 
 def run_matmul(a, b_nk):  # pragma: no cover - needs a GPU

@@ -4,8 +4,11 @@
         --grid BLOCK_N=32,64,128 --num-warps 4,8 --num-stages 1,2,3,4 --seq-len 8192 --top 10 \\
         --json tune.json --plot tune.png
 
-Exit codes: 0 done (also when some configs cannot run: the table says why), 2 bad input (nothing tuned),
-130 interrupted (the finished configs are printed and written).
+    twill tune examples/gemm.py --machine h200 --grid BLOCK_N=64,128 --backend gluon --measure --top 3
+
+Exit codes: 0 done (also when some configs cannot run: the table says why), 2 bad input (nothing tuned;
+also ``--measure`` without a CUDA device, checked before any work), 130 interrupted (the finished configs
+are printed and written).
 """
 
 from __future__ import annotations
@@ -33,8 +36,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--seq-len", type=int, metavar="N", help="problem size seq_len (same as --size seq_len=N)")
     p.add_argument("--size", action="append", default=[], metavar="NAME=N",
                    help="a problem size of the kernel's TWILL_TUNE entry (M, N, K, batch, heads ...)")
-    p.add_argument("--backend", default="triton", choices=["triton"], help="what runs each config")
-    p.add_argument("--top", type=int, metavar="K", help="show the K fastest configs (all are in --json)")
+    p.add_argument("--backend", default="triton", choices=["triton", "gluon"],
+                   help="what runs each config: the kernel Triton builds, or the Gluon kernel generated from "
+                        "twill's schedule of the config (Hopper)")
+    p.add_argument("--top", type=int, metavar="K", help="show the K fastest configs (all are in --json); "
+                                                        "with --measure, time them (default 5)")
+    p.add_argument("--measure", action="store_true",
+                   help="on a GPU machine, time the top K configs (triton.testing.do_bench, median) and "
+                        "print predicted against measured; the kernel file's TWILL_TUNE entry names its "
+                        "'inputs'")
     p.add_argument("--json", metavar="OUT", help="write every config's result as JSON")
     p.add_argument("--plot", metavar="OUT", help="plot the predicted time across the grid (PNG/SVG/PDF)")
     p.add_argument("--jobs", type=int, metavar="N", help="worker processes (default: every core)")
@@ -64,6 +74,31 @@ def _sizes(args: argparse.Namespace) -> dict[str, int]:
     return sizes
 
 
+def _measure(args: argparse.Namespace, outcome: Any, names: list[str], console: Any,
+             err: Any) -> dict[str, Any]:
+    """Time the top K configs on the GPU; print predicted against measured and Spearman."""
+    from rich.markup import escape
+
+    from twill.tune.measure import DEFAULT_TOP, make_launch, measure, render_measured
+
+    meta = outcome.meta
+    top = args.top or DEFAULT_TOP
+
+    def launch(result: dict[str, Any]) -> Any:
+        return make_launch(result, args.file, meta["backend"], meta["problem"])
+
+    m = measure(outcome.results, top, launch=launch)
+    title = f"measured on the GPU ({m.timer}): the {top} configs predicted fastest"
+    console.print(render_measured(m, names, title=title))
+    for r in m.failed:
+        label = " ".join(f"{k}={v}" for k, v in r["constexprs"].items() if k in names)
+        err.print(f"[yellow]not measured {escape(label)} w{r['num_warps']} s{r['num_stages']}[/]: "
+                  f"{escape(r['measure_error'])}", soft_wrap=True)
+    rho = f"{m.spearman:.3f}" if m.spearman is not None else "n/a (fewer than 2 measured, or no scipy)"
+    console.print(f"Spearman (predicted vs measured, {len(m.measured)} configs): {rho}")
+    return m.to_dict()
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``twill tune``; returns the exit code (see the module docstring)."""
     from rich.markup import escape
@@ -77,6 +112,15 @@ def run(args: argparse.Namespace) -> int:
 
     console = make_console()
     err = make_console(stderr=True)
+    if args.measure:
+        from twill.tune.measure import inputs_function, require_cuda
+
+        try:
+            require_cuda()  # before any work
+            inputs_function(args.file)
+        except TwillError as exc:
+            err.print(f"[red]error[/]: {escape(str(exc))}")
+            return 2
     for out in (args.json, args.plot):
         if out and not Path(out).resolve().parent.is_dir():
             err.print(f"[red]error[/]: the folder of {escape(out)} does not exist")
@@ -131,13 +175,16 @@ def run(args: argparse.Namespace) -> int:
                   f"{escape(str(r['reason']))}", soft_wrap=True)
     unproven = [r for r in results if r.get("schedule") and not r["schedule"].get("proven_optimal")]
     if unproven:
-        why = "; ".join(sorted({r["schedule"]["not_proven"] for r in unproven}))[:300]
-        console.print(f"{len(unproven)} of twill's schedules are not proven optimal ({why}); "
-                      "the predicted times are of the kernel Triton builds, with its own schedule",
+        why = "; ".join(sorted({str(r["schedule"].get("not_proven")) for r in unproven}))[:300]
+        what = ("the Gluon kernels execute these schedules" if meta["backend"] == "gluon" else
+                "the predicted times are of the kernel Triton builds, with its own schedule")
+        console.print(f"{len(unproven)} of twill's schedules are not proven optimal ({why}); {what}",
                       soft_wrap=True)
     if outcome.sweep.interrupted:
         err.print(f"[yellow]interrupted[/]: {meta['finished']} of {meta['total']} configs finished; "
                   f"{meta['cut']} cut (not run or not finished)")
+    if args.measure and not outcome.sweep.interrupted:
+        meta["measure"] = _measure(args, outcome, names, console, err)
     if args.json:
         write_json(args.json, results, **meta)
         console.print(f"wrote {escape(args.json)} ({len(results)} configs)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from twill.model.exchange import exchange
 from twill.model.reductions import stage_bound
 from twill.schedule import (
     DECIDED,
@@ -17,6 +18,7 @@ from twill.schedule import (
     slots_from,
 )
 from twill.search.run import MODULO_SLICE_S, Run
+from twill.solvers.joint.result import TIEBREAK_SLICE_S, TIEBREAKS
 from twill.solvers.normalize import Normalization
 
 __all__ = [
@@ -141,7 +143,10 @@ def finish(run: Run, found: tuple, norm: Normalization | None, raw_bounds: Any, 
     groups = make_groups(p, start, group, warps, needed)
     undecided = any(a.status not in DECIDED for a in run.attempts if a.ii <= ii)
     complete = all(is_complete(run, x) for x in range(run.bound.mii, ii))
-    proven = not undecided and complete and all(res.proven.values()) if strategy == "joint" else False
+    # The tie-breaks (TIEBREAKS) run in their own time slice and prove nothing: the proof is of II, L and
+    # the goals before them.
+    goals_proven = all(ok for goal, ok in res.proven.items() if goal not in TIEBREAKS)
+    proven = not undecided and complete and goals_proven if strategy == "joint" else False
     notes = []
     if norm is not None:
         notes += [f"normalization: {c}" for c in norm.collapses()]
@@ -174,7 +179,21 @@ def finish(run: Run, found: tuple, norm: Normalization | None, raw_bounds: Any, 
     why = "time limit" if strategy == "joint" else f"time limit or the modulo phase's {MODULO_SLICE_S:g} s"
     if run.window_limit is not None and not run.timed_out:
         why = f"window_limit = {run.window_limit:g} s"
-    notes += [f"{goal} not proven minimal ({why})" for goal, ok in res.proven.items() if not ok]
+    notes += [f"{goal} not proven minimal ({why})" for goal, ok in res.proven.items()
+              if not ok and goal not in TIEBREAKS]
+    notes += [f"tie-break {goal} not proven minimal (its {TIEBREAK_SLICE_S:g} s slice or the time limit "
+              f"ended it; II, L and the proof do not depend on it)" for goal, ok in res.proven.items()
+              if not ok and goal in TIEBREAKS]
+    if strategy == "joint" and res.start:
+        cost = exchange(p, res.group)
+        if all(res.proven.get(g, False) for g in TIEBREAKS):
+            how = "fewest among the schedules equal in II, L, groups, hand-off latency, registers and SMEM"
+        elif any(g in res.proven for g in TIEBREAKS):
+            how = "the fewest found within the tie-break slices, not proven fewest"
+        else:
+            how = "not minimized: the goal phase stopped before the tie-breaks"
+        notes.append(f"tie-breaks: {cost['barriers']} mbarrier pair(s) and {cost['handoff_bytes']} B handed "
+                     f"through shared memory per iteration between warp groups ({how}; twill.model.exchange)")
     stats = tuple(PhaseStats(ph, round(t, 4), run.phase_calls.get(ph, 1)) for ph, t in run.phase_time.items())
     slots = slots_from(start, group, ii, p.names)
     return Schedule(

@@ -10,7 +10,11 @@ from twill.tune.grid import Config, GridError, expand, load_tune_problem
 from twill.tune.runner import SweepResult, run_sweep
 from twill.tune.worker import Task, default_cache_dir, tune_config
 
-__all__ = ["TuneOutcome", "kernel_constexprs", "plan", "tune"]
+__all__ = ["BACKENDS", "TuneOutcome", "kernel_constexprs", "plan", "tune"]
+
+BACKENDS = ("triton", "gluon")
+"""What runs each config: the kernel Triton builds (:mod:`twill.tune.worker`), or the Gluon kernel generated
+from twill's schedule of the config (:mod:`twill.tune.gluon_worker`)."""
 
 
 @dataclass
@@ -101,7 +105,8 @@ def tune(kernel: str, machine: str, grid: Mapping[str, Sequence[Any]], *,
     problem : mapping of str to int, optional
         Problem sizes overriding ``TWILL_TUNE``'s (``seq_len``, ``M`` ...).
     backend : str
-        ``"triton"`` (the kernel Triton builds for each config).
+        ``"triton"`` (the kernel Triton builds for each config) or ``"gluon"`` (the Gluon kernel generated
+        from twill's schedule of each config, :mod:`twill.tune.gluon_worker`).
     time_limit : float
         Seconds for twill's solve per config.
     jobs, ray : see :func:`twill.tune.runner.run_sweep`.
@@ -120,8 +125,8 @@ def tune(kernel: str, machine: str, grid: Mapping[str, Sequence[Any]], *,
     TwillError
         ``--ray`` without Ray installed, bad ``jobs``.
     """
-    if backend != "triton":
-        raise GridError(f"--backend {backend!r} is not supported; use triton")
+    if backend not in BACKENDS:
+        raise GridError(f"--backend {backend!r} is not supported; use {' or '.join(BACKENDS)}")
     if not time_limit > 0:
         raise GridError(f"--time-limit {time_limit!r} must be > 0 seconds")
     spec, tp, configs, sizes = plan(kernel, grid, num_warps, num_stages, problem)

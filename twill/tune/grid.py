@@ -10,6 +10,7 @@ with one entry per kernel entry::
             "ctas": "(seq_len // BLOCK_M) * batch * heads",
             "trips": "seq_len // BLOCK_N",
             "flops": "4 * batch * heads * seq_len * seq_len * HEAD_DIM",
+            "inputs": "attn_fwd_inputs",   # optional: what --measure launches (twill/tune/measure.py)
         },
     }
 
@@ -17,6 +18,8 @@ with one entry per kernel entry::
 descriptor's block is part of its type, so it changes with the tile); ``problem`` the default problem
 size; ``ctas``, ``trips`` and ``flops`` are arithmetic expressions over the problem sizes and the
 constexprs (``+ - * / // % **``, parentheses, ``min``, ``max``, ``ceil``: nothing else is evaluated).
+``inputs`` (optional, needed by ``--measure``) names a function of the file, ``inputs(constexprs,
+problem) -> (grid, args)``, that makes the kernel's launch arguments on the GPU (:mod:`twill.tune.measure`).
 """
 
 from __future__ import annotations
@@ -164,6 +167,8 @@ class TuneProblem:
         Problem sizes (defaults, overridden by the command line).
     ctas, trips, flops : str
         Expressions: CTAs the kernel launches, loop trips per CTA, floating-point operations.
+    inputs : str or None
+        Name of the file's function that makes the launch arguments (``--measure``), if it has one.
     """
 
     kernel: str
@@ -172,6 +177,7 @@ class TuneProblem:
     ctas: str
     trips: str
     flops: str
+    inputs: str | None = None
 
     def names(self, constexprs: Mapping[str, Any],
               problem: Mapping[str, int] | None = None) -> dict[str, Any]:
@@ -225,15 +231,19 @@ def load_tune_problem(table: Any, kernel: str, *, source: str = "the kernel file
     missing = [k for k in ("problem", "ctas", "trips", "flops") if k not in entry]
     if missing:
         raise GridError(f"{where}: TWILL_TUNE[{kernel!r}] lacks {', '.join(missing)}")
-    unknown = set(entry) - {"descriptors", "problem", "ctas", "trips", "flops"}
+    unknown = set(entry) - {"descriptors", "problem", "ctas", "trips", "flops", "inputs"}
     if unknown:
         raise GridError(f"{where}: TWILL_TUNE[{kernel!r}] has unknown key(s) {', '.join(sorted(unknown))}")
     problem = entry["problem"]
     if not isinstance(problem, Mapping) or not all(isinstance(v, int) for v in problem.values()):
         raise GridError(f"{where}: TWILL_TUNE[{kernel!r}].problem must map names to integers")
     descriptors = {str(k): tuple(str(d) for d in v) for k, v in dict(entry.get("descriptors", {})).items()}
+    inputs = entry.get("inputs")
+    if inputs is not None and (not isinstance(inputs, str) or not inputs.isidentifier()):
+        raise GridError(f"{where}: TWILL_TUNE[{kernel!r}].inputs must name a function of the file, got "
+                        f"{inputs!r}")
     return TuneProblem(kernel, descriptors, dict(problem), str(entry["ctas"]), str(entry["trips"]),
-                       str(entry["flops"]))
+                       str(entry["flops"]), inputs)
 
 
 @dataclass(frozen=True)

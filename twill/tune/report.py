@@ -4,11 +4,13 @@ JSON (``write_json``)::
 
     {"configs": [{"constexprs": {...}, "num_warps": 8, "num_stages": 3, "fits": true, "reason": null,
                   "predicted_ms": 11.3, "predicted_tflops": 389.1, "schedule": {...} | null,
-                  "details": {...}}, ...],
+                  "measured_ms": 12.1 | null, "details": {...}}, ...],
      "kernel": ..., "machine": ..., "problem": {...}, "interrupted": false, "cut": 0, ...}
 
 ``configs`` are ranked: the configs that fit by predicted time (fastest first, ties by grid order), then
-those that cannot run, in grid order; ``index`` is a config's position in the grid.
+those that cannot run, in grid order; ``index`` is a config's position in the grid. ``measured_ms`` is the
+median time ``--measure`` took on the GPU (:mod:`twill.tune.measure`), null for a config not measured;
+the top-level ``measure`` section then holds the count and the Spearman rank correlation.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 __all__ = ["PUBLIC_KEYS", "rank", "render_table", "short_reason", "to_document", "write_json", "write_plot"]
 
 PUBLIC_KEYS = ("constexprs", "num_warps", "num_stages", "fits", "reason", "predicted_ms", "predicted_tflops",
-               "schedule")
+               "schedule", "measured_ms")
 """The keys every config of the JSON has (``details`` and ``error`` come after them)."""
 
 
@@ -39,12 +41,14 @@ def rank(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def _clean(result: Mapping[str, Any]) -> dict[str, Any]:
     out = {k: result.get(k) for k in PUBLIC_KEYS}
-    for k in ("predicted_ms", "predicted_tflops"):
+    for k in ("predicted_ms", "predicted_tflops", "measured_ms"):
         if out[k] is not None:
             out[k] = round(float(out[k]), 6)
     out["details"] = result.get("details", {})
     out["error"] = result.get("error")
     out["index"] = result.get("index")
+    if result.get("measure_error"):
+        out["measure_error"] = result["measure_error"]
     return out
 
 

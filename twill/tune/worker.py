@@ -28,7 +28,7 @@ from typing import Any
 
 from twill.errors import FrontendError, InfeasibleError, ResourceError, TwillError
 
-__all__ = ["ITERATIONS", "Task", "default_cache_dir", "predict_from_parts", "tune_config"]
+__all__ = ["ITERATIONS", "Task", "default_cache_dir", "predict_from_parts", "tune_config", "why_not_proven"]
 
 CACHE_VERSION = 2
 """Bumped when what the compile cache holds changes (2: the main-loop SASS count skips retry paths)."""
@@ -56,7 +56,7 @@ class Task:
     time_limit : float
         Seconds for twill's solve of this config.
     backend : str
-        ``"triton"``.
+        ``"triton"`` or ``"gluon"`` (:mod:`twill.tune.gluon_worker`).
     cache_dir : str or None
         Folder of the compile cache (None: no cache).
     index : int
@@ -216,7 +216,7 @@ def _twill_schedule(graph: Any, machine: Any, task: Task) -> tuple[Any, list[str
             return None, notes
 
 
-def _why_not_proven(sched: Any, task: Task) -> str:
+def why_not_proven(sched: Any, task: Task) -> str:
     """Why twill's schedule of a config is not a proven optimum, from its certificate."""
     reasons = [n for n in sched.certificate.notes if "not a joint optimum" in n or "not proven" in n]
     if any(a.status == "timeout" for a in sched.certificate.attempts):
@@ -259,8 +259,14 @@ def _tune(task: Task) -> dict[str, Any]:
         signature = problem.signature(spec.signature, {**spec.constexprs, **task.constexprs})
     except (GridError, TwillError) as exc:
         return _result(task, reason=f"bad input: {exc}", error="input")
+    if task.backend == "gluon":
+        from twill.tune.gluon_worker import tune_gluon
+
+        return tune_gluon(task, spec, machine, ctas=ctas, trips=trips, flops=flops, signature=signature,
+                          result=_result)
     if task.backend != "triton":
-        return _result(task, reason=f"backend {task.backend!r} is not supported (use triton)", error="input")
+        return _result(task, reason=f"backend {task.backend!r} is not supported (use triton or gluon)",
+                       error="input")
     try:
         built = _compile(task, spec, signature, target_for(machine))
     except FrontendError as exc:
@@ -318,7 +324,7 @@ def _tune(task: Task) -> dict[str, Any]:
         summary = {"strategy": sched.strategy, "ii": sched.ii, "ii_cycles": round(sched.ii_cycles, 1),
                    "length": sched.length, "cycles_per_unit": round(cpu, 4), "stages": sched.stages,
                    "proven_optimal": sched.certificate.proven_optimal,
-                   "not_proven": None if sched.certificate.proven_optimal else _why_not_proven(sched, task),
+                   "not_proven": None if sched.certificate.proven_optimal else why_not_proven(sched, task),
                    "warp_groups": [{"index": g.index, "ops": list(g.ops), "warps": g.warps,
                                     "registers": g.registers, "role": g.role} for g in sched.warp_groups],
                    "predicted_ms_if_applied": round(twill["ms"], 5), "notes": notes}

@@ -37,11 +37,12 @@ from collections.abc import Callable
 from typing import Any
 
 from twill.errors import SolverError
+from twill.model.exchange import exchange, handoffs
 from twill.model.formulation import Formulation, LiveItem, Placement, When
 from twill.model.liveness import smem_footprint
 from twill.model.problem import Problem
 from twill.solvers.cpsat import CpsatRunner, load_cp_model
-from twill.solvers.joint.result import GOAL_KEYS, GOALS, JointResult
+from twill.solvers.joint.result import GOAL_KEYS, GOALS, JointResult, goal_deadline
 from twill.solvers.modular import start_windows
 from twill.solvers.status import CheckResult
 
@@ -81,11 +82,47 @@ class _Model:
         self.reg_total: Any = 0
         self.handoff_total: Any = 0
         self.footprint: list[Any] = []  # bytes x ring depth of each SMEM item (the smem goal)
+        self._exchange: dict[str, Any] | None = None  # the tie-break goals' terms (exchange_terms)
         self.n_groups = sum(self.used)
         # (intervals, demands) per modular resource; capacity per resource
         self.load: dict[str, list[tuple[Any, Any]]] = {}
         self.cap: dict[str, Any] = {}
         self.energy: dict[str, list[Any]] = {}  # weight x cycles held, per modular resource
+
+    def exchange_terms(self) -> dict[str, Any]:
+        """The tie-break goals (:mod:`twill.model.exchange`) as linear terms, stated on the first call (the
+        goal phase; the formula of the earlier goals is left as it was).
+
+        ``y[p, w]`` is at least "a consumer of ``p`` sits on group ``w`` and ``p`` does not" (``r`` the
+        same for register consumers, ``z[p]`` at least each ``r[p, w]``); minimizing a sum of them makes
+        each equal to its condition. ``barriers = sum y``, ``handoff_bytes = sum nbytes (z + sum r)``."""
+        if self._exchange is not None:
+            return self._exchange
+        m = self.m
+        barriers: list[Any] = []
+        moved: list[Any] = []
+
+        def reads(h_producer: str, consumers: tuple[str, ...], tag: str) -> list[Any]:
+            out = []
+            for w in sorted({w for c in consumers for w in self.groups_of[c]}):
+                home = self.opw[h_producer].get(w, 0)
+                y = m.NewBoolVar(f"{tag}[{h_producer}]@{w}")
+                for c in consumers:
+                    if w in self.opw[c]:
+                        m.Add(y >= self.opw[c][w] - home)
+                out.append(y)
+            return out
+
+        for h in handoffs(self.p):
+            barriers += reads(h.producer, h.consumers, "sync")
+            if h.nbytes:
+                loads = reads(h.producer, h.register_consumers, "load")
+                store = m.NewBoolVar(f"store[{h.producer}]")
+                for y in loads:
+                    m.Add(store >= y)
+                moved.append(h.nbytes * (store + sum(loads)))
+        self._exchange = {"barriers": sum(barriers), "handoff_bytes": sum(moved)}
+        return self._exchange
 
     # ------------------------------------------------------------------ literals
     def disj(self, lits: list[Lit]) -> Lit:
@@ -531,10 +568,12 @@ def solve_joint_cpsat(
     if optimize and proven["length"]:
         for prev, goal in itertools.pairwise(GOALS):
             m.Add(goals[prev] == best[GOAL_KEYS[prev]])
+            if goal not in goals:
+                goals.update(model.exchange_terms())
             _hint(model, solver)
             m.Minimize(goals[goal])
             try:
-                status, solver = runner.solve(m, deadline)
+                status, solver = runner.solve(m, goal_deadline(goal, deadline, time.monotonic()))
             except KeyboardInterrupt:  # keep the schedule found; the caller reports the interrupt
                 proven[goal], interrupted = False, True
                 break
@@ -550,11 +589,12 @@ def solve_joint_cpsat(
 
 
 def _hint(model: _Model, solver: Any) -> None:
-    """Hint every variable of ``model`` with its value in ``solver``'s last solution."""
+    """Hint every variable of ``model`` with its value in ``solver``'s last solution (those it had)."""
     m = model.m
     m.ClearHints()
     proto = m.Proto()
-    for index in range(len(proto.variables)):
+    solved = len(solver.ResponseProto().solution)  # variables added since (the tie-break terms) have none
+    for index in range(min(len(proto.variables), solved)):
         var = m.GetIntVarFromProtoIndex(index)
         m.AddHint(var, solver.Value(var))
 
@@ -575,4 +615,5 @@ def _extract(model: _Model, solver: Any) -> dict[str, Any]:
         "reg_total": value(model.reg_total),
         "handoffs": sum(e.cross for e in model.p.edges if group[e.src] != group[e.dst]),
         "smem": smem_footprint(model.p, model.ii, start, group),
+        **exchange(model.p, group),
     }

@@ -20,11 +20,13 @@ always at some interval's start, so checking at item starts is exact.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from pysmt.typing import INT
 
+from twill.model.exchange import handoffs
 from twill.model.formulation import Formulation, LiveItem, Placement, When
 from twill.model.liveness import fold, memory_intervals, register_intervals
 from twill.model.problem import Problem
@@ -84,6 +86,53 @@ class Encoder(ModularModel):
         self.reg_total: Any = None
         self.handoff_total: Any = None
         self._footprint: tuple[Any, int, int] | None = None
+        self._exchange: dict[str, tuple[Any, int, int]] | None = None
+
+    def exchange_terms(self) -> dict[str, tuple[Any, int, int]]:
+        """The tie-break goals (:mod:`twill.model.exchange`): per goal its term, granularity and a lower
+        bound, asserted on the first call (the goal phase, outside any push; the formula of the earlier
+        goals is left as it was).
+
+        A Bool ``y[p, w]`` is implied by "a consumer of ``p`` sits on group ``w`` and ``p`` does not"
+        (``r`` the same for register consumers, ``z[p]`` implied by each ``r[p, w]``); bounding a sum of
+        them from above bounds the count of the conditions. ``barriers = sum y``, ``handoff_bytes = sum
+        nbytes (z + sum r)``."""
+        if self._exchange is not None:
+            return self._exchange
+        m = self.m
+        one, zero = self.int_(1), self.int_(0)
+        barriers: list[Any] = []
+        moved: list[Any] = []
+        sizes: list[int] = []
+
+        def reads(producer: str, consumers: tuple[str, ...], tag: str) -> list[Any]:
+            out = []
+            for w in sorted({w for c in consumers for w in self.groups_of[c]}):
+                y = m.Symbol(f"{tag}[{producer}]@{w}")
+                home = self.opw[producer].get(w)
+                for c in consumers:
+                    if w in self.opw[c]:
+                        here = self.opw[c][w] if home is None else m.And(self.opw[c][w], m.Not(home))
+                        self.add(m.Implies(here, y))
+                out.append(y)
+            return out
+
+        for h in handoffs(self.p):
+            barriers += [m.Ite(y, one, zero) for y in reads(h.producer, h.consumers, "sync")]
+            if h.nbytes:
+                loads = reads(h.producer, h.register_consumers, "load")
+                store = m.Symbol(f"store[{h.producer}]")
+                for y in loads:
+                    self.add(m.Implies(y, store))
+                moved += [m.Ite(y, self.int_(h.nbytes), zero) for y in (store, *loads)]
+                sizes.append(h.nbytes)
+
+        def total(terms: list[Any]) -> Any:
+            return m.Plus(terms) if len(terms) > 1 else (terms[0] if terms else zero)
+
+        self._exchange = {"barriers": (total(barriers), 1, 0),
+                          "handoff_bytes": (total(moved), max(1, math.gcd(*sizes)) if sizes else 1, 0)}
+        return self._exchange
 
     # ------------------------------------------------------------------------ term helpers
     def same(self, u: str, v: str) -> Any:

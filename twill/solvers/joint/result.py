@@ -8,19 +8,31 @@ from dataclasses import dataclass, field
 
 from twill.solvers.status import CheckResult
 
-__all__ = ["GOALS", "GOAL_KEYS", "JointResult"]
+__all__ = ["GOALS", "GOAL_KEYS", "TIEBREAKS", "TIEBREAK_SLICE_S", "JointResult", "goal_deadline"]
 
-GOALS = ("length", "groups", "handoffs", "registers", "smem")
+TIEBREAKS = ("barriers", "handoff_bytes")
+"""The last goals, tie-breaks the hardware pays (:mod:`twill.model.exchange`): among schedules equal in
+the earlier goals, the fewest mbarrier pairs between warp groups (one per producer and reader group),
+then the fewest bytes handed through shared memory. They never change II or L, nor a proof: each gets
+at most :data:`TIEBREAK_SLICE_S` seconds, a schedule stays the best found when its slice ends, and
+``proven_optimal`` does not depend on them (the certificate notes one not proven minimal)."""
+
+TIEBREAK_SLICE_S = 2.0
+"""Seconds each tie-break goal may take (a time slice of the search's deadline, never a proof of
+anything: a goal cut by it keeps the best schedule found, with a note)."""
+
+GOALS = ("length", "groups", "handoffs", "registers", "smem", *TIEBREAKS)
 """Secondary objectives at a fixed II, minimized in this order: the length ``L`` (shortest prologue and
 epilogue, as Algorithm 1), the number of warp groups, the total hand-off latency between groups (the
 communication the model prices only approximately), the register file used (threads x budget), and the
 shared memory the buffers allocate (:func:`twill.liveness.smem_footprint`: bytes x ring depth summed
-over the buffers; a load read a stage later than it could be costs a ring slot for nothing). Schedules
-equal in all five are told apart by the solver's first model of the canonical formula (ops by name,
-edges by :func:`twill.problem.edge_key`): the same for the same graph, whatever order it was built in."""
+over the buffers; a load read a stage later than it could be costs a ring slot for nothing), then the
+:data:`TIEBREAKS`. Schedules equal in all seven are told apart by the solver's first model of the
+canonical formula (ops by name, edges by :func:`twill.problem.edge_key`): the same for the same graph,
+whatever order it was built in."""
 
 GOAL_KEYS = {"length": "length", "groups": "n_groups", "handoffs": "handoffs", "registers": "reg_total",
-             "smem": "smem"}
+             "smem": "smem", "barriers": "barriers", "handoff_bytes": "handoff_bytes"}
 """The key of each goal's value in an extracted model (both encodings)."""
 
 
@@ -78,3 +90,18 @@ class JointResult:
     n_terms: int = 0
     interrupted: bool = False
     length_low: int = 0
+
+
+def goal_deadline(goal: str, deadline: float | None, now: float) -> float | None:
+    """The deadline a goal's solves run under: the caller's, and for a tie-break goal at most
+    :data:`TIEBREAK_SLICE_S` seconds from ``now`` (``time.monotonic()`` values).
+
+    >>> goal_deadline("smem", 100.0, 10.0), goal_deadline("barriers", 100.0, 10.0)
+    (100.0, 12.0)
+    >>> goal_deadline("barriers", None, 10.0)
+    12.0
+    """
+    if goal not in TIEBREAKS:
+        return deadline
+    end = now + TIEBREAK_SLICE_S
+    return end if deadline is None else min(deadline, end)

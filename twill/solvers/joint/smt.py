@@ -5,7 +5,8 @@ adding the liveness checks a model violates until one satisfies them all (lazy c
 and then tightens the goals (:data:`~twill.solvers.joint.result.GOALS`) lexicographically: shortest ``L``,
 fewest warp groups, least
 hand-off latency between groups, fewest registers (threads x ``setmaxnreg`` budget), least shared memory
-allocated (bytes x ring depth). Each step bisects
+allocated (bytes x ring depth), then the tie-breaks (:data:`~twill.solvers.joint.result.TIEBREAKS`:
+fewest mbarrier pairs, fewest hand-off bytes; each in its own time slice). Each step bisects
 between a lower bound and the best model and is proven by an UNSAT answer unless the deadline stops it.
 """
 
@@ -15,10 +16,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from twill.model.exchange import exchange
 from twill.model.liveness import smem_footprint
 from twill.model.problem import Problem
 from twill.solvers.joint.encoding import Encoder
-from twill.solvers.joint.result import GOAL_KEYS, GOALS, JointResult
+from twill.solvers.joint.result import GOAL_KEYS, GOALS, TIEBREAKS, JointResult, goal_deadline
 from twill.solvers.smt import SmtSession
 from twill.solvers.status import CheckResult
 
@@ -86,7 +88,8 @@ def solve_joint(
         if optimize:
             for goal in GOALS:
                 try:
-                    best, proven[goal], low = _tighten(enc, sess, goal, best, deadline,
+                    best, proven[goal], low = _tighten(enc, sess, goal, best,
+                                                       goal_deadline(goal, deadline, time.monotonic()),
                                                        length_low if goal == "length" else None)
                     if goal == "length":
                         length_low = low
@@ -230,6 +233,7 @@ def _extract(enc: Encoder, sess: SmtSession) -> dict[str, Any]:
         "reg_total": sess.value(enc.reg_total),
         "handoffs": sum(e.cross for e in enc.p.edges if group[e.src] != group[e.dst]),
         "smem": smem_footprint(enc.p, ii, start, group) if "smem" in enc.lazy else 0,
+        **exchange(enc.p, group),
         "all_budgets": {w: sess.value(enc.budget[w]) for w in range(enc.pool)},
     }
 
@@ -247,6 +251,8 @@ def _goal(enc: Encoder, goal: str) -> tuple[Any, int, int]:
         return enc.handoff_total, 1, 0
     if goal == "smem":
         return enc.smem_footprint()
+    if goal in TIEBREAKS:
+        return enc.exchange_terms()[goal]
     step = 32 * res.warps_per_group * res.setmaxnreg_step
     return enc.reg_total, step, 32 * res.warps_per_group * res.setmaxnreg_min
 

@@ -1,0 +1,164 @@
+"""One config of ``twill tune --backend gluon``: solve twill's schedule for the config, generate the Gluon
+kernel that executes it (:func:`twill.codegen.gluon.generate`, compiled for the machine's target on the
+CPU) and predict its time.
+
+Feasibility comes from the compiled Gluon kernel, not from the model: the shared memory Triton allocates
+for it (``metadata.shared``), the registers ptxas gives every thread (the kernel-wide cap of a
+warp-specialized kernel, the partitions' ``setmaxnreg`` budgets within it) and its spills. The time is
+the schedule's, since the Gluon kernel issues each partition's ops in the schedule's order, trip by trip:
+
+* per CTA: ``trips x II`` cycles (II in cycles, :attr:`twill.schedule.Schedule.ii_cycles`: never below
+  the unnormalized MII), plus the prologue's ``(stages - 1) x II`` and the drain's ``L - II``
+  (the epilogue trips end ``L - II`` after the last start), plus one TMA round trip in and one out
+  (``cost.tma_latency``: the first tile's load, the last store), as the Triton path charges;
+* ``k`` co-resident CTAs (from the compiled registers, threads and shared memory,
+  :meth:`twill.ir.costmodel.CostModel.ctas_per_sm`) share the SM's units: a trip of each takes at least
+  ``k x ResMII`` cycles of the busiest unit, so the cycles per trip are ``max(II, k x ResMII)``;
+* ``waves = ceil(ctas / (sms x k))``, time ``waves x per-CTA cycles / clock``
+  (:func:`twill.tune.worker.predict_from_parts`).
+
+A config the Gluon backend cannot lower comes back with ``fits = False``, ``error = "codegen"`` and the
+:class:`~twill.codegen.gluon.CodegenError`'s message as its reason; one it lowers but that does not fit
+the machine, with the resource and both numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["gluon_folder", "gluon_prediction", "tune_gluon"]
+
+
+def gluon_folder(task: Any) -> Path:
+    """Where the config's generated kernel is written: ``<cache>/gluon/<hash of the config>`` (a folder of
+    the system's temporary directory without a cache)."""
+    import tempfile
+
+    blob = json.dumps({"kernel": task.kernel, "machine": task.machine, "constexprs": task.constexprs,
+                       "w": task.num_warps, "s": task.num_stages, "problem": task.problem}, sort_keys=True,
+                      default=str)
+    key = hashlib.sha256(blob.encode()).hexdigest()[:24]
+    root = Path(task.cache_dir) if task.cache_dir else Path(tempfile.gettempdir()) / "twill-tune"
+    return root / "gluon" / key
+
+
+def gluon_prediction(*, ii_cycles: float, drain_cycles: float, stages: int, res_mii_cycles: float,
+                     ctas_per_sm: int, trips: int, ctas: int, sms: int, clock_ghz: float, edge: float,
+                     flops: float) -> dict[str, float]:
+    """The Gluon kernel's time from its schedule (see the module docstring): ``ii_cycles`` the II in
+    cycles (:attr:`twill.schedule.Schedule.ii_cycles`), ``drain_cycles`` ``(L - II)`` in cycles.
+
+    >>> r = gluon_prediction(ii_cycles=1000, drain_cycles=500, stages=2, res_mii_cycles=600,
+    ...                      ctas_per_sm=2, trips=10, ctas=264, sms=132, clock_ghz=1.0, edge=0, flops=1e9)
+    >>> r["cycles_per_trip"], r["per_cta_cycles"], r["waves"]    # max(1000, 2 x 600); 1200 + 10 x 1200 + 500
+    (1200, 13700, 1)
+    """
+    from twill.tune.worker import predict_from_parts
+
+    per_trip = max(ii_cycles, ctas_per_sm * res_mii_cycles)
+    pred = predict_from_parts(per_trip_cycles=per_trip, trips=trips, ctas=ctas, ctas_per_sm=ctas_per_sm,
+                              sms=sms, clock_ghz=clock_ghz, prologue=(stages - 1) * per_trip + edge,
+                              epilogue=max(0.0, drain_cycles) + edge, flops=flops)
+    return {**pred, "cycles_per_trip": per_trip}
+
+
+def tune_gluon(task: Any, spec: Any, machine: Any, *, ctas: int, trips: int, flops: float,
+               signature: dict[str, str], result: Any) -> dict[str, Any]:
+    """Solve, generate, compile and predict one config on the Gluon backend.
+
+    Parameters
+    ----------
+    task : twill.tune.worker.Task
+        The config.
+    spec : KernelSpec
+        The kernel as loaded (its ``TWILL_KERNELS`` entry).
+    machine : Machine
+        The machine.
+    ctas, trips, flops : int, int, float
+        ``TWILL_TUNE``'s expressions for the config.
+    signature : dict
+        The descriptor types of the config (:meth:`twill.tune.grid.TuneProblem.signature`).
+    result : callable
+        ``result(task, **fields)`` -> the plain-data result (:mod:`twill.tune.worker`'s shape).
+
+    Returns
+    -------
+    dict
+        The result; ``details`` holds the compiled resources, the schedule's cycles and the folder of
+        the generated kernel (``gluon_kernel``, which ``--measure`` launches).
+    """
+    from twill.codegen.gluon import CodegenError, generate
+    from twill.errors import FrontendError, InfeasibleError, ResourceError, TwillError
+    from twill.frontend.compile import compile_to_ttgir, target_for
+    from twill.frontend.lower import lower_loop
+    from twill.frontend.ttgir import parse_ttgir
+    from twill.ir.costmodel import CostModel
+    from twill.search import schedule as solve
+    from twill.tune.worker import why_not_proven
+
+    config = dataclasses.replace(spec, signature={**spec.signature, **signature},
+                                 constexprs={**spec.constexprs, **task.constexprs},
+                                 num_warps=task.num_warps, num_stages=task.num_stages)
+    details: dict[str, Any] = {"ctas": ctas, "trips": trips, "flops": flops, "backend": "gluon"}
+    try:
+        snaps = compile_to_ttgir(config, target=target_for(machine))
+        graph = lower_loop(parse_ttgir(snaps.pre_swp), machine, name=spec.name).graph
+    except FrontendError as exc:
+        return result(task, reason=f"Triton rejects this config: {exc}", error="compile", details=details)
+    except TwillError as exc:
+        return result(task, reason=f"twill cannot model this loop: {exc}", error="compile", details=details)
+    try:
+        sched = solve(graph, machine, prefetch=max(0, task.num_stages - 1), time_limit=task.time_limit)
+    except (InfeasibleError, ResourceError) as exc:
+        return result(task, reason=f"twill: no schedule for this config ({str(exc)[:300]})", details=details)
+    summary = {"strategy": sched.strategy, "ii": sched.ii, "ii_cycles": round(sched.ii_cycles, 1),
+               "length": sched.length, "stages": sched.stages,
+               "proven_optimal": sched.certificate.proven_optimal,
+               "not_proven": None if sched.certificate.proven_optimal else why_not_proven(sched, task),
+               "warp_groups": [{"index": g.index, "ops": list(g.ops), "warps": g.warps,
+                                "registers": g.registers, "role": g.role} for g in sched.warp_groups]}
+    folder = gluon_folder(task)
+    try:
+        kernel = generate(sched, config, machine, folder)
+    except CodegenError as exc:
+        return result(task, reason=f"Gluon codegen: the Gluon backend cannot lower this config: {exc}",
+                      error="codegen",
+                      schedule=summary, details=details)
+    report = kernel.report
+    threads, regs, shared = report.threads, report.registers_ptxas, report.shared_compiled
+    spill = report.spill_store_bytes + report.spill_load_bytes
+    details.update({"registers": regs, "threads": threads, "shared_bytes": shared,
+                    "spills": int(spill > 0), "spill_bytes": spill, "gluon_kernel": os.fspath(folder),
+                    "gluon_num_warps": report.num_warps})
+    cm = CostModel(machine)
+    file = machine.register_file
+    if regs * threads > file:
+        return result(task, reason=f"registers: the compiled Gluon kernel has {regs} per thread x {threads} "
+                                   f"threads = {regs * threads} > the {file}-register file of an SM",
+                      schedule=summary, details=details)
+    k = cm.ctas_per_sm(threads, regs, shared)
+    details["ctas_per_sm"] = k
+    if k < 1:
+        return result(task, reason=f"shared memory: the compiled Gluon kernel allocates {shared} B per CTA "
+                                   f"(+ {int(machine.const('chip.smem_reserved_per_cta'))} B reserved), more "
+                                   f"than the {int(machine.const('chip.smem_per_sm'))} B of an SM",
+                      schedule=summary, details=details)
+    cpu = sched.problem.cycles_per_unit
+    pred = gluon_prediction(ii_cycles=sched.ii_cycles, drain_cycles=(sched.length - sched.ii) * cpu,
+                            stages=sched.stages,
+                            res_mii_cycles=float(sched.bounds_cycles.get("res_mii", 0.0)), ctas_per_sm=k,
+                            trips=trips, ctas=ctas, sms=int(machine.const("chip.sms")),
+                            clock_ghz=float(machine.const("chip.clock_ghz")),
+                            edge=float(machine.const("cost.tma_latency")), flops=flops)
+    details.update({"cycles_per_trip": round(pred["cycles_per_trip"], 1), "waves": pred["waves"],
+                    "per_cta_cycles": round(pred["per_cta_cycles"], 1)})
+    if spill:
+        details["note"] = f"ptxas spills {spill} B (the time assumes none)"
+    return result(task, fits=True, predicted_ms=pred["ms"], predicted_tflops=pred["tflops"],
+                  schedule=summary, details=details)
+
