@@ -11,7 +11,8 @@ For every size of ``--sizes`` (default 10, 20, 30, 40, 50, 60 ops) and every see
 * ``refuted_by``: for the IIs below the answer (or below the least one not refuted), how many each layer
   refuted: ``modulo`` (no modulo schedule), ``joint`` (one II's windows), ``range`` (a range query over
   several IIs), ``closing`` (the every-stage-count closing query); ``method`` is the layer that refuted
-  the most, or ``mii`` when the answer is the lower bound itself;
+  the most, ``mii`` when the proven answer is the lower bound itself, ``undecided`` when the run stopped
+  with nothing refuted, ``none`` without a certificate (:func:`method_of`);
 * ``load1_before`` / ``load1_after``: the 1-minute load average around the run, and ``cores``.
 
 Results go to ``benchmarks/results/scaling.json`` and the plot to ``docs/img/scaling.svg`` (time against ops,
@@ -48,7 +49,7 @@ LAYERS = ("modulo", "joint", "range", "closing")
 DEFAULT_SIZES = (10, 20, 30, 40, 50, 60)
 DEFAULT_SEEDS = (1, 2, 3)
 COLORS = {"mii": "#7f7f7f", "modulo": "#9467bd", "joint": "#1f77b4", "range": "#2ca02c", "closing": "#d62728",
-          "none": "#000000"}
+          "undecided": "#ff7f0e", "none": "#000000"}
 
 
 def layer_of(phase: str, reason: str) -> str:
@@ -73,6 +74,18 @@ def refuted_by(cert: Any, below: int) -> dict[str, int]:
     for layer in last.values():
         counts[layer] = counts.get(layer, 0) + 1
     return {k: v for k, v in counts.items() if v}
+
+
+def method_of(rec: dict[str, Any]) -> str:
+    """The label of a record: the layer that refuted the most IIs; ``mii`` for a proven answer at the
+    lower bound (nothing to refute); ``undecided`` for a run stopped with nothing refuted; ``none`` when
+    no certificate came back (an error, a killed worker)."""
+    counts = rec.get("refuted_by")
+    if counts is None:
+        return "none"
+    if counts:
+        return max(counts, key=lambda k: (counts[k], LAYERS.index(k)))
+    return "mii" if rec.get("status") == "optimal" else "undecided"
 
 
 def solve_once(n_ops: int, seed: int, limit: float) -> dict[str, Any]:
@@ -118,11 +131,8 @@ def solve_once(n_ops: int, seed: int, limit: float) -> dict[str, Any]:
             while below in refuted:
                 below += 1
             rec["reached_ii"] = below
-        counts = refuted_by(cert, below)
-        rec["refuted_by"] = counts
-        rec["method"] = max(counts, key=lambda k: (counts[k], LAYERS.index(k))) if counts else "mii"
-    else:
-        rec["method"] = "none"
+        rec["refuted_by"] = refuted_by(cert, below)
+    rec["method"] = method_of(rec)
     return rec
 
 
@@ -226,8 +236,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         n, seed = (int(x) for x in args.worker.split(":"))
         print(MARK + json.dumps(solve_once(n, seed, args.limit)), flush=True)
         return 0
-    if args.plot_only:
-        plot(json.loads(args.out.read_text()), args.plot)
+    if args.plot_only:  # labels recomputed by the current rule (method_of)
+        data = json.loads(args.out.read_text())
+        for rec in data["runs"]:
+            rec["method"] = method_of(rec)
+        args.out.write_text(json.dumps(data, indent=1) + "\n")
+        plot(data, args.plot)
         return 0
     data: dict[str, Any] = {"environment": environment(), "sizes": list(args.sizes),
                             "seeds": list(args.seeds), "runs": []}
