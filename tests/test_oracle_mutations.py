@@ -1,7 +1,7 @@
-"""Each reduction of twill/model/reductions.py, with its precondition taken away (and liveness that stops at
-a view), makes the search
+"""Each reduction of twill/model/reductions.py, with its precondition taken away, makes the search
 disagree with the independent oracle (tests/joint_oracle.py) on a loop where the precondition fails:
-the property tests can see a broken reduction, so their passing means something."""
+the property tests can see a broken reduction, so their passing means something. So does liveness that
+stops at a view instead of following it to the view's readers."""
 
 from __future__ import annotations
 
