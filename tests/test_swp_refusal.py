@@ -15,7 +15,7 @@ from twill.errors import InfeasibleError
 from twill.ir.graph import Graph
 from twill.ir.machine import load_machine
 from twill.model.problem import Options, build_problem
-from twill.search.swp import check_swp_registers, swp_register_floor
+from twill.search.swp import check_swp_registers, check_swp_shapes, swp_register_floor
 
 H100 = load_machine("h100")
 FA_BWD = "examples/flash_attention_bwd.py"
@@ -85,15 +85,38 @@ def test_relaxed_registers_never_refused() -> None:
     check_swp_registers(build_problem(_accumulators([200, 200]), H100, relaxed))
 
 
+def test_refused_when_the_consumer_group_mixes_shapes() -> None:
+    # a 4-warp and an 8-warp op (one and two warpgroups) on the one consumer group: group_shape fails at
+    # every II; a one-warp op beside them is no third shape
+    g = _accumulators([16], warps=4)
+    g.add_op("wide", "alu", busy={"alu": 1}, warps=8)
+    g.add_op("single", "alu", busy={"alu": 1}, warps=1)
+    with pytest.raises(InfeasibleError, match=r"consumer op .* acc0 \(4 warps\), wide \(8 warps\)\. No II"):
+        twill.schedule(g, H100, strategy="swp")
+    check_swp_shapes(build_problem(_accumulators([16], warps=8), H100))  # one shape: searched
+
+
 # ------------------------------------------------------------------------------ bundled FA backward
 @pytest.mark.parametrize(("entry", "machine"), [
-    ("attn_bwd_sm90", "h100"), ("attn_bwd_sm100", "b200"), ("attn_bwd_split_sm100", "b200"),
-    ("attn_bwd_subtiled_sm100", "b200"),
+    ("attn_bwd_sm100", "b200"), ("attn_bwd_split_sm100", "b200"), ("attn_bwd_subtiled_sm100", "b200"),
 ])
 def test_fa_backward_not_refused(entry: str, machine: str) -> None:
-    # these fit one consumer group by the floor (at most 26 + 2 x 64 + 64 = 218 against 240 for 8 warps),
-    # so Twill-SWP searches them exactly as before
-    check_swp_registers(build_problem(twill.graph_from_kernel(f"{FA_BWD}::{entry}"), load_machine(machine)))
+    # these fit one consumer group by the floor (at most 24 + 2 x 64 + 64 = 216 against 240 for 8 warps)
+    # and have one consumer shape, so Twill-SWP searches them exactly as before
+    p = build_problem(twill.graph_from_kernel(f"{FA_BWD}::{entry}"), load_machine(machine))
+    check_swp_shapes(p)
+    check_swp_registers(p)
+
+
+def test_fa_backward_hopper_refused_for_its_shapes() -> None:
+    # The plain Hopper backward issues dk, dv (and their conversions) with 8 warps and s, p, dp, ... with
+    # 4: one consumer group cannot hold both, so the search failed group_shape at each of the 992 IIs
+    # from 105 to 1096 before (33.9 s); its registers alone would fit (26 + 64 + 64 + 64 = 218 <= 240)
+    p = build_problem(twill.graph_from_kernel(f"{FA_BWD}::attn_bwd_sm90"), H100)
+    assert swp_register_floor(p)[0] == 218
+    check_swp_registers(p)
+    with pytest.raises(InfeasibleError, match=r"dp \(4 warps\), dk \(8 warps\)"):
+        check_swp_shapes(p)
 
 
 def test_fa3_shaped_backward_refused() -> None:

@@ -19,7 +19,8 @@ from twill.solvers.modulo.methods import ModuloResult
 from twill.solvers.status import CheckResult, SolveStatus
 from twill.verify import violations
 
-__all__ = ["check_swp_registers", "needed_budgets", "swp_at", "swp_register_floor"]
+__all__ = ["check_swp", "check_swp_registers", "check_swp_shapes", "needed_budgets", "swp_at",
+           "swp_register_floor"]
 
 def swp_at(run: Run, ii: int, mod: ModuloResult) -> tuple | None:
     """Twill-SWP: the modulo schedule, variable-latency ops on group 0, the rest on group 1."""
@@ -126,3 +127,37 @@ def check_swp_registers(p: Problem) -> None:
             f"at least {terms} registers per thread at some moment of every schedule, at any II; the most "
             f"it can hold is {cap} ({why}). No II has a Twill-SWP schedule; use strategy='joint', which "
             f"can spread the values over several consumer groups")
+
+
+def check_swp_shapes(p: Problem) -> None:
+    """Refuse Twill-SWP at once when one of its two groups would mix op shapes.
+
+    The split puts the variable-latency ops on one group and every other op on another; a group holds
+    ops issued by one number of warpgroups (the group_shape family, which no option relaxes; one-warp
+    ops fit anywhere), so a group given ops of two shapes fails verification at every II.
+
+    Raises
+    ------
+    InfeasibleError
+        A group of the split mixes shapes; the message names an op of each.
+    """
+    per = max(1, p.resources.warps_per_group)
+    for role, ops in (("variable-latency", [op for op in p.ops if op.variable_latency]),
+                      ("consumer", [op for op in p.ops if not op.variable_latency])):
+        shapes: dict[int, str] = {}
+        for op in sorted(ops, key=lambda o: o.name):
+            if op.warps > 1:
+                shapes.setdefault(per * -(-op.warps // per), op.name)
+        if len(shapes) > 1:
+            named = ", ".join(f"{shapes[w]} ({w} warps)" for w in sorted(shapes))
+            raise InfeasibleError(
+                f"Twill-SWP puts every {role} op on one warp group, but a group holds ops of one shape "
+                f"(one-warp ops fit anywhere) and these are issued by different numbers of warps: {named}. "
+                f"No II has a Twill-SWP schedule; use strategy='joint', which gives each shape its own group")
+
+
+def check_swp(p: Problem) -> None:
+    """Both refusals of Twill-SWP that need no solver: :func:`check_swp_shapes`, then
+    :func:`check_swp_registers`."""
+    check_swp_shapes(p)
+    check_swp_registers(p)
