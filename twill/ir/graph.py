@@ -117,7 +117,7 @@ class Op:
     view : bool
         The op is a pure view or alias of the values it reads (a subview, transpose, reshape of a
         buffer): it holds no storage of its own (``regs``, ``smem`` and ``tmem`` must be 0), and a value
-        it reads stays live until the view's own readers are done with it (docs/model.md §4).
+        it reads stays live until the view's own readers are done with it (docs/model.md §5).
     source : str
         Where the op came from: TTGIR location or ``file.py:line`` of the builder call.
     attrs : tuple of (str, str)
