@@ -281,7 +281,9 @@ def graph_from_ddg(source: str | Path | Mapping[str, Any], machine: str | Path |
         from_node = [q for q in preds.get(nid, []) if q != nid]
         view = False
         if it["yields"] == "register" and pipeline == "NONE" and from_node:
-            view = True  # expand_dims, broadcast, reshape: a free re-indexing of a register tile it reads
+            # expand_dims, broadcast, reshape: a free re-indexing of a register tile it reads; a hand-off
+            # of it to another group still moves the tile's bytes
+            view, result_bytes = True, size
         elif it["yields"] == "register":
             threads = 32 * max(warps, mach.warps_per_group)  # a register tile spreads over a warpgroup
             regs, result_bytes = -(-size // (4 * threads)), size
