@@ -52,6 +52,8 @@ def test_nodes_mapped_to_units_and_times() -> None:
         op = g.op(name)
         assert (op.rrt, op.cycles, op.issue_cycles, op.latency) == ((), 0, 0, 0), name
     assert [n for n in g.nx if g.op(n).view] == ["local_alloc_1", "memdesc_trans_2", "reshape_6"]
+    # the reshape holds no registers but a hand-off of it moves exp2's 128 x 64 f32 tile
+    assert (g.op("reshape_6").regs, g.op("reshape_6").result_bytes) == (0, 32768)
     # asynchronous readers are stated, never inferred: the two Tensor Core nodes only
     assert sorted(op.name for op in g.ops if op.async_reader) == ["tc_gen5_mma_3", "warp_group_dot_9"]
     assert all(op.async_reader is not None for op in g.ops)
