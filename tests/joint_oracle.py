@@ -11,8 +11,12 @@ least total hand-off latency (``Σ cross`` over crossing edges), least register 
 budget``). :func:`check` judges one given schedule by the same rules (it is used on twill's schedules).
 
 Nothing here imports ``twill.liveness``, the encodings, ``twill.modular`` or ``twill.verify``, or calls a
-:class:`Problem` helper method: it reads plain data fields (``ops``, ``edges``, ``streaming``,
-``resources``, ``options``, ``fixed_smem``, ``fixed_tmem``) and ``Op.cycles`` (the RRT length).
+:class:`Problem` helper method or an :class:`Op` property: it reads plain data fields (``ops``, ``edges``,
+``streaming``, ``resources``, ``options``, ``fixed_smem``, ``fixed_tmem``, and each op's ``rrt``,
+``completion``, ``async_reader``, ``view``). An op's length ``cycles`` is its ``completion`` when given,
+else the end of its last reservation (0 for an op that uses no unit); it is asynchronous when
+``async_reader`` says so, or, without the flag, when ``issue_cycles`` is below the end of its last
+reservation (docs/model.md §1).
 
 The rules, one per family, as this module reads docs/model.md (``s`` = start, ``g`` = pool slot):
 
@@ -28,9 +32,12 @@ The rules, one per family, as this module reads docs/model.md (``s`` = start, ``
   while another op of its group issues: ``(s[v] - s[o]) mod II >= issue_cycles(o)``.
 * group shape: ops of more than one warp on one group take the same number of warpgroups; a group takes
   that many (1 with only one-warp ops); ``Σ warps_per_group x warpgroups <= max_warps``.
+* uses through views: a value's uses are its edges of the carrier, and for an edge into a view also
+  the view's edges of that carrier, with the distances added (and so on through views; a view is
+  entered once per path); each is judged by its own reader, as if it read the value directly.
 * registers (values above ``small_regs`` only): a value lives on its producer's group from ``s`` to
   ``max(s + cycles, use ends)``, a use on the same group (or a self-edge) ending at ``s[v] + δ II`` (+ the
-  consumer's cycles if it is asynchronous, ``issue_cycles < cycles``, and not in place); a consumer on
+  consumer's cycles if it is asynchronous and the edge not in place); a consumer on
   another group that is asynchronous and not in place holds a received copy ``[s[v], s[v] + cycles(v))``.
   Folded per group over the residues, plus ``group_overhead``: the peak must be ``<= max_regs`` and
   ``<= budget``. Budget: the plan's value of the slot, or the least legal ``setmaxnreg`` value ``>=`` the
@@ -134,13 +141,15 @@ class _Spec:
         self.relax = p.options.relax
         self.names = [op.name for op in p.ops]
         self.op = {op.name: op for op in p.ops}
-        self.cyc = {op.name: op.cycles for op in p.ops}
+        busy = {op.name: max((r.start + r.cycles for r in op.rrt), default=0) for op in p.ops}
+        self.cyc = {op.name: busy[op.name] if op.completion is None else op.completion for op in p.ops}
         self.vl = {op.name: bool(op.variable_latency) for op in p.ops}
         self.has_vl = any(self.vl.values())
         per = max(1, self.res.warps_per_group)
         self.per = per
         self.shape = {op.name: (_ceil(op.warps, per) if op.warps > 1 else None) for op in p.ops}
-        self.is_async = {op.name: op.issue_cycles < op.cycles for op in p.ops}
+        self.is_async = {op.name: (op.issue_cycles < busy[op.name] if op.async_reader is None
+                                   else op.async_reader) for op in p.ops}
         self.edges = list(p.edges)
         self.pool = pool(p)
         self.handoff = "handoff" not in self.relax
@@ -162,6 +171,20 @@ class _Spec:
                 acc += f.transfer
                 self.lead[f.index] = acc
         self.issuers = [n for n in self.names if self.op[n].issue_cycles > 0]
+
+    def reads(self, u: str, carrier: str) -> list[tuple[object, int]]:
+        """``(edge, distance)`` of every use of ``u``'s value in ``carrier``, through views."""
+        out: list[tuple[object, int]] = []
+
+        def rec(src: str, dist: int, seen: frozenset) -> None:
+            for e in self.edges:
+                if e.src == src and e.carrier == carrier:
+                    out.append((e, dist + e.distance))
+                    if self.op[e.dst].view and e.dst not in seen:
+                        rec(e.dst, dist + e.distance, seen | {e.dst})
+
+        rec(u, 0, frozenset([u]))
+        return out
 
     def always_cross(self, a: str, b: str) -> bool:
         if self.vl[a] != self.vl[b]:
@@ -296,12 +319,12 @@ class _Assign:
             if op.regs <= res.small_regs or u not in placed:
                 continue
             end = start[u] + s.cyc[u]
-            for e in s.edges:
-                if e.src != u or e.carrier != "register" or e.dst not in placed:
+            for e, dist in s.reads(u, "register"):
+                if e.dst not in placed:
                     continue
                 hold = 0 if e.inplace or not s.is_async[e.dst] else s.cyc[e.dst]
                 if g[e.dst] == g[u] or e.dst == u:
-                    end = max(end, start[e.dst] + e.distance * ii + hold)
+                    end = max(end, start[e.dst] + dist * ii + hold)
                 elif hold:
                     regs[g[e.dst]].append((start[e.dst], start[e.dst] + hold, op.regs))
             regs[g[u]].append((start[u], end, op.regs))
@@ -341,9 +364,9 @@ class _Assign:
                 if kind == "tmem" and res.tmem_alloc_step:
                     need = _ceil(need, res.tmem_alloc_step) * res.tmem_alloc_step
                 end = start[u] + s.cyc[u]
-                for e in s.edges:
-                    if e.src == u and e.carrier == kind and e.dst in placed:
-                        end = max(end, start[e.dst] + e.distance * ii + s.cyc[e.dst])
+                for e, dist in s.reads(u, kind):
+                    if e.dst in placed:
+                        end = max(end, start[e.dst] + dist * ii + s.cyc[e.dst])
                 early = s.opts.prefetch * ii if kind == "smem" and u in s.p.streaming else 0
                 items.append((start[u] - early, end, need))
             if kind == "smem":

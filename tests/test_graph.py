@@ -101,18 +101,21 @@ def test_unknown_unit_rejected_by_check_with_units():
     assert "mufu, tc" in str(info.value)  # the message lists the units the machine has
 
 
-def test_op_using_no_unit_rejected():
+def test_op_using_no_unit_allowed():
+    # A pure view uses no functional unit: no issue time, and no time at all unless a latency is given.
     g = Graph("g")
-    with pytest.raises(GraphError, match=r"op 'idle' uses no functional unit") as info:
-        g.add_op("idle", "alu", busy={})
-    assert info.value.op == "idle"
+    view = g.add_op("idle", "alu", busy={})
+    assert (view.cycles, view.latency, view.issue_cycles, view.units) == (0, 0, 0, frozenset())
+    late = g.add_op("late", "alu", busy={}, latency=3)
+    assert (late.cycles, late.latency, late.issue_cycles) == (0, 3, 0)
+    g.check()
 
 
-def test_op_using_no_unit_rejected_by_check():
-    # An op smuggled past the builder (straight into the networkx graph) is still caught by check().
+def test_op_using_no_unit_checked():
+    # An op smuggled past the builder (straight into the networkx graph) is still checked by check().
     g = _three_ops()
-    g.nx.add_node("ghost", op=Op("ghost", "alu", rrt=(), latency=0, issue_cycles=0))
-    with pytest.raises(GraphError, match="'ghost' uses no functional unit"):
+    g.nx.add_node("ghost", op=Op("ghost", "alu", rrt=(), latency=-1, issue_cycles=0))
+    with pytest.raises(GraphError, match="op 'ghost': latency=-1 must be a non-negative integer"):
         g.check()
 
 

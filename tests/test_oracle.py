@@ -161,42 +161,79 @@ class Case:
     def describe(self) -> str:
         ops = [f"  {op.name}: rrt={[(r.unit, r.start, r.cycles) for r in op.rrt]} lat={op.latency} "
                f"issue={op.issue_cycles} regs={op.regs} smem={op.smem} bytes={op.result_bytes} "
-               f"vl={op.variable_latency} warps={op.warps} spill={op.spill_cost}" for op in self.graph.ops]
+               f"vl={op.variable_latency} warps={op.warps} spill={op.spill_cost} completion={op.completion} "
+               f"async_reader={op.async_reader} view={op.view}" for op in self.graph.ops]
         edges = [f"  {e.src}->{e.dst} d={e.latency} δ={e.distance} {e.carrier} blocking={e.blocking} "
-                 f"inplace={e.inplace}" for e in self.graph.edges]
+                 f"inplace={e.inplace} handoff={e.handoff}" for e in self.graph.edges]
         return "\n".join([f"seed {self.seed}: smem {self.smem}, options {self.options}", *ops, *edges])
 
 
+def _graph_features(seed: int, ops: list[dict], edges: list[dict]) -> None:
+    """Sprinkle the graph-format features of issue 26 over a random loop, from their own random stream
+    (so the base loop of each seed is the one it always was): idle trailing cycles (``completion``), an
+    explicit ``async_reader`` flag, per-edge ``handoff`` costs, and, in loops of at most 4 ops, a view
+    (no functional unit, no storage) spliced into a value-carrying edge."""
+    rng = random.Random(10_007 * seed + 26)
+    for op in ops:
+        if rng.random() < 0.2:
+            op["completion"] = next(iter(op["busy"].values())) + rng.randint(1, 2)
+        if rng.random() < 0.2:
+            op["async_reader"] = rng.random() < 0.5
+    for e in edges:
+        if rng.random() < 0.2:
+            e["handoff"] = rng.randint(0, 4)
+    carrying = [i for i, e in enumerate(edges) if e["carrier"] != "none" and e["src"] != e["dst"]]
+    if len(ops) <= 4 and carrying and rng.random() < 0.3:
+        e = edges[carrying[rng.randrange(len(carrying))]]
+        ops.append({"name": "view", "kind": "memdesc_trans", "busy": {}, "view": True,
+                    "latency": rng.choice((0, 0, 1)), "warps": rng.choice((1, 4)), "source": f"seed {seed}"})
+        tail = {"src": "view", "dst": e["dst"], "latency": 0, "distance": 0, "carrier": e["carrier"],
+                "blocking": e["blocking"]}
+        e["dst"] = "view"
+        e["blocking"] = False
+        edges.append(tail)
+
+
 def random_case(seed: int) -> Case:
-    """A random loop of 2-5 ops with costs 1-4 (at least one 1-cycle op) and random options."""
+    """A random loop of 2-5 ops with costs 1-4 (at least one 1-cycle op) and random options, with the
+    graph-format features of :func:`_graph_features`."""
     rng = random.Random(seed)
     n = rng.randint(2, 5)
     g = Graph(f"rand{seed}")
     names = [f"o{i}" for i in range(n)]
     vl_ok = True
+    ops: list[dict] = []
     for i, name in enumerate(names):
         unit = rng.choice(("tc", "mufu", "alu", "alu", "tma", "smem"))
         cycles = 1 if i == 0 else rng.randint(1, 4)
         vl = unit == "tma" and vl_ok and rng.random() < 0.7
         is_async = unit in ("tc", "tma")
-        g.add_op(name, UNIT_KIND[unit], busy={unit: cycles}, latency=rng.randint(1, 4),
-                 issue_cycles=(1 if is_async else cycles), regs=rng.choice((0, 0, 2, 16, 48, 96, 160)),
-                 smem=rng.choice((0, 0, 0, 1024, 8192)), result_bytes=rng.choice((0, 0, 128, 256, 512)),
-                 variable_latency=vl, warps=rng.choice((1, 4, 4, 8)) if not vl else 1,
-                 spill_cost=rng.randint(0, 4), source=f"seed {seed}")
+        ops.append(dict(name=name, kind=UNIT_KIND[unit], busy={unit: cycles}, latency=rng.randint(1, 4),
+                        issue_cycles=(1 if is_async else cycles),
+                        regs=rng.choice((0, 0, 2, 16, 48, 96, 160)),
+                        smem=rng.choice((0, 0, 0, 1024, 8192)),
+                        result_bytes=rng.choice((0, 0, 128, 256, 512)),
+                        variable_latency=vl, warps=rng.choice((1, 4, 4, 8)) if not vl else 1,
+                        spill_cost=rng.randint(0, 4), source=f"seed {seed}"))
+    edges: list[dict] = []
     for _ in range(rng.randint(1, n + 1)):
         a, b = rng.sample(range(n), 2) if n > 1 else (0, 0)
         src, dst = names[min(a, b)], names[max(a, b)]
         dist = 0 if rng.random() < 0.7 else rng.randint(1, 2)
         if rng.random() < 0.25:  # a back edge
             src, dst, dist = dst, src, rng.randint(1, 2)
-        g.add_edge(src, dst, latency=rng.randint(0, 4), distance=dist,
-                   carrier=rng.choice(("register", "register", "smem", "none")),
-                   blocking=rng.random() < 0.3)
+        edges.append(dict(src=src, dst=dst, latency=rng.randint(0, 4), distance=dist,
+                          carrier=rng.choice(("register", "register", "smem", "none")),
+                          blocking=rng.random() < 0.3))
     if rng.random() < 0.4:
         acc = rng.choice(names)
-        g.add_edge(acc, acc, latency=rng.randint(1, 3), distance=1,
-                   carrier=rng.choice(("register", "none")), inplace=True)
+        edges.append(dict(src=acc, dst=acc, latency=rng.randint(1, 3), distance=1,
+                          carrier=rng.choice(("register", "none")), inplace=True))
+    _graph_features(seed, ops, edges)
+    for op in ops:
+        g.add_op(op.pop("name"), op.pop("kind"), **op)
+    for e in edges:
+        g.add_edge(e.pop("src"), e.pop("dst"), **e)
     vl_ops = [op.name for op in g.ops if op.variable_latency]
     compute = [op.name for op in g.ops if not op.variable_latency]
     opts: dict = {"prefetch": rng.randint(0, 2), "stage_slack": rng.choice((0, 1, 1, 2)),
@@ -392,7 +429,7 @@ def _relabelled(case: Case, rng: random.Random) -> tuple[Graph, dict]:
     rng.shuffle(edges)
     for e in edges:
         g.add_edge(rename[e.src], rename[e.dst], latency=e.latency, distance=e.distance, blocking=e.blocking,
-                   carrier=e.carrier, inplace=e.inplace)
+                   carrier=e.carrier, inplace=e.inplace, handoff=e.handoff)
     opts = dict(case.options)
     if "apart" in opts:
         opts["apart"] = [tuple(rename[n] for n in pair) for pair in opts["apart"]]

@@ -1,6 +1,7 @@
 """Each reduction of twill/model/reductions.py, with its precondition taken away, makes the search
 disagree with the independent oracle (tests/joint_oracle.py) on a loop where the precondition fails:
-the property tests can see a broken reduction, so their passing means something."""
+the property tests can see a broken reduction, so their passing means something. So does liveness that
+stops at a view instead of following it to the view's readers."""
 
 from __future__ import annotations
 
@@ -46,3 +47,26 @@ def test_stage_windows_without_the_stage_bound_disagree(monkeypatch: pytest.Monk
     monkeypatch.setattr(certificate, "stage_bound", lambda problem, ii: 1)  # "one stage is all there is"
     with pytest.raises((AssertionError, pytest.fail.Exception)):
         cases.test_repro_stage_window()
+
+
+def _stops_at_views(problem, name, carrier):  # type: ignore[no-untyped-def]
+    """Liveness that ends a value at a view instead of following it to the view's readers."""
+    return [(e, e.distance) for e in problem.out_edges(name) if e.carrier == carrier]
+
+
+@pytest.mark.parametrize("seed", [141, 179])  # a register value (141) and an SMEM value (179) via a view
+def test_liveness_that_stops_at_views_disagrees(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    import twill.model.liveness as liveness
+
+    def disagreements() -> list[str]:
+        try:
+            out = cases.outcome.__wrapped__(seed)  # not the cached outcome
+        except Exception as exc:  # the verifier, on its own rules, refuses the mutated search's schedule
+            return [f"{type(exc).__name__}: {exc}"]
+        return cases.judge(out) + cases.cross_check(out)
+
+    assert any(op.view for op in cases.random_case(seed).graph.ops)
+    assert not disagreements()
+    monkeypatch.setattr(formulation, "value_uses", _stops_at_views)  # both encodings read it
+    monkeypatch.setattr(liveness, "value_uses", _stops_at_views)  # the lazy checks' occupancy
+    assert disagreements()

@@ -78,6 +78,7 @@ __all__ = [
     "UnsupportedOpError",
     "WarpGroup",
     "explain",
+    "graph_from_ddg",
     "graph_from_kernel",
     "graph_from_ttgir",
     "known_machines",
@@ -101,6 +102,13 @@ def __getattr__(name: str) -> Any:
 def graph_from_kernel(*args: Any, **kwargs: Any) -> Graph:
     """Compile a Triton kernel on the CPU and build the graph of its loop (see :mod:`twill.frontend`)."""
     from twill.frontend.lower import graph_from_kernel as impl
+
+    return impl(*args, **kwargs)
+
+
+def graph_from_ddg(*args: Any, **kwargs: Any) -> Graph:
+    """Build the graph of one loop of an FBTriton ``ddg-0.1`` dump (see :mod:`twill.frontend.ddg`)."""
+    from twill.frontend.ddg import graph_from_ddg as impl
 
     return impl(*args, **kwargs)
 

@@ -170,6 +170,21 @@ def _hold(p: Problem, e: Edge) -> int:
     return dst.cycles if dst.is_async and not e.inplace else 0
 
 
+def _reads(p: Problem, name: str, carrier: str) -> list[tuple[Edge, int]]:
+    """Edges of ``carrier`` out of ``name`` with their distance, and, past each view (an alias), the view's
+    own edges of that carrier with the distances added (a view is entered once per path)."""
+    found: list[tuple[Edge, int]] = []
+    todo = [(name, 0, frozenset([name]))]
+    while todo:
+        src, dist, seen = todo.pop()
+        for e in p.edges:
+            if e.src == src and e.carrier == carrier:
+                found.append((e, dist + e.distance))
+                if p.op(e.dst).view and e.dst not in seen:
+                    todo.append((e.dst, dist + e.distance, seen | {e.dst}))
+    return found
+
+
 def _held(s: Schedule) -> list[_Held]:
     """Everything a schedule keeps (docs/model.md §4's liveness rules, stated here on their own)."""
     p, ii, start, group = s.problem, s.ii, s.start, s.group
@@ -178,9 +193,9 @@ def _held(s: Schedule) -> list[_Held]:
         reg_uses = [e for e in p.edges if e.src == op.name and e.carrier == "register"]
         if op.regs > res.small_regs:
             end = start[op.name] + op.cycles
-            for e in reg_uses:
+            for e, dist in _reads(p, op.name, "register"):
                 if e.dst == op.name or group[e.dst] == group[op.name]:
-                    end = max(end, start[e.dst] + e.distance * ii + _hold(p, e))
+                    end = max(end, start[e.dst] + dist * ii + _hold(p, e))
                 elif _hold(p, e):
                     out.append(_Held(f"{op.name}->{e.dst} (received)", f"regs/{group[e.dst]}",
                                      start[e.dst], start[e.dst] + _hold(p, e), op.regs))
@@ -191,9 +206,8 @@ def _held(s: Schedule) -> list[_Held]:
             if kind == "tmem" and res.tmem_alloc_step:
                 need = -(-need // res.tmem_alloc_step) * res.tmem_alloc_step
             end = start[op.name] + op.cycles
-            for e in p.edges:
-                if e.src == op.name and e.carrier == kind:
-                    end = max(end, start[e.dst] + e.distance * ii + p.op(e.dst).cycles)
+            for e, dist in _reads(p, op.name, kind):
+                end = max(end, start[e.dst] + dist * ii + p.op(e.dst).cycles)
             ahead = p.options.prefetch * ii if kind == "smem" and op.name in p.streaming else 0
             out.append(_Held(op.name, kind, start[op.name] - ahead, end, need))
         crossing = [e for e in reg_uses if e.dst != op.name and group[e.dst] != group[op.name]]

@@ -117,6 +117,11 @@ def load_graph(target: str, machine: str, constexprs: dict[str, Any] | None = No
         if isinstance(data, dict) and data.get("kind") == "twill.schedule":
             raise FrontendError(f"{path_text} is a saved schedule, not a graph; use twill show or "
                                 f"twill verify")
+        from twill.frontend.ddg import graph_from_ddg, is_ddg
+
+        if is_ddg(data):  # an FBTriton modulo-scheduler dump (TRITON_MODULO_DUMP_DDG)
+            _refuse(compile_only, target, "a ddg-0.1 dump is compiled already")
+            return graph_from_ddg(data, machine, loop_index=loop_index)
         _refuse(not_compiled, target, "a graph JSON is not compiled")
         return Graph.from_dict(data)
     if path.suffix != ".py":

@@ -103,7 +103,21 @@ class Op:
         Cycles of extra latency a cross-warp-group hand-off of the result costs (reg -> SMEM -> reg).
         ``None``: computed from the machine's hand-off model and ``result_bytes``. Either way the hand-off
         also takes SMEM-port time for ``result_bytes`` (store and load, docs/model.md §2), and the
-        consumer cannot load before the store is done; with ``result_bytes = 0`` it takes none.
+        consumer cannot load before the store is done; with ``result_bytes = 0`` it takes none. Prices
+        register-carried edges only; :attr:`Dependence.handoff` prices one edge of any carrier.
+    completion : int or None
+        Cycles from issue until the op has completed (its result written, its operands read), when that
+        is later than its last busy cycle: a reservation table with idle trailing cycles. ``None``: the
+        table's length. Must be at least the table's length.
+    async_reader : bool or None
+        The op reads its register operands asynchronously, over its whole duration (an RS wgmma), so a
+        register value it reads stays live until it completes. ``None``: inferred, ``issue_cycles <
+        busy_cycles`` (the warps are free before the units are), which is what every graph meant before
+        the flag existed.
+    view : bool
+        The op is a pure view or alias of the values it reads (a subview, transpose, reshape of a
+        buffer): it holds no storage of its own (``regs``, ``smem`` and ``tmem`` must be 0), and a value
+        it reads stays live until the view's own readers are done with it (docs/model.md §5).
     source : str
         Where the op came from: TTGIR location or ``file.py:line`` of the builder call.
     attrs : tuple of (str, str)
@@ -124,11 +138,21 @@ class Op:
     spill_cost: int | None = None
     source: str = ""
     attrs: tuple[tuple[str, str], ...] = ()
+    completion: int | None = None
+    async_reader: bool | None = None
+    view: bool = False
+
+    @property
+    def busy_cycles(self) -> int:
+        """Rows of the reservation table: cycles from issue until every unit the op uses is free (0 for
+        an op that uses no unit)."""
+        return max((r.end for r in self.rrt), default=0)
 
     @property
     def cycles(self) -> int:
-        """Rows of the reservation table: cycles from issue until every unit the op uses is free."""
-        return max((r.end for r in self.rrt), default=0)
+        """Cycles from issue until the op has completed: :attr:`completion` when given, else the
+        reservation table's length (:attr:`busy_cycles`)."""
+        return self.busy_cycles if self.completion is None else self.completion
 
     @property
     def units(self) -> frozenset[str]:
@@ -137,8 +161,11 @@ class Op:
 
     @property
     def is_async(self) -> bool:
-        """True when the warps are free before the op's units are (Tensor Core, TMA, TMEM copies)."""
-        return self.issue_cycles < self.cycles
+        """True when the op reads its register operands asynchronously (:attr:`async_reader`; when not
+        given, inferred as ``issue_cycles < busy_cycles``: the warps are free before the units are)."""
+        if self.async_reader is not None:
+            return self.async_reader
+        return self.issue_cycles < self.busy_cycles
 
     def usage(self, unit: str) -> list[int]:
         """Busy count of ``unit`` in each cycle ``0 .. cycles-1`` (one RRT column)."""
@@ -179,6 +206,10 @@ class Dependence:
     inplace : bool
         ``dst`` overwrites the value in place (the accumulator operand of an MMA): the value dies when
         ``dst`` issues instead of when ``dst`` has finished reading it.
+    handoff : int or None
+        Cycles of extra latency this edge costs when its ends sit on different warp groups, for any
+        carrier (an SMEM or TMEM value's barrier hand-off, a register value's spill). ``None``: the
+        producer's ``spill_cost`` for a register value, else the machine's hand-off model.
     """
 
     src: str
@@ -189,6 +220,7 @@ class Dependence:
     carrier: str = "register"
     source: str = ""
     inplace: bool = False
+    handoff: int | None = None
 
     @property
     def label(self) -> str:
@@ -226,15 +258,20 @@ def check_op(op: Op, units: Iterable[str] | None = None) -> None:
     where = f"op {op.name!r}"
     if not op.name or not isinstance(op.name, str):
         raise GraphError(f"op name must be a non-empty string, got {op.name!r}", op=str(op.name))
-    if not op.rrt:
-        raise GraphError(f"{where} uses no functional unit (empty reservation table)", op=op.name,
-                         source=op.source)
     for r in op.rrt:
         for fld, low in (("start", 0), ("cycles", 1), ("count", 1)):
             value = getattr(r, fld)
             if not _is_int(value) or value < low:
                 raise GraphError(f"{where}: reservation of unit {r.unit!r} has {fld}={value!r}, "
                                  f"must be an integer >= {low}", op=op.name, source=op.source)
+    if op.completion is not None:
+        if not _is_int(op.completion) or op.completion < 0:
+            raise GraphError(f"{where}: completion={op.completion!r} must be a non-negative integer "
+                             f"(cycles from issue until it completes)", op=op.name, source=op.source)
+        if op.completion < op.busy_cycles:
+            raise GraphError(f"{where}: completion={op.completion} is before its last busy cycle: the "
+                             f"reservation table is {op.busy_cycles} cycles long", op=op.name,
+                             source=op.source)
     for fld in ("latency", "issue_cycles", "regs", "smem", "tmem", "result_bytes"):
         value = getattr(op, fld)
         if not _is_int(value) or value < 0:
@@ -246,9 +283,21 @@ def check_op(op: Op, units: Iterable[str] | None = None) -> None:
     if not _is_int(op.warps) or op.warps < 1:
         raise GraphError(f"{where}: warps={op.warps!r} must be an integer >= 1", op=op.name,
                          source=op.source)
+    for flag in ("async_reader", "view"):
+        value = getattr(op, flag)
+        if not isinstance(value, bool) and not (flag == "async_reader" and value is None):
+            raise GraphError(f"{where}: {flag}={value!r} must be true or false", op=op.name,
+                             source=op.source)
+    if op.view:
+        held = [f"{fld}={getattr(op, fld)}" for fld in ("regs", "smem", "tmem") if getattr(op, fld)]
+        if held:
+            raise GraphError(f"{where} is a view (an alias of what it reads) but holds storage of its own: "
+                             f"{', '.join(held)}; a view's storage is its source's", op=op.name,
+                             source=op.source)
     if op.issue_cycles > op.cycles:
-        raise GraphError(f"{where}: issue_cycles={op.issue_cycles} exceeds its reservation table length "
-                         f"{op.cycles}", op=op.name, source=op.source)
+        what = "reservation table length" if op.completion is None else "completion"
+        raise GraphError(f"{where}: issue_cycles={op.issue_cycles} exceeds its {what} {op.cycles}",
+                         op=op.name, source=op.source)
     if units is not None:
         known = set(units)
         for r in op.rrt:
@@ -269,6 +318,9 @@ def check_dependence(dep: Dependence) -> None:
     if dep.carrier not in CARRIERS:
         raise GraphError(f"edge {dep.label}: carrier={dep.carrier!r} is not one of {', '.join(CARRIERS)}",
                          edge=edge, source=dep.source)
+    if dep.handoff is not None and (not _is_int(dep.handoff) or dep.handoff < 0):
+        raise GraphError(f"edge {dep.label}: handoff={dep.handoff!r} must be a non-negative integer (cycles "
+                         f"a crossing between warp groups costs) or None", edge=edge, source=dep.source)
 
 
 @dataclass
@@ -319,6 +371,9 @@ class Graph:
         spill_cost: int | None = None,
         source: str | None = None,
         attrs: Mapping[str, str] | None = None,
+        completion: int | None = None,
+        async_reader: bool | None = None,
+        view: bool = False,
     ) -> Op:
         """Add an op and return it.
 
@@ -328,13 +383,17 @@ class Graph:
             See :class:`Op`.
         busy : mapping of str to int, optional
             Shorthand reservation table: unit -> cycles busy (count 1, from issue). ``{"tc": 512}``.
+            ``{}`` for an op that uses no functional unit (a view, an alias): it costs no issue time and,
+            unless ``latency`` or ``completion`` is given, no time at all.
         rrt : iterable of Reservation, optional
             Full reservation table; give ``busy`` or ``rrt``, not both.
         latency : int, optional
-            Cycles until the result is usable; defaults to the RRT length.
+            Cycles until the result is usable; defaults to the op's length (``completion``, else the
+            RRT length).
         issue_cycles : int, optional
             Cycles the issuing warps are busy; defaults to the RRT length (a synchronous op).
         regs, smem, tmem, result_bytes, variable_latency, warps, spill_cost : see :class:`Op`.
+        completion, async_reader, view : see :class:`Op`.
         source : str, optional
             Source location; defaults to the ``file:line`` of the caller.
         attrs : mapping of str to str, optional
@@ -354,12 +413,13 @@ class Graph:
             table = tuple(Reservation(unit, 0, cycles) for unit, cycles in busy.items())
         else:
             table = tuple(rrt or ())
-        length = max((r.end for r in table if _is_int(r.end)), default=0)
+        length = max((r.end for r in table if _is_int(r.start) and _is_int(r.cycles)), default=0)
+        full = completion if _is_int(completion) else length
         op = Op(
             name=name,
             kind=kind,
             rrt=table,
-            latency=length if latency is None else latency,
+            latency=full if latency is None else latency,
             issue_cycles=length if issue_cycles is None else issue_cycles,
             regs=regs,
             smem=smem,
@@ -370,6 +430,9 @@ class Graph:
             spill_cost=spill_cost,
             source=src,
             attrs=tuple(sorted((attrs or {}).items())),
+            completion=completion,
+            async_reader=async_reader,
+            view=view,
         )
         check_op(op)
         self.nx.add_node(name, op=op)
@@ -395,8 +458,9 @@ class Graph:
         carrier: str = "register",
         source: str | None = None,
         inplace: bool = False,
+        handoff: int | None = None,
     ) -> Dependence:
-        """Add a dependence ``src -> dst`` and return it.
+        """Add a dependence ``src -> dst`` and return it (fields as in :class:`Dependence`).
 
         Raises
         ------
@@ -404,7 +468,7 @@ class Graph:
             An endpoint is not in the graph, or the latency, distance or carrier is invalid.
         """
         where = source if source is not None else _caller_location()
-        dep = Dependence(src, dst, latency, distance, blocking, carrier, where, inplace)
+        dep = Dependence(src, dst, latency, distance, blocking, carrier, where, inplace, handoff)
         for end in (src, dst):
             if end not in self.nx:
                 raise GraphError(f"edge {dep.label}: op {end!r} is not in graph {self.name!r}",
@@ -476,8 +540,9 @@ class Graph:
     def check(self, units: Iterable[str] | None = None) -> None:
         """Reject a malformed graph with a :class:`GraphError` naming the op or edge.
 
-        Checks: every op has a non-empty RRT with positive integer entries and non-negative integer
-        costs; the loop-invariant ``fixed_smem`` / ``fixed_tmem`` are non-negative integers; when ``units``
+        Checks: every op's RRT (possibly empty: an op that uses no unit) has positive integer entries
+        and its costs are non-negative integers; a view reads some value (an in-edge that carries one);
+        the loop-invariant ``fixed_smem`` / ``fixed_tmem`` are non-negative integers; when ``units``
         is given, every unit exists; every edge joins ops of the graph and has a
         non-negative integer latency and distance; no dependence cycle has total distance 0 (such a loop
         could never run, and RecMII would divide by zero).
@@ -503,6 +568,11 @@ class Graph:
             if dep.src != u or dep.dst != v:
                 raise GraphError(f"edge {u}->{v} holds a dependence labelled {dep.label}", edge=(u, v))
             check_dependence(dep)
+        for op in self.ops:
+            if op.view and not any(e.carrier != "none" and e.src != op.name for e in self.in_edges(op.name)):
+                raise GraphError(f"op {op.name!r} is a view but reads no value: it needs an in-edge that "
+                                 f"carries one (register, smem or tmem) from another op", op=op.name,
+                                 source=op.source)
         self._check_zero_distance_cycles()
 
     def _check_zero_distance_cycles(self) -> None:
@@ -554,7 +624,8 @@ class Graph:
             "ops": [op_to_dict(op) for op in self.ops],
             "edges": [
                 {"src": d.src, "dst": d.dst, "latency": d.latency, "distance": d.distance,
-                 "blocking": d.blocking, "carrier": d.carrier, "source": d.source, "inplace": d.inplace}
+                 "blocking": d.blocking, "carrier": d.carrier, "source": d.source, "inplace": d.inplace,
+                 **({"handoff": d.handoff} if d.handoff is not None else {})}
                 for d in self.edges
             ],
         }
@@ -570,7 +641,8 @@ class Graph:
             for e in data["edges"]:
                 g.add_edge(e["src"], e["dst"], latency=e.get("latency"), distance=e.get("distance", 0),
                            blocking=bool(e.get("blocking", False)), carrier=e.get("carrier", "register"),
-                           source=e.get("source", ""), inplace=bool(e.get("inplace", False)))
+                           source=e.get("source", ""), inplace=bool(e.get("inplace", False)),
+                           handoff=e.get("handoff"))
         except GraphError:
             raise
         except KeyError as exc:
@@ -596,6 +668,9 @@ def op_to_dict(op: Op) -> dict[str, Any]:
         "spill_cost": op.spill_cost,
         "source": op.source,
         "attrs": dict(op.attrs),
+        **({"completion": op.completion} if op.completion is not None else {}),
+        **({"async_reader": op.async_reader} if op.async_reader is not None else {}),
+        **({"view": True} if op.view else {}),
     }
 
 
@@ -615,5 +690,8 @@ def op_from_dict(d: Mapping[str, Any]) -> Op:
         spill_cost=d.get("spill_cost"),
         source=d.get("source", ""),
         attrs=tuple(sorted(dict(d.get("attrs", {})).items())),
+        completion=d.get("completion"),
+        async_reader=d.get("async_reader"),
+        view=d.get("view", False),
     )
 

@@ -19,7 +19,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from twill.model.liveness import use_hold
+from twill.model.liveness import use_hold, value_uses
 from twill.model.problem import HANDOFF_UNIT, Problem
 from twill.model.reductions import BudgetArrangement, budget_arrangements, first_appearance, involution
 
@@ -203,12 +203,13 @@ class Formulation:
         (:meth:`Problem.transfers`; a forced crossing's traffic is in :meth:`Problem.reservations`).
     register_items : tuple of LiveItem
         A tracked register value from its op's start to the latest of its end and each same-group use
-        ``start[dst] + δ II + hold`` (:func:`~twill.model.liveness.use_hold`); and a received copy on the
+        ``start[dst] + δ II + hold`` (:func:`~twill.model.liveness.use_hold`; uses followed through views,
+        :func:`~twill.model.liveness.value_uses`, with ``δ`` summed along the way); and a received copy on the
         consumer's group, ``use_hold`` long, when the edge crosses (none when ``use_hold`` is 0: a
         synchronous consumer streams it out of SMEM). Empty when ``"registers"`` is relaxed.
     memory_items : tuple of LiveItem
-        An SMEM or TMEM value until its last consumer ends, a streaming load's buffer taken ``prefetch``
-        IIs ahead, TMEM rounded up to the allocation step.
+        An SMEM or TMEM value until its last consumer ends (through views), a streaming load's buffer
+        taken ``prefetch`` IIs ahead, TMEM rounded up to the allocation step.
     staging : tuple of LiveItem
         One SMEM staging buffer per register value read on another group, from its op's end until its
         last crossing reader starts + 1, when any of those edges crosses.
@@ -349,11 +350,11 @@ def _register_items(p: Problem) -> tuple[LiveItem, ...]:
     for op in p.ops:
         if not res.tracked(op.regs):
             continue
-        uses = [e for e in p.out_edges(op.name) if e.carrier == "register"]
+        uses = value_uses(p, op.name, "register")  # through views to their readers
         out.append(LiveItem("regs", op.name, op.name, op.regs, end_from=op.cycles, uses=tuple(
-            Use(e.dst, use_hold(p, e), e.distance,
-                Placement.ANY if e.dst == op.name else Placement.SAME_GROUP) for e in uses)))
-        for e in uses:
+            Use(e.dst, use_hold(p, e), distance,
+                Placement.ANY if e.dst == op.name else Placement.SAME_GROUP) for e, distance in uses)))
+        for e, _ in uses:
             if e.dst == op.name or not use_hold(p, e):
                 continue  # a synchronous consumer streams a received value out of SMEM
             out.append(LiveItem("regs", e.dst, e.dst, op.regs, length=use_hold(p, e),
@@ -368,8 +369,8 @@ def _memory_items(p: Problem) -> tuple[LiveItem, ...]:
         for kind, need in (("smem", op.smem), ("tmem", op.tmem)):
             if not need or kind in p.options.relax:
                 continue
-            uses = tuple(Use(e.dst, p.op(e.dst).cycles, e.distance) for e in p.out_edges(op.name)
-                         if e.carrier == kind)
+            uses = tuple(Use(e.dst, p.op(e.dst).cycles, distance)
+                         for e, distance in value_uses(p, op.name, kind))
             ahead = p.options.prefetch if kind == "smem" and op.name in p.streaming else 0
             if kind == "tmem" and step:
                 need = -(-need // step) * step

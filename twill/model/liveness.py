@@ -19,7 +19,10 @@ Rules (times in the problem's units):
 * values of at most ``small_regs`` registers per thread (row statistics) are not tracked: the machine's
   fitted per-group overhead contains them;
 * an SMEM or TMEM value lives until its last consumer has finished; a streaming load's buffer is taken
-  ``prefetch * II`` earlier (it is loaded ahead).
+  ``prefetch * II`` earlier (it is loaded ahead);
+* a use by a view (``Op.view``: an alias of what it reads) is followed to the view's readers: the value
+  also stays live for each edge of the same carrier out of the view (through chains of views), as if
+  that reader read it directly, at the sum of the distances (:func:`value_uses`).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from dataclasses import dataclass
 from twill.model.problem import Edge, Problem
 
 __all__ = ["Interval", "SmemBuffer", "fold", "memory_intervals", "register_intervals", "smem_buffers",
-           "smem_footprint", "use_hold"]
+           "smem_footprint", "use_hold", "value_uses"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,40 @@ def use_hold(problem: Problem, e: Edge) -> int:
     return 0 if e.inplace or not dst.is_async else dst.cycles
 
 
+def value_uses(problem: Problem, name: str, carrier: str) -> list[tuple[Edge, int]]:
+    """The uses that keep ``name``'s value in ``carrier`` live: ``(edge, distance)`` for each edge of that
+    carrier out of ``name``, and, where the edge's consumer is a view, for each edge of the same carrier
+    out of the view (recursively through chains of views; a view already on the path is not entered
+    again), with ``distance`` the sum of the distances along the way. The edge gives the reader
+    (``edge.dst``) and how it reads (:func:`use_hold`); problem edge order, depth first.
+
+    Parameters
+    ----------
+    problem : Problem
+        The loop.
+    name : str
+        The producing op.
+    carrier : str
+        ``"register"``, ``"smem"`` or ``"tmem"``.
+
+    Returns
+    -------
+    list of (Edge, int)
+    """
+    out: list[tuple[Edge, int]] = []
+
+    def walk(src: str, distance: int, path: tuple[str, ...]) -> None:
+        for e in problem.out_edges(src):
+            if e.carrier != carrier:
+                continue
+            out.append((e, distance + e.distance))
+            if problem.op(e.dst).view and e.dst != src and e.dst not in path:
+                walk(e.dst, distance + e.distance, (*path, e.dst))
+
+    walk(name, 0, (name,))
+    return out
+
+
 def register_intervals(problem: Problem, ii: int, start: Mapping[str, int],
                        group: Mapping[str, int]) -> list[Interval]:
     """Register intervals (registers per thread) of every value, tagged with the holding group."""
@@ -64,14 +101,13 @@ def register_intervals(problem: Problem, ii: int, start: Mapping[str, int],
         if not problem.resources.tracked(op.regs):
             continue
         end = start[op.name] + op.cycles
-        for e in problem.out_edges(op.name):
-            if e.carrier != "register":
-                continue
+        for e, distance in value_uses(problem, op.name, "register"):
+            hold = use_hold(problem, e)
             if group[e.dst] == group[op.name] or e.dst == op.name:
-                end = max(end, start[e.dst] + e.distance * ii + use_hold(problem, e))
-            elif use_hold(problem, e):
+                end = max(end, start[e.dst] + distance * ii + hold)
+            elif hold:
                 out.append(Interval(f"{op.name}->{e.dst} (received)", start[e.dst],
-                                    start[e.dst] + use_hold(problem, e), op.regs, group[e.dst]))
+                                    start[e.dst] + hold, op.regs, group[e.dst]))
         out.append(Interval(op.name, start[op.name], end, op.regs, group[op.name]))
     return out
 
@@ -88,9 +124,8 @@ def memory_intervals(problem: Problem, ii: int, start: Mapping[str, int], group:
         if kind == "tmem" and res.tmem_alloc_step:
             need = -(-need // res.tmem_alloc_step) * res.tmem_alloc_step
         end = start[op.name] + op.cycles
-        for e in problem.out_edges(op.name):
-            if e.carrier == kind:
-                end = max(end, start[e.dst] + e.distance * ii + problem.op(e.dst).cycles)
+        for e, distance in value_uses(problem, op.name, kind):
+            end = max(end, start[e.dst] + distance * ii + problem.op(e.dst).cycles)
         pre = problem.options.prefetch * ii if kind == "smem" and op.name in problem.streaming else 0
         out.append(Interval(op.name, start[op.name] - pre, end, need))
     if kind == "smem":  # one staging buffer per value, until its last consumer on another group starts

@@ -241,7 +241,8 @@ class Edge:
         ``register``, ``smem``, ``tmem`` or ``none``.
     cross : int
         Extra latency when ``src`` and ``dst`` sit on different warp groups (reg -> SMEM -> reg spill plus a
-        barrier for a register value; a barrier hand-off otherwise).
+        barrier for a register value; a barrier hand-off otherwise), or the edge's own
+        :attr:`~twill.ir.graph.Dependence.handoff` when the graph gives one.
     inplace : bool
         ``dst`` overwrites the value in place (an MMA accumulator): it dies when ``dst`` issues.
     transfer : int
@@ -550,7 +551,11 @@ other), when the machine has it."""
 
 
 def _cross_cost(graph: Graph, dep: Dependence, machine: Machine) -> int:
+    """The hand-off latency of ``dep`` across warp groups: the edge's own ``handoff``, else a register
+    value's ``spill_cost``, else the machine's model for the carrier and ``result_bytes``."""
     producer = graph.op(dep.src)
+    if dep.handoff is not None:
+        return dep.handoff
     if dep.carrier == "register" and producer.spill_cost is not None:
         return producer.spill_cost
     return machine.handoff_cycles(dep.carrier, producer.result_bytes)

@@ -154,7 +154,8 @@ def involution(problem: Problem) -> dict[str, str] | None:
     for op in problem.ops:
         g.add_node(op.name, sig=(op.kind, op.rrt, op.latency, op.issue_cycles, op.regs, op.smem,
                                  op.tmem, op.result_bytes, op.variable_latency, op.warps,
-                                 op.name in problem.streaming, problem.store_offset(op.name)))
+                                 op.name in problem.streaming, problem.store_offset(op.name),
+                                 op.cycles, op.is_async, op.view))
     for e in problem.edges:
         g.add_edge(e.src, e.dst, sig=_edge_sig(problem, e))
 

@@ -41,8 +41,8 @@ _SPARE = ("#e377c2", "#7f7f7f", "#bcbd22", "#aec7e8", "#98df8a")
 
 
 def _unit_of(op: Op) -> str:
-    """The unit an op uses longest (its colour)."""
-    return max(op.rrt, key=lambda r: (r.cycles * r.count, -r.start)).unit
+    """The unit an op uses longest (its colour); ``""`` for an op that uses no unit (a view)."""
+    return max(op.rrt, key=lambda r: (r.cycles * r.count, -r.start)).unit if op.rrt else ""
 
 
 def _colors(units: list[str]) -> dict[str, str]:
@@ -158,7 +158,7 @@ def figure(schedule: Schedule, *, title: str | None = None, width: float = 13.0)
         ticks.append(y + height / 2)
         labels.append(f"group {g}\n{role.get(g, '')}, {regs.get(g, '?')} regs")
         for (start, end, issue_end, name, i), lane in zip(bars[g], lanes[g], strict=True):
-            color = colors[_unit_of(p.op(name))]
+            color = colors.get(_unit_of(p.op(name)), "#c7c7c7")
             top = y + height - lane - 0.9
             ax.add_patch(Rectangle((start, top), end - start, 0.8, facecolor=color, alpha=0.3,
                                    edgecolor=color, linewidth=0.6, gid=f"op:{name}:{i}"))

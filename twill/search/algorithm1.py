@@ -52,6 +52,7 @@ from twill.search.progress import EventKind, Progress
 from twill.search.ranges import RANGE_FIRST, closing_phase, range_query
 from twill.search.reasons import budget_sum, register_floor
 from twill.search.run import Run, with_note
+from twill.search.swp import check_swp
 from twill.solvers.cpsat import load_cp_model
 from twill.solvers.normalize import normalize_problem
 from twill.solvers.smt import SMT_BACKENDS, available_backends
@@ -208,6 +209,8 @@ def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp
     check_resources(raw)
     if strategy == "joint":
         check_pool(raw)
+    else:
+        check_swp(raw)
     check_apart(raw, strategy)
     deadline = None if time_limit is None else started + time_limit
     t0 = time.monotonic()

@@ -246,9 +246,12 @@ def problem_costs(problem: Problem) -> list[int]:
 
 def _map_op(op: Op, n: Normalization) -> Op:
     rrt = tuple(replace(r, start=n.map(r.start), cycles=max(1, n.map(r.cycles))) for r in op.rrt)
-    length = max(r.end for r in rrt)
+    busy = max((r.end for r in rrt), default=0)
+    # idle trailing cycles keep their meaning (completion after the last busy cycle), never before it
+    completion = None if op.completion is None else max(busy, n.map(op.completion))
+    length = busy if completion is None else completion
     return replace(op, rrt=rrt, latency=n.map(op.latency), issue_cycles=min(length, n.map(op.issue_cycles)),
-                   spill_cost=None)
+                   spill_cost=None, completion=completion)
 
 
 COUNTS = ("ops", "all", "distinct")
