@@ -37,7 +37,8 @@ so a killed run keeps what was measured. Run from the repository root::
 Another problem with the same grids (a held-out grid: the model is scored on timings it was not fitted to)::
 
     python3 benchmarks/calibrate/tune_grid.py --out heldout.json --fa-shape 4,32,4096,64 \\
-        --gemm-shape 4096,4096,4096 --gemm-tiles 128x128x64,128x256x64,64x128x64,128x128x128,256x128x64,64x256x64
+        --gemm-shape 4096,4096,4096 \\
+        --gemm-tiles 128x128x64,128x256x64,64x128x64,128x128x128,256x128x64,64x256x64
 """
 
 from __future__ import annotations
