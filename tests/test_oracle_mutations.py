@@ -48,7 +48,7 @@ def test_tile_swap_blind_to_apart_disagrees(monkeypatch: pytest.MonkeyPatch) -> 
 def test_stage_windows_without_the_stage_bound_disagree(monkeypatch: pytest.MonkeyPatch) -> None:
     cases.test_repro_stage_window()
     monkeypatch.setattr(certificate, "stage_bounds",  # "one stage is all there is"
-                        lambda problem, lo, hi: dict.fromkeys(range(lo, hi + 1), 1))
+                        lambda problem, lo, hi, area=True: dict.fromkeys(range(lo, hi + 1), 1))
     with pytest.raises((AssertionError, pytest.fail.Exception)):
         cases.test_repro_stage_window()
 

@@ -230,10 +230,11 @@ def stage_bound(problem: Problem, ii: int) -> int:
     return stage_bounds(problem, *stage_bucket(ii))[ii]
 
 
-def stage_bounds(problem: Problem, lo: int, hi: int) -> dict[int, int]:
+def stage_bounds(problem: Problem, lo: int, hi: int, *, area: bool = True) -> dict[int, int]:
     """:func:`stage_bound` of every II in ``[lo, hi]``, with one area bound for the whole range (valid
-    at each of its IIs; :func:`twill.model.stagebound.path_stages`)."""
-    area = path_stages(problem, lo, hi)
+    at each of its IIs; :func:`twill.model.stagebound.path_stages`). With ``area=False`` the per-op
+    bound alone: larger, still an upper bound (no linear program is solved)."""
+    limit = path_stages(problem, lo, hi) if area else 10**9
     longest = max(op.cycles for op in problem.ops)
     out = {}
     for ii in range(lo, hi + 1):
@@ -248,6 +249,6 @@ def stage_bounds(problem: Problem, lo: int, hi: int) -> dict[int, int]:
             entering[e.src] = max(entering[e.src], e.distance)
         weights = sorted(entering.values(), reverse=True)
         crude = sum(weights[:max(0, len(problem.ops) - 1)]) + 1 + -(-longest // ii)
-        # area None: a resource's least area does not fit at any II of the range, no schedule there
-        out[ii] = 1 if area is None else max(1, min(crude, area))
+        # limit None: a resource's least area does not fit at any II of the range, no schedule there
+        out[ii] = 1 if limit is None else max(1, min(crude, limit))
     return out

@@ -3,6 +3,7 @@ and the verified :class:`~twill.schedule.Schedule` built from the answer (:func:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -62,8 +63,10 @@ def stages_needed(run: Run, ii: int) -> int:
     """Stage count up to which ``ii`` must be refuted to be refuted for every stage count the model
     allows: :func:`twill.model.reductions.stage_bound`, or the user's ``max_stages`` when smaller."""
     need = run.stage_bounds.get(ii)
-    if need is None:  # one area bound per bucket of IIs
-        run.stage_bounds.update(stage_bounds(run.problem, *stage_bucket(ii)))
+    if need is None:  # one area bound per bucket of IIs; past the deadline the per-op bound alone
+        # (larger, so never more proof than there is) keeps a timed-out search within its limit
+        late = run.deadline is not None and time.monotonic() >= run.deadline
+        run.stage_bounds.update(stage_bounds(run.problem, *stage_bucket(ii), area=not late))
         need = run.stage_bounds[ii]
     cap = run.problem.options.max_stages
     return need if cap is None else min(need, cap)
