@@ -33,9 +33,11 @@ also counts what the path's gaps hold. The argument, for a schedule at ``II`` an
 
 The linear program picks arcs fractionally (each op left at most once, entered at most once, at most
 one arc between two ops, at most ``|V| - 1`` arcs) with each forward arc's span split into a free part
-(up to the least lifetime) and an extension that costs slack; its optimum ``P`` bounds every such path,
-and ``L <= (II - 1) + P + max cycles``. The bound taken is the objective of the dual solution the solver
-returns (weak duality), so it holds whatever the solver's tolerances.
+(up to the least lifetime) and an extension that costs slack, and an end op whose cycles count (a
+column per op; the end leaves by no arc); its optimum bounds every such path's length plus its end's
+cycles, hence ``L - (II - 1)``, ``L = max(start + cycles)`` and the path's first op starting before II.
+The bound taken is the objective of the dual solution the solver returns (weak duality), so it holds
+whatever the solver's tolerances.
 
 **Over a range of IIs.** In stages (divided by ``II``) every coefficient is a maximum of terms ``a / II
 + b`` for constants ``a, b``, each monotone in ``II``; taking each term's worse value at ``lo`` or ``hi``
@@ -130,9 +132,10 @@ def holds(problem: Problem) -> list[Held]:
 
     * ``regs`` (registers x the threads of the op's group shape): an op's own cycles, or a whole
       ``δ II`` for a register self-edge (an accumulator);
-    * ``smem`` / ``tmem``: until each reader ends, at least ``least_latency + δ II + cycles(reader)``
-      (a self-edge: ``δ II + cycles``); a streaming load's SMEM also ``prefetch * II`` earlier, which
-      :func:`capacities` takes off the capacity;
+    * ``smem`` / ``tmem``: until each reader ends, at least ``least_latency + cycles(reader)`` after the
+      value's start (a reader ``δ`` iterations on starts ``δ II`` earlier in its own iteration, so the
+      span already counts the distance), and ``δ II + cycles`` for a self-edge; a streaming load's SMEM
+      also ``prefetch * II`` earlier, which :func:`capacities` takes off the capacity;
     * ``smem`` of a staging buffer, for a register value with bytes whose hand-off is forced
       (:meth:`Problem.forced_cross`): from its end until the reader starts, plus one.
     """
@@ -270,28 +273,27 @@ def path_stages(problem: Problem, lo: int, hi: int) -> int | None:
     if any(v < 0 for v in slacks.values()):
         return None
     arcs = path_arcs(problem, set(slacks))
-    longest = max(op.cycles for op in problem.ops)
-    tail = max((lo - 1 + longest) / lo, (hi - 1 + longest) / hi)  # the first op's residue, the last op
-    if not arcs:
-        return max(1, math.ceil(tail - LP_MARGIN))
+    first = (hi - 1) / hi  # the first op's residue, at most II - 1, per II
     names = {name: i for i, name in enumerate(problem.names)}
     n = len(arcs)
-    base, extra = zip(*(a.per_ii(lo, hi) for a in arcs), strict=True)
+    base, extra = zip(*(a.per_ii(lo, hi) for a in arcs), strict=True) if arcs else ((), ())
     costly = [i for i in range(n) if extra[i] > 0]
-    # columns: x_a in [0, 1] for each arc, then t_a >= 0 (stages past its base) for each costly arc
+    ends = n + len(costly)  # then z_v in [0, 1]: the path ends at op v (L >= start[v] + cycles[v])
+    # columns: x_a in [0, 1] for each arc, t_a >= 0 (stages past its base) for each costly arc, z_v
     rows: list[tuple[float, list[int], list[float]]] = []
-    by_tail: dict[int, list[int]] = {}
+    by_tail: dict[int, list[int]] = {k: [ends + k] for k in range(len(problem.ops))}  # the end leaves not
     by_head: dict[int, list[int]] = {}
     by_pair: dict[frozenset[str], list[int]] = {}
     for i, a in enumerate(arcs):
-        by_tail.setdefault(names[a.tail], []).append(i)
+        by_tail[names[a.tail]].append(i)
         by_head.setdefault(names[a.head], []).append(i)
         by_pair.setdefault(frozenset((a.tail, a.head)), []).append(i)
     for group in (*by_tail.values(), *by_head.values(), *by_pair.values()):
         rows.append((1.0, group, [1.0] * len(group)))
     rows.append((float(len(problem.ops) - 1), list(range(n)), [1.0] * n))
+    rows.append((1.0, list(range(ends, ends + len(problem.ops))), [1.0] * len(problem.ops)))
     per_resource: dict[str, tuple[list[int], list[float]]] = {}
-    upper = [1.0] * n + [0.0] * len(costly)
+    upper = [1.0] * n + [0.0] * len(costly) + [1.0] * len(problem.ops)
     for j, i in enumerate(costly):
         a = arcs[i]
         rows.append((0.0, [n + j, i], [1.0, -extra[i]]))  # t_a <= extra_a x_a
@@ -306,12 +308,12 @@ def path_stages(problem: Problem, lo: int, hi: int) -> int | None:
     which = [r for r, (_, cols, _) in enumerate(rows) for _ in cols]
     matrix = sparse.coo_array(([v for _, _, vals in rows for v in vals],
                                (which, [c for _, cols, _ in rows for c in cols])),
-                              shape=(len(rows), n + len(costly))).tocsr()
-    gain = np.array(list(base) + [1.0] * len(costly))
+                              shape=(len(rows), len(upper))).tocsr()
+    gain = np.array(list(base) + [1.0] * len(costly) + [op.cycles / lo for op in problem.ops])
     bound = np.array([r[0] for r in rows])
     lp = optimize.linprog(-gain, A_ub=matrix, b_ub=bound, bounds=list(zip([0.0] * len(upper), upper,
                                                                           strict=True)), method="highs")
     duals = np.zeros(len(rows)) if lp.status != 0 else np.maximum(0.0, -lp.ineqlin.marginals)
     # weak duality, whatever the solver's accuracy: for y >= 0, gain.x <= y.b + Σ u max(0, gain - A'y)
     value = float(duals @ bound + np.asarray(upper) @ np.maximum(0.0, gain - matrix.T @ duals))
-    return max(1, math.ceil(max(0.0, value) + tail - LP_MARGIN))
+    return max(1, math.ceil(max(0.0, value) + first - LP_MARGIN))
