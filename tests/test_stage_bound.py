@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 
 import twill
+import twill.search.certificate as certificate
 from twill.model.bounds import bounds
 from twill.model.problem import Problem
 from twill.model.reductions import stage_bound
 from twill.model.stagebound import BUCKET_SHARE, area_slacks, path_stages, stage_bucket
+from twill.search.progress import EventKind, ProgressEvent
 
 sys.path.insert(0, str(Path(__file__).parent))
 import test_oracle as cases
@@ -180,3 +182,23 @@ def test_buckets_tile_the_iis() -> None:
         lo, hi = stage_bucket(ii)
         assert lo <= ii <= hi and stage_bucket(hi + 1)[0] == hi + 1
         assert hi - lo + 1 == max(1, lo // BUCKET_SHARE) if lo >= BUCKET_SHARE else lo == hi
+
+
+def test_the_closing_query_asks_the_largest_bound_of_its_iis(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stage bound need not fall with II (the area bound does not), so one closing query over
+    ``[lo, hi]`` must cover the largest bound of its IIs, not ``lo``'s: here a bound made larger at odd
+    IIs (still an upper bound) must be what the query asks."""
+    real = certificate.stage_bounds
+
+    def bumped(problem: Problem, lo: int, hi: int, area: bool = True) -> dict[int, int]:
+        return {x: v + 3 * (x % 2) for x, v in real(problem, lo, hi, area=area).items()}
+
+    monkeypatch.setattr(certificate, "stage_bounds", bumped)
+    case = cases.random_case(35)  # its answer, II 8, lies above its MII 4: IIs 4-7 are closed
+    events: list[ProgressEvent] = []
+    s = twill.schedule(case.graph, cases.machine(case.smem), **dict(case.options, max_stages=None),
+                       progress=events.append)
+    spans = [(e.lo, e.hi, e.stages) for e in events if e.phase == "closing" and e.kind == EventKind.PHASE]
+    assert any(lo < hi for lo, hi, _ in spans), spans
+    for lo, hi, stages in spans:
+        assert stages == max(bumped(s.problem, *stage_bucket(x))[x] for x in range(lo, hi + 1))
