@@ -9,9 +9,13 @@ import dataclasses
 
 import pytest
 import test_oracle as cases
+import test_stage_bound as bound_cases
 
+import twill
 import twill.model.formulation as formulation
+import twill.model.stagebound as stagebound
 import twill.search.certificate as certificate
+from twill.model.problem import Problem
 from twill.model.reductions import BudgetArrangement, involution
 
 
@@ -44,7 +48,8 @@ def test_tile_swap_blind_to_apart_disagrees(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_stage_windows_without_the_stage_bound_disagree(monkeypatch: pytest.MonkeyPatch) -> None:
     cases.test_repro_stage_window()
-    monkeypatch.setattr(certificate, "stage_bound", lambda problem, ii: 1)  # "one stage is all there is"
+    monkeypatch.setattr(certificate, "stage_bounds",  # "one stage is all there is"
+                        lambda problem, lo, hi, area=True: dict.fromkeys(range(lo, hi + 1), 1))
     with pytest.raises((AssertionError, pytest.fail.Exception)):
         cases.test_repro_stage_window()
 
@@ -70,3 +75,24 @@ def test_liveness_that_stops_at_views_disagrees(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(formulation, "value_uses", _stops_at_views)  # both encodings read it
     monkeypatch.setattr(liveness, "value_uses", _stops_at_views)  # the lazy checks' occupancy
     assert disagreements()
+
+
+def test_a_stage_bound_without_area_slack_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The area bound with no slack to spare (every gap past a value's own cycles "too dear"): too small
+    where a value must be held across stages."""
+    problem = bound_cases.held(cases.machine())
+    assert not bound_cases.bound_failures(problem, range(1, 4))[0]
+    real = stagebound.area_slacks
+    monkeypatch.setattr(stagebound, "area_slacks",
+                        lambda p, lo, hi=None: {k: min(v, 0.0) for k, v in real(p, lo, hi).items()})
+    assert bound_cases.bound_failures(problem, range(1, 4))[0]
+
+
+def test_a_stage_bound_blind_to_handoffs_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both the per-op bound and the area bound with a hand-off costing no delay: too small where Y
+    waits a whole hand-off on another group."""
+    problem = bound_cases.regs_bind(twill.load_machine("h100"))
+    search = bound_cases.REGS_BIND_SEARCH
+    assert not bound_cases.bound_failures(problem, range(1, 4), search)[0]
+    monkeypatch.setattr(Problem, "crossing_delay", lambda self, e: e.latency)
+    assert bound_cases.bound_failures(problem, range(1, 4), search)[0]

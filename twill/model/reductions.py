@@ -13,8 +13,9 @@ so a precondition is stated once.
 * :func:`involution` -- **sub-tile swap.** A self-inverse automorphism of the whole problem (ops, edges,
   options and every derived cost and tie-break) maps each schedule onto a mirror image with the same
   costs, so one of the two can be required.
-* :func:`stage_bound` -- **stage windows.** An upper bound on the stage count of some optimal schedule
-  at an II: a search that refutes every window up to it has refuted the II.
+* :func:`stage_bound` -- **stage windows.** An upper bound on the stage count of some schedule at an
+  II (the least of a per-op bound and an area bound, :mod:`twill.model.stagebound`): a search that
+  refutes every window up to it has refuted the II.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ import networkx as nx
 from networkx.algorithms import isomorphism
 
 from twill.model.problem import Edge, Problem
+from twill.model.stagebound import path_stages, stage_bucket
 
-__all__ = ["BudgetArrangement", "budget_arrangements", "first_appearance", "involution", "stage_bound"]
+__all__ = ["BudgetArrangement", "budget_arrangements", "first_appearance", "involution", "stage_bound",
+           "stage_bounds"]
 
 MAX_AUTOMORPHISMS = 64
 """Automorphisms :func:`involution` looks at before it gives up (returns None, a reduction not applied:
@@ -183,7 +186,8 @@ def _edge_sig(problem: Problem, e: Edge) -> tuple:
 
 def stage_bound(problem: Problem, ii: int) -> int:
     """An upper bound on the stage count ``ceil(L / II)`` of some schedule at ``ii``, if any exists:
-    refuting every window up to it refutes ``ii`` for every stage count.
+    refuting every window up to it refutes ``ii`` for every stage count. ``stage_bounds(problem,
+    *stage_bucket(ii))[ii]`` (:func:`stage_bounds` computes a whole bucket at once).
 
     Argument. Fix a schedule's residues ``r[v] = start[v] mod II`` and warp groups, and let ``k[v]`` be
     its stages. Every constraint of the model is then either a residue condition (unit capacity,
@@ -195,13 +199,22 @@ def stage_bound(problem: Problem, ii: int) -> int:
     lifetime grows, so it is a schedule too. Its largest stage is the weight of a simple path in the
     constraint graph, forward edges weighing ``w(e) <= ceil((D(e) + II - 1) / II)`` (``D(e)`` the most
     delay ``e`` can need: :meth:`Problem.crossing_delay` when its ends may be on different groups) and
-    backward edges ``δ(e) - y(e) <= δ(e)``. A simple path enters each op at most once, through one arc (a
-    forward arc of an edge into it or the backward arc of an edge out of it), so the largest stage is at
-    most the sum, over the ``|V| - 1`` ops with the largest such weight, of each op's largest entering
-    weight, and ``L <= (k_max + 1) II + max cycles``.
+    backward edges ``δ(e) - y(e) <= δ(e)``. Two bounds on that path, the smaller taken:
+
+    * **per op**: a simple path enters each op at most once, through one arc (a forward arc of an edge
+      into it or the backward arc of an edge out of it), so the largest stage is at most the sum, over
+      the ``|V| - 1`` ops with the largest such weight, of each op's largest entering weight, and ``L <=
+      (k_max + 1) II + max cycles``;
+    * **area** (:func:`twill.model.stagebound.path_stages`): the least solution is a schedule, so its
+      values fit the register file, SMEM and TMEM; a forward arc's span past its value's least lifetime
+      holds that value's resource, and a simple path's forward arcs leave distinct ops, so their extra
+      areas add up to at most each resource's slack. A linear program over the path's arcs bounds its
+      length in cycles, for a bucket of IIs at once (:func:`twill.model.stagebound.stage_bucket`); a
+      negative slack refutes the II outright (then any bound holds: 1).
 
     Precondition: liveness is the only family whose constraints grow with stage gaps (true of every
-    family in docs/model.md §4; a new family that rewards long gaps would break it).
+    family in docs/model.md §4; a new family that rewards long gaps would break it). The area bound
+    counts a resource only when its family is not relaxed (its arcs are free otherwise).
 
     Parameters
     ----------
@@ -215,17 +228,28 @@ def stage_bound(problem: Problem, ii: int) -> int:
     int
         Stage count ``>= 1``.
     """
-    # a simple path enters each op at most once, through one arc: a forward arc of an edge into it, or
-    # the backward arc of an edge out of it; each op adds at most the largest of those weights
-    entering = {op.name: 0 for op in problem.ops}
-    for e in problem.edges:
-        if e.src == e.dst:
-            continue
-        delay = max(e.latency, problem.least_latency(e), problem.crossing_delay(e))
-        entering[e.dst] = max(entering[e.dst], -(-(delay + ii - 1) // ii))
-        entering[e.src] = max(entering[e.src], e.distance)
-    weights = sorted(entering.values(), reverse=True)
-    k_max = sum(weights[:max(0, len(problem.ops) - 1)])
-    longest = max(op.cycles for op in problem.ops)
-    return k_max + 1 + -(-longest // ii)
+    return stage_bounds(problem, *stage_bucket(ii))[ii]
 
+
+def stage_bounds(problem: Problem, lo: int, hi: int, *, area: bool = True) -> dict[int, int]:
+    """:func:`stage_bound` of every II in ``[lo, hi]``, with one area bound for the whole range (valid
+    at each of its IIs; :func:`twill.model.stagebound.path_stages`). With ``area=False`` the per-op
+    bound alone: larger, still an upper bound (no linear program is solved)."""
+    limit = path_stages(problem, lo, hi) if area else 10**9
+    longest = max(op.cycles for op in problem.ops)
+    out = {}
+    for ii in range(lo, hi + 1):
+        # a simple path enters each op at most once, through one arc: a forward arc of an edge into
+        # it, or the backward arc of an edge out of it; each op adds at most the largest of those
+        entering = {op.name: 0 for op in problem.ops}
+        for e in problem.edges:
+            if e.src == e.dst:
+                continue
+            delay = max(e.latency, problem.least_latency(e), problem.crossing_delay(e))
+            entering[e.dst] = max(entering[e.dst], -(-(delay + ii - 1) // ii))
+            entering[e.src] = max(entering[e.src], e.distance)
+        weights = sorted(entering.values(), reverse=True)
+        crude = sum(weights[:max(0, len(problem.ops) - 1)]) + 1 + -(-longest // ii)
+        # limit None: a resource's least area does not fit at any II of the range, no schedule there
+        out[ii] = 1 if limit is None else max(1, min(crude, limit))
+    return out

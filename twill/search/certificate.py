@@ -3,11 +3,13 @@ and the verified :class:`~twill.schedule.Schedule` built from the answer (:func:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from twill.model.exchange import exchange
-from twill.model.reductions import stage_bound
+from twill.model.reductions import stage_bounds
+from twill.model.stagebound import stage_bucket
 from twill.schedule import (
     DECIDED,
     Certificate,
@@ -61,8 +63,13 @@ COVER_ALL = 10**9
 
 def stages_needed(run: Run, ii: int) -> int:
     """Stage count up to which ``ii`` must be refuted to be refuted for every stage count the model
-    allows: :func:`twill.reductions.stage_bound`, or the user's ``max_stages`` when smaller."""
-    need = stage_bound(run.problem, ii)
+    allows: :func:`twill.model.reductions.stage_bound`, or the user's ``max_stages`` when smaller."""
+    need = run.stage_bounds.get(ii)
+    if need is None:  # one area bound per bucket of IIs; past the deadline the per-op bound alone
+        # (larger, so never more proof than there is) keeps a timed-out search within its limit
+        late = run.deadline is not None and time.monotonic() >= run.deadline
+        run.stage_bounds.update(stage_bounds(run.problem, *stage_bucket(ii), area=not late))
+        need = run.stage_bounds[ii]
     cap = run.problem.options.max_stages
     return need if cap is None else min(need, cap)
 

@@ -93,7 +93,8 @@ def _close(run: Run, top: int, solver: str) -> int | None:
                 return None
             # a range's formula has about stages * hi / lo shifts per pair of ops: at most a doubling
             hi = min(last, CLOSING_SPAN * lo - 1)
-            stages = stages_needed(run, lo)
+            # the stage bound need not fall with II: the query covers the largest over its range
+            stages = max(stages_needed(run, x) for x in range(lo, hi + 1))
             run.emit(EventKind.PHASE, phase="closing", lo=lo, hi=hi, stages=stages)
             deadline = run.deadline
             if run.window_limit is not None:  # one question never takes longer than a window may

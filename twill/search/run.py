@@ -53,6 +53,7 @@ class Run:
     first_window: dict[int, int] = field(default_factory=dict)  # II -> first window the modulo bound allows
     range_covered: dict[int, int] = field(default_factory=dict)  # II -> stages a range query refuted up to
     modulo_refuted: set[int] = field(default_factory=set)  # IIs without any modulo schedule
+    stage_bounds: dict[int, int] = field(default_factory=dict)  # II -> stage_bound (computed once)
     found: tuple | None = None  # the schedule found before the closing phase, for Ctrl-C there
 
     def note(self, attempt: Attempt, quiet: bool = False) -> None:
