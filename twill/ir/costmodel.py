@@ -553,8 +553,9 @@ class CostModel:
 
             >>> from twill.ir.machine import load_machine
             >>> cm = CostModel(load_machine("h200"))
-            >>> cm.local_memory_cycles(1280, working_set=1 << 20, l1_free=0)        # 1280 B from L2
-            ('tma', 26.666666666666668)
+            >>> unit, cycles = cm.local_memory_cycles(1280, working_set=1 << 20, l1_free=0)   # from L2
+            >>> unit, cycles == 1280 / float(cm.machine.const("cost.tma_kernel_bytes_per_cycle"))
+            ('tma', True)
 
         Raises
         ------
