@@ -135,3 +135,13 @@ def test_predict_says_why_a_config_does_not_fit(tmp_path):
     assert r["fits"] is False and r["predicted_ms"] is None and r["error"] is None
     assert r["reason"].startswith("shared memory") and str(r["details"]["shared_bytes"]) in r["reason"]
     assert r["details"]["shared_bytes"] >= 4 * (128 + 256) * 128 * 2
+
+
+def test_any_ptxas_serialization_note_serializes_the_wgmma():
+    from twill.tune.triton_model import wgmma_serialized
+
+    c7515 = ("(C7515) Potential Performance Loss: wgmma.mma_async instructions are serialized due to "
+             "non wgmma instructions defining accumulator registers of a wgmma")
+    assert wgmma_serialized((c7515,), False)
+    assert wgmma_serialized((), True)
+    assert not wgmma_serialized(("ptxas info    : Used 90 registers",), False)

@@ -41,6 +41,7 @@ __all__ = [
     "triton_schedule",
     "triton_slots",
     "waves",
+    "wgmma_serialized",
 ]
 
 
@@ -283,6 +284,17 @@ def default_gemm_parts(graph: Graph, operands: Mapping[str, tuple[int, int, int,
              "smem_bytes": cm.wgmma_smem_bytes(*operands[op.name][:3], a_in_smem=operands[op.name][3],
                                                dtype=operands[op.name][4], warps=warps)}
             for op in graph.ops if op.kind == "gemm" and op.name in operands]
+
+
+def wgmma_serialized(ptxas_notes: Any, spills: bool) -> bool:
+    """Whether ptxas serialized the kernel's wgmma pipeline (a wait after every ``wgmma``).
+
+    ptxas says so in a performance note, whatever the cause: C7511 / C7512 (too few registers for the
+    pipeline or the function), C7515 (non-wgmma instructions define an accumulator register inside the
+    pipeline: Triton's GEMM at 8 warps, one ``WARPGROUP.DEPBAR`` after each ``HGMMA`` in the SASS); a
+    kernel that spills is taken as serialized too (its accumulators go through local memory)."""
+    return bool(spills) or any("wgmma.mma_async instructions are serialized" in n or "C7511" in n
+                               for n in ptxas_notes)
 
 
 def serialize_gemms(graph: Graph, operands: Mapping[str, tuple[int, int, int, bool, str]], warps: int,

@@ -287,7 +287,7 @@ def _tune(task: Task) -> dict[str, Any]:
     operands = tm.gemm_operands(lowering)
     layouts = tm.gemm_layouts(lowering)
     warps = task.num_warps
-    serialized = bool(report["spills"]) or any("C7511" in n for n in report["ptxas_notes"])
+    serialized = tm.wgmma_serialized(report["ptxas_notes"], report["spills"])
     model_graph = tm.layout_gemms(graph, operands, layouts, cm)
     model_graph = tm.serialize_gemms(model_graph, operands, warps, cm) if serialized else model_graph
     slots = tm.triton_slots(lowering)
