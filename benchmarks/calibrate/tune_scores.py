@@ -1,33 +1,37 @@
-"""Score ``twill tune``'s predictions against the H200 timings of the issue-25 grids; fit the estimated terms.
+"""Score ``twill tune``'s predictions against measured H200 timings of a tuning grid; fit the estimated terms.
 
-Inputs (committed): ``benchmarks/results/h200_tune_grid.json`` (``tune_grid.py`` on the lent H200: 48 FA
-forward configs at B 4, H 32, N 8192, D 128 and 24 GEMM configs at 8192^3, every config timed once with
-``triton.testing.do_bench``) and ``benchmarks/results/tune_predictions_{fa,gemm}.json`` (``twill tune``
-on the CPU for the same configs; ``--predict`` re-runs it).
+Inputs: a measured grid (``--grid``, default ``benchmarks/results/h200_tune_grid.json``: ``tune_grid.py``
+on the lent H200, 48 FA forward configs at B 4, H 32, N 8192, D 128 and 24 GEMM configs at 8192^3, every
+config timed once with ``triton.testing.do_bench``) and ``twill tune``'s predictions for its configs
+(``results/tune_predictions_{fa,gemm}.json``, or ``<grid stem>_predictions_{fa,gemm}.json`` beside another
+grid; ``--predict`` runs ``twill tune`` for the problem sizes
+of the grid's ``"problems"`` entry: ``fa_fwd`` ``batch`` / ``heads`` / ``seq`` (the head dim is the configs'
+``HEAD_DIM``), ``gemm`` ``M`` / ``N`` / ``K``).
 
-The predicted time of a config is rebuilt from the per-config parts ``twill tune`` records (simulated
-cycles per trip of Triton's own schedule with the co-resident CTAs, issue cycles from the compiled loop's
-SASS, per-unit busy cycles, each GEMM's Tensor Core cycles and shared-memory operand bytes, waits,
-waves), so the estimated constants can be varied without compiling again:
+The predicted time of a config is rebuilt from the parts ``twill tune`` records, so each term can be
+switched off and the estimated constants varied without compiling again (per CTA trip, ``k`` CTAs per SM)::
 
-    per_trip = max(shared + waits * barrier_wait + stretch, round_trip, k * max(issue, tc', smem', tma', ...))
-    stretch  = sum over GEMMs of max(0, smem_bytes / wgmma_smem_bytes_per_cycle - tc)
-    round_trip = (tma_latency + tma') / (num_stages - 1) for num_stages >= 2, else 0
-    tc'      = sum over GEMMs of max(tc, smem_bytes / wgmma_smem_bytes_per_cycle)
-    smem'    = smem of the tile model + sum of smem_bytes / wgmma_smem_bytes_per_cycle
-    tma'     = TMA busy of the tile model x tma_bytes_per_cycle / tma_kernel_bytes_per_cycle
-    time     = waves * (2 * tma_latency + trips * per_trip) / clock
+    per_trip = max(L + f, C + f + (k - 1) D, R, k T)                       (triton_model.effective_cycles)
+    f = waits * barrier_wait + stretch,  stretch = sum over GEMMs of max(0, reads - tc)
+    reads = smem_bytes / wgmma_smem_bytes_per_cycle (each GEMM's wgmma operand bytes in its layout)
+    T = max(issue, tc', smem', l2', mufu, alu)      tc' = sum of max(tc, reads), smem' = smem + reads
+    l2' = (TMA bytes + spilled-register bytes when they leave L1) / tma_kernel_bytes_per_cycle
+    D = tc' + issue                                 (co-resident CTAs in lock-step)
+    R = (tma_latency + TMA busy) / (num_stages - 1)
+    time = waves * (2 * tma_latency + trips * per_trip) / clock
 
-Models scored: ``before`` (Triton's schedule simulated with ptxas registers and occupancy, no hardware
-terms), ``terms`` (the machine file's constants), ``fitted`` (``barrier_wait`` and
-``wgmma_smem_bytes_per_cycle`` fitted on the **GEMM grid** only, by the least mean absolute log error of
-the time; scored on the **FA grid**, which they were not fitted to), and each term alone. Statistics
-(scipy.stats): Spearman's rho and Kendall's tau-b over the configs that ran, the measured speed of each
-model's top pick against the measured best, mean / max absolute relative error of the time per family,
-and whether each config's fit (shared memory) was predicted right.
+``L`` is Triton's schedule simulated for one CTA, ``C`` the same with loads that arrive at once.
 
-    python benchmarks/calibrate/tune_scores.py             # writes results/tune_scores.{json,md}
-    python benchmarks/calibrate/tune_scores.py --predict   # first re-run twill tune on both grids
+Terms, added one at a time (the score table): the layout of each wgmma (``warpsPerCTA`` / ``instrShape``:
+replicated rows and per-instruction operand reads), local-memory traffic of spilled registers, co-resident
+CTAs in lock-step. Constants fitted (least mean absolute log error of the time) on the committed grid only:
+on GEMM (scored on FA), on FA (scored on GEMM), on both (the machine file), and leave-one-tile-out. A grid
+given with ``--grid`` other than the committed one is scored with the machine file's constants: nothing is
+fitted to it.
+
+    python benchmarks/calibrate/tune_scores.py                   # writes results/tune_scores.json
+    python benchmarks/calibrate/tune_scores.py --predict         # first re-run twill tune on both grids
+    python benchmarks/calibrate/tune_scores.py --grid NEW.json --predict --out NEW_scores.json
 """
 
 from __future__ import annotations
@@ -44,43 +48,78 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
 MEASURED = RESULTS / "h200_tune_grid.json"
-PREDICTIONS = {"fa_fwd": RESULTS / "tune_predictions_fa.json", "gemm": RESULTS / "tune_predictions_gemm.json"}
-GRIDS = {
-    "fa_fwd": ("examples/flash_attention_fwd.py::attn_fwd", {"BLOCK_M": [64, 128], "BLOCK_N": [32, 64, 128]},
-               [4, 8], [1, 2, 3, 4]),
-    "gemm": ("examples/gemm.py::matmul", {"BLOCK_M": [64, 128], "BLOCK_N": [128, 256], "BLOCK_K": [64, 128]},
-             [4, 8], [2, 3, 4]),
-}
-BARRIER_WAITS = (0, 17, 34, 51, 68, 102, 136, 204)
-WGMMA_RATES = (96, 128, 160, 192, 256, 1e9)
+KERNELS = {"fa_fwd": "examples/flash_attention_fwd.py::attn_fwd", "gemm": "examples/gemm.py::matmul"}
+SHORT = {"fa_fwd": "fa", "gemm": "gemm"}
+BARRIER_WAITS = (0, 17, 34, 51, 68)
+WGMMA_RATES = (96, 112, 128, 160, 192)
 """From 96 up: m64n128k16 SS by 2 warp groups runs at the measured 4095.7 FLOP/cycle while reading 96 B/cycle
 (results/microbench.json), so the rate is at least that."""
-TMA_RATES = (30, 36, 42, 48, 56, 64)
-ESTIMATES = {"barrier_wait": 34.0, "wgmma_rate": 128.0, "tma_rate": 36.0}
-"""The terms' values before the fit: the h100.toml estimates and the measured all-SM L2 TMA rate."""
+L2_RATES = (30, 33, 36, 39, 42, 45, 48)
+"""Around the measured 35.9 B/cycle/SM of the all-SM 32 KB TMA stream from L2 (results/microbench.json)."""
+ESTIMATES = {"barrier_wait": 34.0, "wgmma_rate": 128.0, "l2_rate": 36.0}
+"""The terms' values before any fit: the h100.toml estimates and the measured all-SM L2 TMA rate."""
+TERMS = ("layout", "local", "lockstep")
 
 
-def predict_grids(machine: str = "h200") -> None:
-    """Run ``twill tune`` (library) on both grids and write the prediction files."""
+def problem_sizes(family: str, problems: Mapping[str, Any]) -> dict[str, int]:
+    """``twill tune``'s problem-size options from a grid file's ``problems[family]`` entry.
+
+    Raises
+    ------
+    SystemExit
+        A size ``twill tune`` needs is missing.
+    """
+    spec = problems.get(family, {})
+    names = {"fa_fwd": {"batch": "batch", "heads": "heads", "seq": "seq_len"},
+             "gemm": {"M": "M", "N": "N", "K": "K"}}[family]
+    missing = [k for k in names if k not in spec]
+    if missing:
+        raise SystemExit(f"grid problems[{family!r}] lacks {', '.join(missing)} (has {sorted(spec)})")
+    return {ours: int(spec[theirs]) for theirs, ours in names.items()}
+
+
+def prediction_path(family: str, grid: Path) -> Path:
+    """Where the predictions for ``grid``'s ``family`` configs live: ``results/tune_predictions_fa.json``
+    (and ``_gemm``) for the committed grid, ``<grid stem>_predictions_fa.json`` beside any other."""
+    if grid.resolve() == MEASURED.resolve():
+        return RESULTS / f"tune_predictions_{SHORT[family]}.json"
+    return grid.with_name(f"{grid.stem}_predictions_{SHORT[family]}.json")
+
+
+def predict_grid(grid: Path, machine: str = "h200") -> None:
+    """Run ``twill tune`` (library) for every family of the measured ``grid`` at its problem sizes: the
+    grid is the product of the values its configs use (so it holds every measured config)."""
     from twill.tune.api import tune
     from twill.tune.report import write_json
 
-    for family, (kernel, grid, warps, stages) in GRIDS.items():
-        outcome = tune(str(ROOT / kernel.split("::")[0]) + "::" + kernel.split("::")[1], machine, grid,
-                       num_warps=warps, num_stages=stages, time_limit=5.0)
-        write_json(PREDICTIONS[family], outcome.results, **{**outcome.meta, "kernel": kernel})
+    data = json.loads(grid.read_text(encoding="utf-8"))
+    for family in sorted({c["family"] for c in data["configs"]}):
+        configs = [c for c in data["configs"] if c["family"] == family]
+        names = sorted({n for c in configs for n in c["constexprs"]})
+        values = {n: sorted({c["constexprs"][n] for c in configs if n in c["constexprs"]}) for n in names}
+        warps = sorted({c["num_warps"] for c in configs})
+        stages = sorted({c["num_stages"] for c in configs})
+        sizes = problem_sizes(family, data.get("problems", {}))
+        kernel = KERNELS[family]
+        path, name = kernel.split("::")
+        outcome = tune(f"{ROOT / path}::{name}", machine, values, num_warps=warps, num_stages=stages,
+                       problem=sizes, time_limit=5.0)
+        write_json(prediction_path(family, grid), outcome.results, **{**outcome.meta, "kernel": kernel})
 
 
 def key(family: str, constexprs: Mapping[str, Any], warps: int, stages: int) -> tuple:
-    names = ("BLOCK_M", "BLOCK_N") if family == "fa_fwd" else ("BLOCK_M", "BLOCK_N", "BLOCK_K")
-    return (family, *(int(constexprs[n]) for n in names), int(warps), int(stages))
+    """A config's identity: family, every constexpr, warps, stages."""
+    return (family, tuple(sorted((k, int(v)) for k, v in constexprs.items())), int(warps), int(stages))
 
 
-def load_rows(machine: Any) -> list[dict[str, Any]]:
-    """Measured and predicted parts of every measured config, matched by constexprs, warps, stages."""
-    measured = json.loads(MEASURED.read_text(encoding="utf-8"))
+def load_rows(grid: Path) -> list[dict[str, Any]]:
+    """Measured and predicted parts of every measured config, matched by family, constexprs, warps, stages."""
+    measured = json.loads(grid.read_text(encoding="utf-8"))
     predicted: dict[tuple, dict[str, Any]] = {}
-    for family, path in PREDICTIONS.items():
+    for family in sorted({c["family"] for c in measured["configs"]}):
+        path = prediction_path(family, grid)
+        if not path.is_file():
+            raise SystemExit(f"no predictions {path.relative_to(ROOT)}: run with --predict")
         for c in json.loads(path.read_text(encoding="utf-8"))["configs"]:
             predicted[key(family, c["constexprs"], c["num_warps"], c["num_stages"])] = c
     rows = []
@@ -88,48 +127,71 @@ def load_rows(machine: Any) -> list[dict[str, Any]]:
         k = key(m["family"], m["constexprs"], m["num_warps"], m["num_stages"])
         p = predicted.get(k)
         if p is None:
-            raise SystemExit(f"no prediction for {k}: re-run with --predict")
+            raise SystemExit(f"no prediction for {m['id']}: re-run with --predict")
         ran = "median_ms" in m
         rows.append({"key": k, "family": m["family"], "label": m["id"], "ran": ran,
-                     "measured_ms": m.get("median_ms"), "measured_tflops": m.get("tflops"),
-                     "measured_error": m.get("error"), "ptxas_regs": m.get("n_regs"),
-                     "shared_bytes": m.get("shared_bytes"), "predicted": p})
+                     "tile": tile_name(m), "measured_ms": m.get("median_ms"),
+                     "measured_tflops": m.get("tflops"), "measured_error": m.get("error"),
+                     "ptxas_regs": m.get("n_regs"), "shared_bytes": m.get("shared_bytes"), "predicted": p})
     return rows
 
 
-def model_ms(row: Mapping[str, Any], machine: Any, *, barrier_wait: float | None, wgmma_rate: float | None,
-             issue: bool = True, tma_rate: float | None = None, round_trip: bool = True,
-             throughput: bool = True) -> float | None:
-    """Predicted ms of one config from its recorded parts (module docstring); ``None`` disables a term.
+def tile_name(config: Mapping[str, Any]) -> str:
+    """``fa_fwd 64/32`` or ``gemm 128x128x64`` (the tile of a measured config)."""
+    c = config["constexprs"]
+    if config["family"] == "fa_fwd":
+        return f"fa_fwd {c['BLOCK_M']}/{c['BLOCK_N']}"
+    return f"gemm {c['BLOCK_M']}x{c['BLOCK_N']}x{c['BLOCK_K']}"
 
-    ``tma_rate`` (bytes per cycle per SM) replaces ``cost.tma_bytes_per_cycle`` for the TMA unit's busy
-    time; ``round_trip`` adds the load round-trip bound ``(tma_latency + the trip's TMA transfer time) /
-    (num_stages - 1)`` for ``num_stages >= 2``.
+
+def model_ms(row: Mapping[str, Any], machine: Any, *, barrier_wait: float, wgmma_rate: float,
+             l2_rate: float, terms: Sequence[str] = TERMS) -> float | None:
+    """Predicted ms of one config from its recorded parts (module docstring), with only ``terms`` on.
+
+    Without ``layout`` every GEMM is priced as the default split (its Tensor Core time ``2 m n k /
+    tc_flops`` once, operand bytes as the old model: rows replicated by the layout removed from ``L`` and
+    ``C`` by their Tensor Core time); without ``local`` spilled registers cost nothing; without
+    ``lockstep`` ``D`` is 0 (the co-resident CTAs only share throughput).
     """
+    from twill.ir.costmodel import CostModel
+
     p = row["predicted"]
     if not p["fits"]:
         return None
     d = p["details"]
     t = d["terms"]
     k = d["ctas_per_sm"]
-    latency = d["shared_cycles_per_trip"] + (t["waits"] * barrier_wait if barrier_wait is not None else 0.0)
+    const = machine.const
+    file_l2 = float(const("cost.tma_kernel_bytes_per_cycle"))
+    lat, comp = d["simulated_cycles_per_trip"], d["compute_cycles_per_trip"]
     units = dict(t["raw_units"])
-    if tma_rate is not None and "tma" in units:
-        units["tma"] *= float(machine.const("cost.tma_bytes_per_cycle")) / tma_rate
+    gemms = [dict(g) for g in t["gemms"]]
+    if "layout" not in terms and d.get("default_gemms"):
+        extra = sum(g["tc"] - dg["tc"] for g, dg in zip(gemms, d["default_gemms"], strict=True))
+        lat, comp = lat - extra, comp - extra
+        units["tc"] = units.get("tc", 0.0) - extra
+        gemms = [dict(g) for g in d["default_gemms"]]
+    if "tma" in units:
+        units["tma"] *= float(const("cost.tma_bytes_per_cycle")) / l2_rate
     trip_floor = 0.0
-    if round_trip and p["num_stages"] >= 2 and units.get("tma"):
-        trip_floor = (float(machine.const("cost.tma_latency")) + units["tma"]) / (p["num_stages"] - 1)
-    if wgmma_rate is not None:
-        latency += sum(max(0.0, g["smem_bytes"] / wgmma_rate - g["tc"]) for g in t["gemms"])
-        tc = units.get("tc", 0.0) - sum(g["tc"] for g in t["gemms"])
-        tc += sum(max(g["tc"], g["smem_bytes"] / wgmma_rate) for g in t["gemms"])
-        units["tc"] = tc
-        units["smem"] = units.get("smem", 0.0) + sum(g["smem_bytes"] / wgmma_rate for g in t["gemms"])
-    bound = max([t["issue"] if issue else 0.0, *(units.values() if throughput else ())])
-    per_trip = max(latency, trip_floor, k * bound)
-    edge = float(machine.const("cost.tma_latency"))
+    if p["num_stages"] >= 2 and units.get("tma"):
+        trip_floor = (float(const("cost.tma_latency")) + units["tma"]) / (p["num_stages"] - 1)
+    if "local" in terms and t.get("local_bytes"):
+        unit, cycles = CostModel(machine).local_memory_cycles(
+            t["local_bytes"], working_set=int(d["stack_frame_bytes"] or 0) * d["threads"] * k,
+            l1_free=CostModel(machine).l1_free_bytes(d["shared_bytes"], k))
+        units[unit] = units.get(unit, 0.0) + cycles * (file_l2 / l2_rate if unit == "tma" else 1.0)
+    reads = [g["smem_bytes"] / wgmma_rate for g in gemms]
+    stretch = sum(max(0.0, r - g["tc"]) for r, g in zip(reads, gemms, strict=True))
+    units["tc"] = units.get("tc", 0.0) + stretch
+    units["smem"] = units.get("smem", 0.0) + sum(reads)
+    extra_f = t["waits"] * barrier_wait + stretch
+    throughput = max([t["issue"], *units.values()])
+    coresident = units["tc"] + t["issue"] if "lockstep" in terms else 0.0
+    per_trip = max(lat + extra_f, min(comp, lat) + extra_f + (k - 1) * coresident, trip_floor, k * throughput)
+    edge = float(const("cost.tma_latency"))
     per_cta = 2 * edge + d["trips"] * per_trip
-    return d["waves"] * per_cta / (float(machine.const("chip.clock_ghz")) * 1e9) * 1e3
+    return d["waves"] * per_cta / (float(const("chip.clock_ghz")) * 1e9) * 1e3
 
 
 def scores(rows: Sequence[Mapping[str, Any]], predict: Callable[[Mapping[str, Any]], float | None]) -> dict:
@@ -137,8 +199,7 @@ def scores(rows: Sequence[Mapping[str, Any]], predict: Callable[[Mapping[str, An
     from scipy import stats
 
     ran = [r for r in rows if r["ran"]]
-    pred = [predict(r) for r in ran]
-    pairs = [(p, r["measured_ms"], r) for p, r in zip(pred, ran, strict=True) if p is not None]
+    pairs = [(p, r["measured_ms"], r) for r in ran if (p := predict(r)) is not None]
     if len(pairs) < 3:
         return {"n": len(pairs)}
     p_ms = [a for a, _, _ in pairs]
@@ -158,18 +219,18 @@ def scores(rows: Sequence[Mapping[str, Any]], predict: Callable[[Mapping[str, An
             "mean_log_error": round(sum(abs(math.log(a / b)) for a, b, _ in pairs) / len(pairs), 4)}
 
 
-def fit(rows: Sequence[Mapping[str, Any]], machine: Any) -> tuple[float, float, float]:
-    """``(barrier_wait, wgmma_rate, tma_rate)`` on the grids above with the least mean absolute log error
-    of the time on ``rows`` (ties: the first in grid order)."""
+def fit(rows: Sequence[Mapping[str, Any]], machine: Any, terms: Sequence[str] = TERMS) -> dict[str, float]:
+    """``barrier_wait``, ``wgmma_rate``, ``l2_rate`` on the grids above with the least mean absolute log
+    error of the time on ``rows`` (ties: the first in grid order)."""
     best = None
-    for b, r, t in itertools.product(BARRIER_WAITS, WGMMA_RATES, TMA_RATES):
+    for b, r, t in itertools.product(BARRIER_WAITS, WGMMA_RATES, L2_RATES):
         s = scores(rows, lambda row, b=b, r=r, t=t: model_ms(row, machine, barrier_wait=b, wgmma_rate=r,
-                                                             tma_rate=t))
+                                                             l2_rate=t, terms=terms))
         value = s.get("mean_log_error", float("inf"))
         if best is None or value < best[0] - 1e-12:
             best = (value, b, r, t)
     assert best is not None
-    return best[1], best[2], best[3]
+    return {"barrier_wait": best[1], "wgmma_rate": best[2], "l2_rate": best[3]}
 
 
 def feasibility(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -178,66 +239,86 @@ def feasibility(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     smem = [r for r in rows if r["ran"] and r["shared_bytes"] is not None]
     same_smem = sum(r["predicted"]["details"].get("shared_bytes") == r["shared_bytes"] for r in smem)
     same_regs = sum(r["predicted"]["details"].get("registers") == r["ptxas_regs"] for r in smem)
-    return {"configs": len(rows), "fit_predicted_right": sum(right),
+    wrong = [r["label"] for r, ok in zip(rows, right, strict=True) if not ok]
+    return {"configs": len(rows), "fit_predicted_right": sum(right), "wrong": wrong,
             "cannot_run": sum(not r["ran"] for r in rows),
+            "reasons_given": sum(bool(r["predicted"]["reason"]) for r in rows if not r["predicted"]["fits"]),
             "smem_equal_to_the_launch": f"{same_smem}/{len(smem)}",
             "registers_equal_to_the_launch": f"{same_regs}/{len(smem)}"}
 
 
-def study() -> dict[str, Any]:
-    """Every score of the page."""
+def cross_validation(rows: Sequence[Mapping[str, Any]], machine: Any) -> dict[str, Any]:
+    """Fit on one family, score on the other; leave one tile out (fit on the rest, score the tile)."""
+    fams = {f: [r for r in rows if r["family"] == f] for f in ("fa_fwd", "gemm")}
+    out: dict[str, Any] = {}
+    for train, test in (("gemm", "fa_fwd"), ("fa_fwd", "gemm")):
+        c = fit(fams[train], machine)
+        out[f"fit {train} -> score {test}"] = {"constants": c, "scores": scores(
+            fams[test], lambda r, c=c: model_ms(r, machine, **c))}
+    tiles = sorted({r["tile"] for r in rows if r["ran"]})
+    loto = {}
+    for tile in tiles:
+        c = fit([r for r in rows if r["tile"] != tile], machine)
+        held = [r for r in rows if r["tile"] == tile and r["ran"]]
+        errs = [math.log(model_ms(r, machine, **c) / r["measured_ms"]) for r in held
+                if model_ms(r, machine, **c) is not None]
+        loto[tile] = {"constants": c, "n": len(errs),
+                      "mean_signed_log_error": round(sum(errs) / len(errs), 4) if errs else None,
+                      "mean_abs_log_error": round(sum(abs(e) for e in errs) / len(errs), 4) if errs else None}
+    out["leave one tile out"] = loto
+    for fam, fr in fams.items():  # the family scores with each family's tiles held out
+        preds = {}
+        for r in fr:
+            if r["ran"]:
+                c = loto[r["tile"]]["constants"]
+                preds[r["label"]] = model_ms(r, machine, **c)
+        out[f"leave one tile out, {fam}"] = scores(fr, lambda r, preds=preds: preds.get(r["label"]))
+    return out
+
+
+def study(grid: Path = MEASURED) -> dict[str, Any]:
+    """Every score of the page (fits only when ``grid`` is the committed grid)."""
     from twill.ir.machine import load_machine
 
     machine = load_machine("h200")
-    rows = load_rows(machine)
+    rows = load_rows(grid)
     cfg = {"barrier_wait": float(machine.const("cost.barrier_wait")),
            "wgmma_rate": float(machine.const("cost.wgmma_smem_bytes_per_cycle")),
-           "tma_rate": float(machine.const("cost.tma_kernel_bytes_per_cycle"))}
+           "l2_rate": float(machine.const("cost.tma_kernel_bytes_per_cycle"))}
+    families = sorted({r["family"] for r in rows})
+    by_family = {f: [r for r in rows if r["family"] == f] for f in families}
+    held_out = grid.resolve() != MEASURED.resolve()
+    models: dict[str, Callable[[Mapping[str, Any]], float | None]] = {}
     est = ESTIMATES
-    by_family = {f: [r for r in rows if r["family"] == f] for f in ("fa_fwd", "gemm")}
-    b_fit, r_fit, t_fit = fit(by_family["gemm"], machine)
-    models: dict[str, Callable[[Mapping[str, Any]], float | None]] = {
-        "before (no hardware terms)": lambda r: model_ms(r, machine, barrier_wait=None, wgmma_rate=None,
-                                                         issue=False, throughput=False, round_trip=False),
-        "+ issue slots only": lambda r: model_ms(r, machine, barrier_wait=None, wgmma_rate=None,
-                                                 throughput=False, round_trip=False),
-        "+ k x unit busy only (36 B/cycle L2)": lambda r: model_ms(r, machine, barrier_wait=None,
-                                                                   wgmma_rate=None, issue=False,
-                                                                   round_trip=False),
-        "+ wgmma SMEM reads only (128 B/cycle)": lambda r: model_ms(
-            r, machine, barrier_wait=None, wgmma_rate=est["wgmma_rate"], issue=False, round_trip=False),
-        "+ barrier waits only (34)": lambda r: model_ms(r, machine, barrier_wait=est["barrier_wait"],
-                                                        wgmma_rate=None, issue=False, throughput=False,
-                                                        round_trip=False),
-        "+ load round trip only (36 B/cycle)": lambda r: model_ms(r, machine, barrier_wait=None,
-                                                                  wgmma_rate=None, issue=False,
-                                                                  throughput=False),
-        "all terms at the estimates": lambda r: model_ms(
-            r, machine, barrier_wait=est["barrier_wait"], wgmma_rate=est["wgmma_rate"],
-            tma_rate=est["tma_rate"]),
-        "all terms, fitted on GEMM": lambda r: model_ms(r, machine, barrier_wait=b_fit, wgmma_rate=r_fit,
-                                                        tma_rate=t_fit),
-        "all terms, machine file": lambda r: model_ms(r, machine, barrier_wait=cfg["barrier_wait"],
-                                                      wgmma_rate=cfg["wgmma_rate"], tma_rate=cfg["tma_rate"]),
-        "as twill tune predicts": lambda r: r["predicted"]["predicted_ms"],
-    }
+    for i in range(len(TERMS) + 1):
+        on = TERMS[:i]
+        name = "no new terms (estimates)" if i == 0 else f"+ {TERMS[i - 1]} (estimates)"
+        models[name] = lambda r, on=on: model_ms(r, machine, **est, terms=on)
+    fitted: dict[str, Any] = {}
+    if not held_out:
+        for f in families:
+            fitted[f"on {f}"] = fit(by_family[f], machine)
+        fitted["on both"] = fit(rows, machine)
+        models["all terms, fitted on gemm"] = lambda r: model_ms(r, machine, **fitted["on gemm"])
+        models["all terms, fitted on fa_fwd"] = lambda r: model_ms(r, machine, **fitted["on fa_fwd"])
+    models["all terms, machine file"] = lambda r: model_ms(r, machine, **cfg)
+    models["as twill tune predicts"] = lambda r: r["predicted"]["predicted_ms"]
     table = {name: {f: scores(fr, fn) for f, fr in by_family.items()} for name, fn in models.items()}
     per_config = []
     for r in rows:
-        per_config.append({"config": r["label"], "measured_ms": r["measured_ms"],
+        per_config.append({"config": r["label"], "tile": r["tile"], "measured_ms": r["measured_ms"],
                            "measured_error": (r["measured_error"] or "")[:120] or None,
                            "predicted_fits": r["predicted"]["fits"],
                            "predicted_reason": r["predicted"]["reason"],
                            **{name: (round(v, 4) if (v := fn(r)) is not None else None)
                               for name, fn in models.items()}})
-    return {"what": "twill tune against the H200 timings of the issue-25 grids",
-            "measured": str(MEASURED.relative_to(ROOT)),
-            "predictions": {f: str(p.relative_to(ROOT)) for f, p in PREDICTIONS.items()},
-            "machine_constants": cfg, "fitted_on": "gemm grid (24 configs, 22 ran)",
-            "scored_on": "fa_fwd grid (48 configs, 44 ran): not fitted to",
-            "estimates": ESTIMATES,
-            "fitted": {"barrier_wait": b_fit, "wgmma_smem_bytes_per_cycle": r_fit,
-                       "tma_kernel_bytes_per_cycle": t_fit},
+    return {"what": "twill tune against measured H200 timings of a tuning grid",
+            "measured": str(grid.resolve().relative_to(ROOT)) if grid.resolve().is_relative_to(ROOT)
+            else str(grid),
+            "held_out": held_out,
+            "predictions": {f: str(prediction_path(f, grid)) for f in families},
+            "machine_constants": cfg, "estimates": ESTIMATES, "fitted": fitted,
+            "cross_validation": None if held_out else cross_validation(rows, machine),
             "feasibility": {f: feasibility(fr) for f, fr in by_family.items()},
             "scores": table, "per_config": per_config}
 
@@ -262,9 +343,7 @@ def group_errors(result: Mapping[str, Any], model: str) -> str:
     for r in result["per_config"]:
         if r["measured_ms"] is None or r[model] is None:
             continue
-        family, tiles, *_ = r["config"].split(":")
-        tiles = ",".join(t for t in tiles.split(",") if not t.startswith("HEAD_DIM"))
-        groups.setdefault(f"{family} {tiles}", []).append(r[model] / r["measured_ms"] - 1)
+        groups.setdefault(r["tile"], []).append(r[model] / r["measured_ms"] - 1)
     lines = ["| tile | configs | mean error (signed) | mean abs error | worst |", "|---|---|---|---|---|"]
     for name, errs in groups.items():
         worst = max(errs, key=abs)
@@ -274,16 +353,24 @@ def group_errors(result: Mapping[str, Any], model: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Score (and with ``--predict`` first predict); write ``results/tune_scores.json``; print the table."""
+    """Score (and with ``--predict`` first predict); write the JSON; print the tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--predict", action="store_true", help="re-run twill tune on both grids first")
-    parser.add_argument("--out", type=Path, default=RESULTS / "tune_scores.json")
+    parser.add_argument("--grid", type=Path, default=MEASURED,
+                        help="measured grid (the JSON schema of h200_tune_grid.json)")
+    parser.add_argument("--predict", action="store_true", help="run twill tune on the grid's configs first")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="scores JSON (default results/tune_scores.json for the committed grid, "
+                             "else <grid stem>_scores.json beside it)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
+    if not args.grid.is_file():
+        parser.error(f"--grid {args.grid}: no such file")
     if args.predict:
-        predict_grids()
-    result = study()
-    args.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        predict_grid(args.grid)
+    result = study(args.grid)
+    out = args.out or (RESULTS / "tune_scores.json" if not result["held_out"]
+                       else args.grid.with_name(f"{args.grid.stem}_scores.json"))
+    out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     print(render(result))
     print(group_errors(result, "all terms, machine file"))
     print(json.dumps({"fitted": result["fitted"], "feasibility": result["feasibility"]}, indent=1))

@@ -42,8 +42,8 @@ from typing import Any
 from twill.errors import FrontendError
 
 __all__ = ["Cliff", "RegReport", "compile_registers", "find_cliffs", "parse_ptx", "parse_ptxas_log",
-           "parse_resource_usage", "parse_sass", "parse_sass_loop", "render_table", "run_triton_tool",
-           "sweep", "triton_tool"]
+           "parse_resource_usage", "parse_sass", "parse_sass_loop", "parse_sass_loop_local", "render_table",
+           "run_triton_tool", "sweep", "triton_tool"]
 
 _TARGETS = {90: ("sm_90a", "ptxas", "h100"), 100: ("sm_100a", "ptxas-blackwell", "b200")}
 """Per compute capability (:data:`twill.frontend.targets.CAPABILITIES`): the ptxas ``--gpu-name``, the
@@ -94,6 +94,10 @@ class RegReport:
         Instructions one warp issues per trip of the kernel's main loop: the SASS between the target of
         the backward branch that spans the most instructions and that branch
         (:func:`parse_sass_loop`); None when the SASS was not read or has no backward branch.
+    loop_local_bytes : tuple of (int, int) or None
+        ``(stored, loaded)`` local-memory bytes per thread per trip of the main loop (the ``STL``/``LDL``
+        of spilled registers inside it, :func:`parse_sass_loop_local`); None when the SASS was not read
+        or has no loop.
     cubin_bytes : int
         Size of the cubin.
     ptxas_notes : tuple of str
@@ -130,6 +134,7 @@ class RegReport:
     compile_seconds: float = 0.0
     constexprs: Mapping[str, Any] = field(default_factory=dict)
     loop_sass_instructions: int | None = None
+    loop_local_bytes: tuple[int, int] | None = None
 
     @property
     def spills(self) -> bool:
@@ -264,6 +269,31 @@ def parse_sass(text: str) -> Counter[str]:
 _SASS_ADDRESSED = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[T\d]+\s+)?([A-Z][A-Z0-9_]*)([^;]*)")
 
 
+def _main_loop(text: str) -> list[tuple[int, str, str]] | None:
+    """The main loop's SASS rows ``(address, opcode, rest)`` (see :func:`parse_sass_loop`), or None."""
+    rows: list[tuple[int, str, str]] = []
+    for line in text.splitlines():
+        match = _SASS_ADDRESSED.match(line)
+        if match:
+            rows.append((int(match.group(1), 16), match.group(2), match.group(3)))
+    best: tuple[int, int, int] | None = None
+    exits = [a for a, opcode, _ in rows if opcode == "EXIT"]
+    first_exit = min(exits) if exits else None
+    for address, opcode, rest in rows:
+        if opcode != "BRA" or (first_exit is not None and address > first_exit):
+            continue
+        target = re.search(r"0x([0-9a-f]+)", rest)
+        if target is None or int(target.group(1), 16) >= address:
+            continue
+        low = int(target.group(1), 16)
+        count = sum(1 for a, _, _ in rows if low <= a <= address)
+        if best is None or count > best[0]:
+            best = (count, low, address)
+    if best is None:
+        return None
+    return [r for r in rows if best[1] <= r[0] <= best[2]]
+
+
 def parse_sass_loop(text: str) -> int | None:
     """Instructions of the main loop of a disassembled kernel (``cuobjdump -sass``), per warp per trip.
 
@@ -280,24 +310,36 @@ def parse_sass_loop(text: str) -> int | None:
     ...                 "        /*0050*/  @!P0 BRA 0x50 ;\\n        /*0060*/  BRA 0x0 ;")
     3
     """
-    rows: list[tuple[int, str, str]] = []
-    for line in text.splitlines():
-        match = _SASS_ADDRESSED.match(line)
-        if match:
-            rows.append((int(match.group(1), 16), match.group(2), match.group(3)))
-    best: int | None = None
-    exits = [a for a, opcode, _ in rows if opcode == "EXIT"]
-    first_exit = min(exits) if exits else None
-    for address, opcode, rest in rows:
-        if opcode != "BRA" or (first_exit is not None and address > first_exit):
+    loop = _main_loop(text)
+    return None if loop is None else len(loop)
+
+
+_LOCAL_WIDTH = re.compile(r"^\.(?:[A-Z]+\.)*?(64|128)\b")
+
+
+def parse_sass_loop_local(text: str) -> tuple[int, int] | None:
+    """Bytes one thread stores to and loads from local memory per trip of the main loop: ``(STL bytes,
+    LDL bytes)``, each instruction 4 bytes, or 8 / 16 with a ``.64`` / ``.128`` modifier (the spill
+    traffic ptxas emits inside the loop; the loop is :func:`parse_sass_loop`'s). None without a loop.
+
+    >>> parse_sass_loop_local("        /*0010*/  STL.64 [R1], R2 ;\\n        /*0020*/  LDL.LU R3, [R1] ;\\n"
+    ...                       "        /*0030*/  @P0 BRA 0x10 ;\\n        /*0040*/  EXIT ;")
+    (8, 4)
+    """
+    loop = _main_loop(text)
+    if loop is None:
+        return None
+    stores = loads = 0
+    for _, opcode, rest in loop:
+        if opcode not in ("STL", "LDL"):
             continue
-        target = re.search(r"0x([0-9a-f]+)", rest)
-        if target is None or int(target.group(1), 16) >= address:
-            continue
-        low = int(target.group(1), 16)
-        count = sum(1 for a, _, _ in rows if low <= a <= address)
-        best = count if best is None else max(best, count)
-    return best
+        width = _LOCAL_WIDTH.match(rest)
+        size = int(width.group(1)) // 8 if width else 4
+        if opcode == "STL":
+            stores += size
+        else:
+            loads += size
+    return stores, loads
 
 
 _REG_DECL = re.compile(r"^\s*\.reg\s+\.\w+\s+%\w+<(\d+)>;", re.M)
@@ -431,6 +473,7 @@ def compile_registers(kernel: Any, *, target: str = "sm_90", num_warps: int | No
         sass_text = run_triton_tool("cuobjdump", ["-sass", str(cubin_path)]).stdout if sass else None
         ops = parse_sass(sass_text) if sass_text is not None else None
         loop = parse_sass_loop(sass_text) if sass_text is not None else None
+        local = parse_sass_loop_local(sass_text) if sass_text is not None else None
         cubin_bytes = cubin_path.stat().st_size
     seconds = time.perf_counter() - t0
     info = parse_ptx(ptx)
@@ -450,7 +493,8 @@ def compile_registers(kernel: Any, *, target: str = "sm_90", num_warps: int | No
         ptx_virtual_registers=info["virtual_registers"],
         sass_instructions=None if ops is None else sum(ops.values()),
         cubin_bytes=cubin_bytes, ptxas_notes=ptxas_info["ptxas_notes"], compile_seconds=round(seconds, 3),
-        constexprs=values, loop_sass_instructions=loop)
+        constexprs=values, loop_sass_instructions=loop,
+        loop_local_bytes=None if local is None else tuple(local))
 
 
 def sweep(kernel: Any, *, target: str = "sm_90", num_warps: Iterable[int] = (2, 4, 8, 16),

@@ -26,7 +26,7 @@ from math import ceil
 from twill.ir.graph import Reservation
 from twill.ir.machine import Machine
 
-__all__ = ["DTYPE_BYTES", "CostModel", "OpCost"]
+__all__ = ["DTYPE_BYTES", "CostModel", "OpCost", "WgmmaWork"]
 
 DTYPE_BYTES: Mapping[str, int] = {
     "f64": 8, "fp64": 8, "f32": 4, "fp32": 4, "i32": 4, "tf32": 4, "f16": 2, "fp16": 2, "bf16": 2, "i16": 2,
@@ -73,6 +73,32 @@ class OpCost:
         """Keyword arguments for :meth:`twill.ir.graph.Graph.add_op` (``kind`` excluded)."""
         return {"rrt": self.rrt, "latency": self.latency, "issue_cycles": self.issue_cycles,
                 "variable_latency": self.variable_latency, "warps": self.warps}
+
+
+@dataclass(frozen=True)
+class WgmmaWork:
+    """What a Hopper tile GEMM costs as the ``wgmma`` instructions Triton's layout issues.
+
+    Attributes
+    ----------
+    replication : int
+        Warp groups that compute the same rows (1 unless the layout's ``warpsPerCTA[0] x 16`` rows exceed
+        the tile's ``m``: every such group computes the whole ``m x n`` product again).
+    instructions : int
+        ``wgmma`` instructions the CTA issues for one tile GEMM (all warp groups).
+    tc_cycles : float
+        Tensor Core cycles of those instructions, ``instructions x 2 x 64 x instr_n x k_step / tc_flops``.
+    smem_bytes : int
+        Operand bytes they read from shared memory (``A`` of each ``SS`` instruction, ``B`` of every one).
+    instr_n : int
+        ``N`` of one instruction.
+    """
+
+    replication: int
+    instructions: int
+    tc_cycles: float
+    smem_bytes: int
+    instr_n: int
 
 
 def _cycles(work: float) -> int:
@@ -402,19 +428,75 @@ class CostModel:
                 total += 1.0
         return total
 
-    def wgmma_smem_bytes(self, m: int, n: int, k: int, *, a_in_smem: bool, dtype: str = "fp16",
-                         warps: int | None = None) -> int:
-        """Bytes a Hopper tile GEMM ``[m, k] x [k, n]`` reads from shared memory for its operands.
+    def wgmma_work(self, m: int, n: int, k: int, *, a_in_smem: bool, dtype: str = "fp16",
+                   warps: int | None = None, warps_per_cta: tuple[int, int] | None = None,
+                   instr_n: int | None = None) -> WgmmaWork:
+        """The ``wgmma`` instructions of a Hopper tile GEMM ``[m, k] x [k, n]`` in Triton's MMA layout.
 
-        ``wgmma`` works on 64-row slices (``cost.tc_min_m``) of ``A``, one warp group each. With more warp
-        groups than slices (``warps`` / 4 > ``ceil(m / 64)``: a 64-row tile at 8 warps), Triton gives the
-        extra groups parts of ``N`` (its wgmma ``warpsPerCTA`` fills M first, then N), and each of those
-        groups reads its slice of ``A`` again. Per slice: the whole ``B`` tile (``k x n``, split between
-        the N groups) and, when ``A`` is in shared memory (the ``SS`` form; Triton's Q K^T), ``64 x k`` of
-        ``A`` once per N group; an ``A`` in registers (``RS``, P V) costs none. So, with ``s =
-        ceil(m / 64)`` and ``g_n = max(1, groups // s)``: ``s (k n e + [a_in_smem] g_n 64 k e)``, ``e``
-        bytes per element (PTX ISA, wgmma.mma_async operand descriptors). ``warps`` None: one group per
-        slice.
+        Triton's ``#ttg.nvidia_mma`` v3 layout gives ``warpsPerCTA = [w_m, w_n]`` and ``instrShape = [16,
+        instr_n, k_step]``: each warp owns 16 rows, so a warp group (4 warps along M) owns 64-row slices
+        and the ``w_m / 4`` groups along M cover ``16 w_m`` rows. When that is more than ``m`` (a 64-row
+        tile with ``warpsPerCTA = [8, 1]``, what Triton picks for FA's ``Q K^T`` at 8 warps), the layout
+        wraps: ``r = 16 w_m / m`` groups hold the same rows and each computes the whole product (the
+        TTGIR's ``tensor<64x32xf32, #mma>`` with 8 warps along M; the SASS has each warp issue all 16
+        ``HGMMA.64x16x16`` of the 64x32x128 product). The ``w_n`` groups along N each take ``n / w_n``
+        columns, in ``ceil((n / w_n) / instr_n)`` instructions per 64-row slice and ``k_step`` (16 for
+        16-bit types) of K. Every instruction reads its ``B`` (``k_step x instr_n``) and, for ``SS``, its
+        ``A`` slice (``64 x k_step``) from shared memory, so ``A`` is read once per N instruction (PTX
+        ISA, wgmma.mma_async matrix descriptors); it runs ``2 x 64 x instr_n x k_step / tc_flops`` cycles
+        on the Tensor Cores.
+
+        Without a layout: ``w_m = min(warps, 4 ceil(m / 64))`` (one group per slice, the rest along N),
+        ``instr_n = min(n / w_n, 256)``; ``warps`` None: one group per slice.
+
+            >>> from twill.ir.machine import load_machine
+            >>> cm = CostModel(load_machine("h200"))
+            >>> w = cm.wgmma_work(64, 32, 128, a_in_smem=True, warps_per_cta=(8, 1), instr_n=16)
+            >>> w.replication, w.instructions, w.tc_cycles, w.smem_bytes   # 2 groups x 2 x 8 instructions
+            (2, 32, 256.0, 81920)
+
+        Raises
+        ------
+        ValueError
+            A non-positive size or a layout with no warps.
+        """
+        if min(m, n, k) <= 0:
+            raise ValueError(f"GEMM sizes must be positive, got m={m}, n={n}, k={k}")
+        e = DTYPE_BYTES.get(dtype, 2)
+        rows = int(self._rate("tc_min_m"))
+        per_group = self.machine.warps_per_group
+        slices = ceil(m / rows)
+        if warps_per_cta is None:
+            total = per_group * slices if warps is None else warps
+            w_m = min(total, per_group * slices)
+            w_n = max(1, total // max(1, w_m))
+        else:
+            w_m, w_n = warps_per_cta
+        if w_m < 1 or w_n < 1:
+            raise ValueError(f"warpsPerCTA must be positive, got {warps_per_cta}")
+        groups_m = max(1, w_m // per_group)
+        covered = (rows // per_group) * w_m
+        replication = max(1, covered // m)
+        rows_per_group = max(rows, m * replication // groups_m)
+        cols = max(1, n // w_n)
+        step = {1: 32, 4: 8}.get(e, 16)  # PTX ISA: wgmma K per instruction for 8-, 32- and 16-bit types
+        inst_n = max(8, min(instr_n or min(cols, 256), cols))
+        per_slice = ceil(cols / inst_n) * ceil(k / step)
+        instructions = groups_m * w_n * ceil(rows_per_group / rows) * per_slice
+        key = {1: "tc_flops_fp8", 4: "tc_flops_tf32"}.get(e, "tc_flops_fp16")
+        tc = instructions * 2 * rows * inst_n * step / self._rate(key)
+        smem = instructions * (step * inst_n * e + (rows * step * e if a_in_smem else 0))
+        return WgmmaWork(replication, instructions, tc, smem, inst_n)
+
+    def wgmma_smem_bytes(self, m: int, n: int, k: int, *, a_in_smem: bool, dtype: str = "fp16",
+                         warps: int | None = None, warps_per_cta: tuple[int, int] | None = None,
+                         instr_n: int | None = None) -> int:
+        """Bytes a Hopper tile GEMM ``[m, k] x [k, n]`` reads from shared memory for its operands:
+        :meth:`wgmma_work`'s ``smem_bytes``.
+
+        With the default layout (one warp group per 64-row slice, extra groups along N, one instruction
+        across a group's columns): ``s (k n e + [a_in_smem] g_n 64 k e)`` for ``s = ceil(m / 64)`` slices
+        and ``g_n`` groups along N, ``e`` bytes per element.
 
             >>> from twill.ir.machine import load_machine
             >>> cm = CostModel(load_machine("h200"))
@@ -423,13 +505,8 @@ class CostModel:
             >>> cm.wgmma_smem_bytes(64, 64, 128, a_in_smem=True, warps=8)      # A read by both groups
             49152
         """
-        e = DTYPE_BYTES.get(dtype, 2)
-        rows = int(self._rate("tc_min_m"))
-        slices = ceil(m / rows)
-        groups = slices if warps is None else max(1, warps // self.machine.warps_per_group)
-        n_groups = max(1, groups // slices)
-        a_bytes = min(rows, m) * k * e * n_groups if a_in_smem else 0
-        return slices * (k * n * e + a_bytes)
+        return self.wgmma_work(m, n, k, a_in_smem=a_in_smem, dtype=dtype, warps=warps,
+                               warps_per_cta=warps_per_cta, instr_n=instr_n).smem_bytes
 
     def wgmma_smem_cycles(self, m: int, n: int, k: int, *, a_in_smem: bool, dtype: str = "fp16",
                           warps: int | None = None) -> float:
@@ -439,6 +516,57 @@ class CostModel:
         (``m64n32k16`` reads 3 KB per 16 Tensor Core cycles)."""
         return self.wgmma_smem_bytes(m, n, k, a_in_smem=a_in_smem, dtype=dtype, warps=warps) / self._rate(
             "wgmma_smem_bytes_per_cycle")
+
+    def l1_free_bytes(self, smem_bytes: int, ctas_per_sm: int) -> int:
+        """Bytes of the SM's unified L1 / shared-memory array left as L1 cache when ``ctas_per_sm`` CTAs of
+        ``smem_bytes`` shared memory each are resident.
+
+        The driver carves shared memory out of the same SRAM (``chip.l1_smem_per_sm``). A kernel that uses
+        more than the 48 KB of static shared memory (``chip.smem_default_carveout``) sets
+        ``cudaFuncAttributeMaxDynamicSharedMemorySize``, as Triton does, and is taken to get the whole
+        ``chip.smem_per_sm`` carve-out, leaving ``l1_smem_per_sm - smem_per_sm`` (28 KB on Hopper); below
+        it, the CTAs' shared memory plus ``chip.smem_reserved_per_cta`` each. An estimate consistent with
+        the H200: Triton's 128x256x64 GEMM at 4 warps spills 624 B of stack per thread (78 KB per CTA) and
+        runs as slowly at 3 stages (147 KB of shared memory, so 109 KB would be left by the CTA's own
+        need) as at 4 (196 KB) (``benchmarks/results/tune_scores.md``).
+        """
+        const = self.machine.const
+        used = ctas_per_sm * (smem_bytes + int(const("chip.smem_reserved_per_cta")))
+        if used > int(const("chip.smem_default_carveout")):
+            used = int(const("chip.smem_per_sm"))
+        return max(0, int(const("chip.l1_smem_per_sm")) - used)
+
+    def local_memory_cycles(self, bytes_per_trip: float, *, working_set: int,
+                            l1_free: int) -> tuple[str, float]:
+        """Where the local-memory traffic of spilled registers goes and its busy cycles per trip.
+
+        ``STL``/``LDL`` go through L1. While the spilled registers of every resident thread
+        (``working_set`` bytes: the stack frame per thread x threads x CTAs per SM) fit in the L1 left
+        beside shared memory (``l1_free``, :meth:`l1_free_bytes`), they stay there and cost the SRAM's
+        port rate (``smem``, ``cost.smem_bytes_per_cycle``: L1 and shared memory are one array). When
+        they do not, each spilled line is evicted before it is reloaded, so the traffic goes to L2
+        (``tma``: the SM's L2 path, which the TMA loads share) at ``cost.tma_kernel_bytes_per_cycle``.
+        On the H200 the spilling 128x256 GEMM at 4 warps moves 160 KB of local memory and 48 KB of TMA
+        loads per trip at 31-38 B/cycle per SM (``benchmarks/results/tune_scores.md``).
+
+        Returns ``(unit, cycles)``.
+
+            >>> from twill.ir.machine import load_machine
+            >>> cm = CostModel(load_machine("h200"))
+            >>> unit, cycles = cm.local_memory_cycles(1280, working_set=1 << 20, l1_free=0)   # from L2
+            >>> unit, cycles == 1280 / float(cm.machine.const("cost.tma_kernel_bytes_per_cycle"))
+            ('tma', True)
+
+        Raises
+        ------
+        ValueError
+            Negative bytes.
+        """
+        if bytes_per_trip < 0 or working_set < 0:
+            raise ValueError(f"local-memory bytes must be >= 0, got {bytes_per_trip}, {working_set}")
+        if working_set <= l1_free:
+            return "smem", bytes_per_trip / self._rate("smem_bytes_per_cycle")
+        return "tma", bytes_per_trip / self._rate("tma_kernel_bytes_per_cycle")
 
     def iteration_fixed_cycles(self, waits: int) -> float:
         """Latency one loop trip pays besides its ops: ``waits`` blocking barrier waits (an mbarrier test

@@ -15,6 +15,7 @@ and ``twill tune`` both use it; docs/calibration.md §5 and §7 give the measure
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -26,9 +27,12 @@ from twill.ir.machine import Machine
 __all__ = [
     "HardwareTerms",
     "TritonSlots",
+    "default_gemm_parts",
     "effective_cycles",
+    "gemm_layouts",
     "gemm_operands",
     "hardware_terms",
+    "layout_gemms",
     "register_demand",
     "replicate",
     "serialize_gemms",
@@ -37,6 +41,7 @@ __all__ = [
     "triton_schedule",
     "triton_slots",
     "waves",
+    "wgmma_serialized",
 ]
 
 
@@ -216,6 +221,82 @@ def gemm_operands(lowering: Any) -> dict[str, tuple[int, int, int, bool, str]]:
     return out
 
 
+_MMA_V3 = re.compile(r"nvidia_mma<\{versionMajor = 3,[^}]*warpsPerCTA = \[(\d+), (\d+)\], "
+                     r"instrShape = \[\d+, (\d+), \d+\]")
+
+
+def gemm_layouts(lowering: Any) -> dict[str, tuple[int, int, int]]:
+    """Per Hopper GEMM op of a lowering: ``(w_m, w_n, instr_n)`` of its result's ``#ttg.nvidia_mma`` v3
+    layout (``warpsPerCTA = [w_m, w_n]``, ``instrShape = [16, instr_n, 16]``), as Triton chose it for the
+    config. GEMMs without such a layout (Blackwell's ``tc_gen5_mma``, an mma v2) are left out."""
+    out: dict[str, tuple[int, int, int]] = {}
+    for op in lowering.graph.ops:
+        if op.kind != "gemm":
+            continue
+        dot = lowering.members[op.name][0]
+        types = [r.type for r in dot.results] + [o.type for o in dot.operands[2:3]]
+        for t in types:
+            match = _MMA_V3.search(getattr(t, "encoding", "") or getattr(t, "text", ""))
+            if match:
+                out[op.name] = (int(match.group(1)), int(match.group(2)), int(match.group(3)))
+                break
+    return out
+
+
+def layout_gemms(graph: Graph, operands: Mapping[str, tuple[int, int, int, bool, str]],
+                 layouts: Mapping[str, tuple[int, int, int]], cm: CostModel) -> Graph:
+    """The graph with each GEMM's Tensor Core time as Triton's layout issues it
+    (:meth:`CostModel.wgmma_work`).
+
+    A layout that covers more rows than the tile (``warpsPerCTA[0] x 16 > m``) makes ``r`` warp groups
+    compute the same product: the Tensor Cores run it ``r`` times, one after another (the four Tensor
+    Cores of the SM act together on each instruction), so the op's reservation and latency grow by
+    ``(r - 1)`` times its busy time. GEMMs without a layout, and a serialized GEMM (several Tensor Core
+    rectangles, :func:`serialize_gemms`), are left as they are."""
+
+    def fix(op: Any) -> Any:
+        if op.kind != "gemm" or op.name not in layouts or op.name not in operands:
+            return op
+        m, n, k, a_smem, dtype = operands[op.name]
+        w_m, w_n, instr_n = layouts[op.name]
+        work = cm.wgmma_work(m, n, k, a_in_smem=a_smem, dtype=dtype, warps_per_cta=(w_m, w_n),
+                             instr_n=instr_n)
+        if work.replication <= 1:
+            return op
+        tc = [x for x in op.rrt if x.unit == "tc"]
+        if len(tc) != 1:  # a serialized chain (several rectangles): left as the serialization has it
+            return op
+        r = work.replication
+        busy = tc[0].cycles * tc[0].count
+        rrt = tuple(replace(x, cycles=x.cycles * r) if x.unit == "tc" else x for x in op.rrt)
+        return replace(op, rrt=rrt, latency=op.latency + (r - 1) * busy,
+                       issue_cycles=op.issue_cycles if op.is_async else op.issue_cycles + (r - 1) * busy)
+
+    return graph.map_ops(fix)
+
+
+def default_gemm_parts(graph: Graph, operands: Mapping[str, tuple[int, int, int, bool, str]], warps: int,
+                       cm: CostModel) -> list[dict[str, Any]]:
+    """Per GEMM of ``graph`` (in op order): its Tensor Core cycles as the graph has them and its operand
+    bytes under the default split (:meth:`CostModel.wgmma_smem_bytes` without a layout): what the model
+    priced before it read Triton's layout (``benchmarks/calibrate/tune_scores.py`` scores both)."""
+    return [{"name": op.name, "tc": round(sum(r.cycles * r.count for r in op.rrt if r.unit == "tc"), 1),
+             "smem_bytes": cm.wgmma_smem_bytes(*operands[op.name][:3], a_in_smem=operands[op.name][3],
+                                               dtype=operands[op.name][4], warps=warps)}
+            for op in graph.ops if op.kind == "gemm" and op.name in operands]
+
+
+def wgmma_serialized(ptxas_notes: Any, spills: bool) -> bool:
+    """Whether ptxas serialized the kernel's wgmma pipeline (a wait after every ``wgmma``).
+
+    ptxas says so in a performance note, whatever the cause: C7511 / C7512 (too few registers for the
+    pipeline or the function), C7515 (non-wgmma instructions define an accumulator register inside the
+    pipeline: Triton's GEMM at 8 warps, one ``WARPGROUP.DEPBAR`` after each ``HGMMA`` in the SASS); a
+    kernel that spills is taken as serialized too (its accumulators go through local memory)."""
+    return bool(spills) or any("wgmma.mma_async instructions are serialized" in n or "C7511" in n
+                               for n in ptxas_notes)
+
+
 def serialize_gemms(graph: Graph, operands: Mapping[str, tuple[int, int, int, bool, str]], warps: int,
                     cm: CostModel) -> Graph:
     """The graph with every wgmma serialized (ptxas C7511): :meth:`CostModel.gemm` ``serialized=True``.
@@ -250,8 +331,9 @@ class HardwareTerms:
         ``"sass"`` (counted in the compiled loop, :func:`twill.calibrate.regs.parse_sass_loop`) or
         ``"model"`` (:meth:`CostModel.estimated_instructions`, a lower bound).
     units : mapping of str to float
-        Busy cycles per trip of each unit, with each GEMM at the longer of its Tensor Core time and its
-        shared-memory operand reads (:meth:`CostModel.wgmma_smem_cycles`) and those reads added to ``smem``.
+        Busy cycles per trip of each unit: each GEMM at the longer of its Tensor Core time as its layout
+        issues it and its shared-memory operand reads (:meth:`CostModel.wgmma_work`), those reads added
+        to ``smem``; TMA loads at the kernel's L2 rate; the local-memory traffic on ``local_unit``.
     wgmma_smem : float
         Cycles of wgmma operand reads per trip.
     waits : int
@@ -268,7 +350,16 @@ class HardwareTerms:
     raw_units : mapping of str to float
         Busy cycles per trip of each unit as the tile model has them (no operand reads).
     gemms : tuple of (str, float, int)
-        Per GEMM: name, Tensor Core cycles, shared-memory operand bytes.
+        Per GEMM: name, Tensor Core cycles (layout included), shared-memory operand bytes.
+    local_bytes : float
+        Local-memory bytes (spilled registers: ``STL`` + ``LDL``) the CTA moves per trip.
+    local_unit : str
+        Where they go: ``"smem"`` (they stay in L1) or ``"tma"`` (L2; :meth:`CostModel.local_memory_cycles`).
+    local : float
+        Their busy cycles per trip on that unit.
+    coresident : float
+        Cycles one more co-resident CTA adds to this CTA's trip: its Tensor Core time plus its issue
+        slots (:func:`effective_cycles`).
     """
 
     issue: float
@@ -282,6 +373,10 @@ class HardwareTerms:
     round_trip: float = 0.0
     raw_units: Mapping[str, float] = field(default_factory=dict)
     gemms: tuple[tuple[str, float, int], ...] = ()
+    local_bytes: float = 0.0
+    local_unit: str = "tma"
+    local: float = 0.0
+    coresident: float = 0.0
 
     @property
     def throughput(self) -> float:
@@ -296,22 +391,35 @@ class HardwareTerms:
                 "wgmma_smem": round(self.wgmma_smem, 1), "waits": self.waits, "fixed": round(self.fixed, 1),
                 "stretch": round(self.stretch, 1), "round_trip": round(self.round_trip, 1),
                 "raw_units": {u: round(c, 1) for u, c in sorted(self.raw_units.items())},
-                "gemms": [{"name": n, "tc": round(c, 1), "smem_bytes": b} for n, c, b in self.gemms]}
+                "gemms": [{"name": n, "tc": round(c, 1), "smem_bytes": b} for n, c, b in self.gemms],
+                "local_bytes": round(self.local_bytes, 1), "local_unit": self.local_unit,
+                "local": round(self.local, 1), "coresident": round(self.coresident, 1)}
 
 
 def hardware_terms(graph: Graph, operands: Mapping[str, tuple[int, int, int, bool, str]], warps: int,
-                   cm: CostModel, *, loop_instructions: int | None = None,
-                   num_stages: int = 1) -> HardwareTerms:
+                   cm: CostModel, *, loop_instructions: int | None = None, num_stages: int = 1,
+                   layouts: Mapping[str, tuple[int, int, int]] | None = None,
+                   local_bytes_per_thread: float = 0.0, threads: int | None = None,
+                   stack_bytes_per_thread: int = 0, smem_bytes: int = 0,
+                   ctas_per_sm: int = 1) -> HardwareTerms:
     """The costs the hardware adds per trip of one CTA of ``warps`` warps (see :class:`HardwareTerms`).
 
     ``loop_instructions`` (warp instructions per trip, counted in the SASS) prices the issue slots; without
     it they are estimated from the graph's reservation tables. ``num_stages``: Triton's buffers per load
-    (for the round trip). A GEMM's Tensor Core reservation is
-    stretched to its shared-memory operand reads when those take longer (Hopper; on Blackwell
-    ``tcgen05.mma`` reads operands the same way, so the same rate applies).
+    (for the round trip). ``layouts`` (:func:`gemm_layouts`): each GEMM's Tensor Core time and operand
+    reads as its ``wgmma`` instructions have them (:meth:`CostModel.wgmma_work`; without a layout the
+    default split). A GEMM's Tensor Core reservation is stretched to its shared-memory operand reads
+    when those take longer (Hopper; on Blackwell ``tcgen05.mma`` reads operands the same way, so the
+    same rate applies).
+
+    Spilled registers: ``local_bytes_per_thread`` (``STL`` + ``LDL`` bytes per thread per trip in the
+    loop's SASS, :func:`twill.calibrate.regs.parse_sass_loop_local`) x ``threads`` bytes per trip, on
+    L1 or L2 by :meth:`CostModel.local_memory_cycles`, whose working set is ``stack_bytes_per_thread`` x
+    ``threads`` x ``ctas_per_sm`` against the L1 left beside ``ctas_per_sm`` x ``smem_bytes``.
     """
     tma_scale = float(cm.machine.const("cost.tma_bytes_per_cycle")) / float(
         cm.machine.const("cost.tma_kernel_bytes_per_cycle"))
+    layouts = layouts or {}
     units: dict[str, float] = {}
     raw: dict[str, float] = {}
     gemms: list[tuple[str, float, int]] = []
@@ -327,12 +435,16 @@ def hardware_terms(graph: Graph, operands: Mapping[str, tuple[int, int, int, boo
             raw[unit] = raw.get(unit, 0.0) + cycles
         if op.kind == "gemm" and op.name in operands:
             m, n, k, a_smem, dtype = operands[op.name]
-            gemms.append((op.name, busy.get("tc", 0.0), cm.wgmma_smem_bytes(m, n, k, a_in_smem=a_smem,
-                                                                              dtype=dtype, warps=warps)))
-            smem = cm.wgmma_smem_cycles(m, n, k, a_in_smem=a_smem, dtype=dtype, warps=warps)
+            lay = layouts.get(op.name)
+            work = cm.wgmma_work(m, n, k, a_in_smem=a_smem, dtype=dtype, warps=warps,
+                                 warps_per_cta=None if lay is None else lay[:2],
+                                 instr_n=None if lay is None else lay[2])
+            tc = busy.get("tc", 0.0)
+            gemms.append((op.name, tc, work.smem_bytes))
+            smem = work.smem_bytes / float(cm.machine.const("cost.wgmma_smem_bytes_per_cycle"))
             reads += smem
-            stretch += max(0.0, smem - busy.get("tc", 0.0))
-            busy["tc"] = max(busy.get("tc", 0.0), smem)
+            stretch += max(0.0, smem - tc)
+            busy["tc"] = max(tc, smem)
             busy["smem"] = busy.get("smem", 0.0) + smem
         if "tma" in busy:  # the L2 rate the kernel's loads get at its concurrency
             busy["tma"] *= tma_scale
@@ -341,25 +453,49 @@ def hardware_terms(graph: Graph, operands: Mapping[str, tuple[int, int, int, boo
         if op.variable_latency or op.kind == "gemm":
             waits += 1
         estimated += cm.estimated_instructions(op.rrt, max(1, op.warps))
+    nthreads = threads if threads is not None else 32 * warps
+    local_bytes = max(0.0, local_bytes_per_thread) * nthreads
+    local_unit, local = "tma", 0.0
+    if local_bytes > 0:
+        local_unit, local = cm.local_memory_cycles(
+            local_bytes, working_set=stack_bytes_per_thread * nthreads * max(1, ctas_per_sm),
+            l1_free=cm.l1_free_bytes(smem_bytes, max(1, ctas_per_sm)))
+        units[local_unit] = units.get(local_unit, 0.0) + local
     round_trip = 0.0
     if num_stages >= 2 and units.get("tma"):
-        round_trip = (float(cm.machine.const("cost.tma_latency")) + units["tma"]) / (num_stages - 1)
+        load = units["tma"] - (local if local_unit == "tma" else 0.0)
+        round_trip = (float(cm.machine.const("cost.tma_latency")) + load) / (num_stages - 1)
     if loop_instructions is not None:
         per_warp, source = float(loop_instructions), "sass"
     else:
         per_warp, source = estimated, "model"
-    return HardwareTerms(cm.issue_cycles(per_warp, warps), per_warp, source, units, reads, waits,
-                         cm.iteration_fixed_cycles(waits), stretch, round_trip, raw, tuple(gemms))
+    issue = cm.issue_cycles(per_warp, warps)
+    return HardwareTerms(issue, per_warp, source, units, reads, waits,
+                         cm.iteration_fixed_cycles(waits), stretch, round_trip, raw, tuple(gemms),
+                         local_bytes, local_unit, local, units.get("tc", 0.0) + issue)
 
 
-def effective_cycles(latency_cycles: float, terms: HardwareTerms, ctas_per_sm: int) -> float:
+def effective_cycles(latency_cycles: float, terms: HardwareTerms, ctas_per_sm: int,
+                     compute_cycles: float | None = None) -> float:
     """Cycles one CTA's loop trip takes with ``ctas_per_sm`` CTAs sharing the SM.
 
-    ``max(latency_cycles + terms.fixed + terms.stretch, terms.round_trip, ctas_per_sm * terms.throughput)``:
-    a trip takes at least its own schedule's length per trip plus its barrier waits and the GEMMs'
-    operand-read stretch, no less than its loads' round trip over the buffers in flight, and the
-    co-resident CTAs' trips together cannot issue or use a unit faster than the SM does.
-    ``latency_cycles`` is the single-CTA (or already shared, simulated) cycles per trip.
+    ``max(L + f, C + f + (k - 1) D, R, k T)`` with ``f = terms.fixed + terms.stretch``:
+
+    * ``L`` = ``latency_cycles``, the CTA's own simulated cycles per trip (loads at their latency over
+      ``num_stages`` buffers); a trip is never shorter, whatever the other CTAs do;
+    * ``C`` = ``compute_cycles``, the same schedule simulated with loads that arrive at once (its Tensor
+      Core and CUDA-core chain; ``L`` when not given), plus ``k - 1`` times ``D`` =
+      ``terms.coresident``, the Tensor Core time plus issue slots of each co-resident CTA. CTAs that
+      nothing synchronizes fall into step: they wait for the same loads and issue their GEMMs and their
+      softmax at the same time, so the in-order Tensor Core pipe runs the others' GEMMs before this
+      one's result is back and the schedulers issue the others' instructions between this one's; the
+      load waits (``L - C``) are what other CTAs do fill (FA3 enforces the other order, ping-pong, with
+      named barriers because it does not arise on its own). On the H200 FA 128/64 at 4 warps takes
+      1.89-1.93 kcycles per trip alone and 3.58-3.65 with two CTAs per SM, where ``max(L, k T)``
+      predicts no slowdown (``benchmarks/results/tune_scores.md``);
+    * ``R`` = ``terms.round_trip``, the loads' round trip over the buffers in flight;
+    * ``k T`` with ``T`` = ``terms.throughput``: the co-resident CTAs' trips together cannot issue or use
+      a unit faster than the SM does.
 
     Raises
     ------
@@ -368,8 +504,10 @@ def effective_cycles(latency_cycles: float, terms: HardwareTerms, ctas_per_sm: i
     """
     if ctas_per_sm < 1:
         raise ValueError(f"ctas_per_sm must be >= 1, got {ctas_per_sm}")
-    return max(latency_cycles + terms.fixed + terms.stretch, terms.round_trip,
-               ctas_per_sm * terms.throughput)
+    extra = terms.fixed + terms.stretch
+    compute = latency_cycles if compute_cycles is None else min(compute_cycles, latency_cycles)
+    return max(latency_cycles + extra, compute + extra + (ctas_per_sm - 1) * terms.coresident,
+               terms.round_trip, ctas_per_sm * terms.throughput)
 
 
 def waves(ctas: int, sms: int, ctas_per_sm: int) -> int:

@@ -30,8 +30,9 @@ from twill.errors import FrontendError, InfeasibleError, ResourceError, TwillErr
 
 __all__ = ["ITERATIONS", "Task", "default_cache_dir", "predict_from_parts", "tune_config", "why_not_proven"]
 
-CACHE_VERSION = 2
-"""Bumped when what the compile cache holds changes (2: the main-loop SASS count skips retry paths)."""
+CACHE_VERSION = 3
+"""Bumped when what the compile cache holds changes (2: the main-loop SASS count skips retry paths; 3: the
+main loop's local-memory bytes)."""
 ITERATIONS = 16
 """Loop trips simulated per config (the steady state is read over the middle half; 16 and 48 give the
 same cycles per trip on the FA forward configs, and 16 is 3x faster)."""
@@ -290,17 +291,22 @@ def _tune(task: Task) -> dict[str, Any]:
         return _result(task, reason=f"twill cannot model this loop: {exc}", error="compile", details=details)
     graph = lowering.graph
     operands = tm.gemm_operands(lowering)
+    layouts = tm.gemm_layouts(lowering)
     warps = task.num_warps
-    serialized = bool(report["spills"]) or any("C7511" in n for n in report["ptxas_notes"])
-    model_graph = tm.serialize_gemms(graph, operands, warps, cm) if serialized else graph
+    serialized = tm.wgmma_serialized(report["ptxas_notes"], report["spills"])
+    model_graph = tm.layout_gemms(graph, operands, layouts, cm)
+    model_graph = tm.serialize_gemms(model_graph, operands, warps, cm) if serialized else model_graph
     slots = tm.triton_slots(lowering)
     one = tm.triton_schedule(model_graph, slots, warps, machine)
     single = tm.simulate_triton(one, task.num_stages, ITERATIONS)
-    shared = single if k == 1 else tm.simulate_triton(
-        tm.triton_schedule(model_graph, slots, warps, machine, k), task.num_stages, ITERATIONS)
+    compute = tm.simulate_triton(one, task.num_stages, ITERATIONS, latency=1)  # loads arrive at once
+    local = report.get("loop_local_bytes") or (0, 0)
     terms = tm.hardware_terms(model_graph, operands, warps, cm, loop_instructions=report.get(
-        "loop_sass_instructions"), num_stages=task.num_stages)
-    per_trip = tm.effective_cycles(shared.cycles_per_iteration, terms, k)
+        "loop_sass_instructions"), num_stages=task.num_stages, layouts=layouts,
+        local_bytes_per_thread=sum(local), threads=int(report["threads"]),
+        stack_bytes_per_thread=int(report.get("stack_frame_bytes") or 0),
+        smem_bytes=int(report["shared_bytes"]), ctas_per_sm=k)
+    per_trip = tm.effective_cycles(single.cycles_per_iteration, terms, k, compute.cycles_per_iteration)
     sms = int(machine.const("chip.sms"))
     clock = float(machine.const("chip.clock_ghz"))
     edge = float(machine.const("cost.tma_latency"))  # one TMA round trip in (Q, first K/V) and one out (O)
@@ -310,7 +316,11 @@ def _tune(task: Task) -> dict[str, Any]:
         "triton_pipelined": slots.pipelined, "triton_stages": slots.stages, "wgmma_serialized": serialized,
         "model_register_demand": tm.register_demand(one, single, ITERATIONS),
         "simulated_cycles_per_trip": round(single.cycles_per_iteration, 1),
-        "shared_cycles_per_trip": round(shared.cycles_per_iteration, 1),
+        "compute_cycles_per_trip": round(compute.cycles_per_iteration, 1),
+        "gemm_layouts": {n: list(v) for n, v in sorted(layouts.items())},
+        "loop_local_bytes": list(local), "stack_frame_bytes": report.get("stack_frame_bytes"),
+        "default_gemms": tm.default_gemm_parts(
+            tm.serialize_gemms(graph, operands, warps, cm) if serialized else graph, operands, warps, cm),
         "cycles_per_trip": round(per_trip, 1), "waves": pred["waves"],
         "per_cta_cycles": round(pred["per_cta_cycles"], 1), "terms": terms.to_dict()})
     sched, notes = _twill_schedule(model_graph, machine, task)

@@ -1,0 +1,147 @@
+"""The hardware terms of twill tune's model of Triton kernels: wgmma layouts, spilled registers, co-resident
+CTAs in lock-step.
+
+Each expected value is derived here from the PTX ISA shapes, the machine file's constants and the tile sizes
+(instruction counts, bytes, cycles), not read back from the code under test.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from twill.calibrate.regs import parse_sass_loop_local
+from twill.ir.costmodel import CostModel
+from twill.ir.machine import load_machine
+from twill.tune.triton_model import HardwareTerms, effective_cycles
+
+ROOT = Path(__file__).resolve().parents[1]
+FA = str(ROOT / "examples" / "flash_attention_fwd.py") + "::attn_fwd"
+GEMM = str(ROOT / "examples" / "gemm.py") + "::matmul"
+H200 = load_machine("h200")
+CM = CostModel(H200)
+TC_RATE = float(H200.const("cost.tc_flops_fp16"))
+
+
+# ------------------------------------------------------------------------------------------ wgmma layout
+def test_replicated_rows_double_the_tensor_core_work_and_reads():
+    # FA Q K^T at BLOCK_M 64, BLOCK_N 32, 8 warps: warpsPerCTA [8, 1] covers 128 rows of a 64-row tile, so
+    # both warp groups compute all of it, each in 2 (n16) x 8 (k16) instructions.
+    w = CM.wgmma_work(64, 32, 128, a_in_smem=True, warps_per_cta=(8, 1), instr_n=16)
+    assert w.replication == 2
+    assert w.instructions == 2 * 2 * 8
+    assert w.tc_cycles == pytest.approx(2 * (2 * 64 * 32 * 128) / TC_RATE)
+    # each instruction reads A (64 x 16 fp16) and B (16 x 16 fp16)
+    assert w.smem_bytes == 32 * (64 * 16 * 2 + 16 * 16 * 2)
+    # the same tile at 4 warps: one group, one n32 instruction per k step, A read once per k step
+    w4 = CM.wgmma_work(64, 32, 128, a_in_smem=True, warps_per_cta=(4, 1), instr_n=32)
+    assert (w4.replication, w4.instructions) == (1, 8)
+    assert w4.smem_bytes == 8 * (64 * 16 * 2 + 16 * 32 * 2)
+
+
+def test_n_split_halves_each_groups_columns_without_replication():
+    # P V at BLOCK_M 64, 8 warps: warpsPerCTA [4, 2], each group 64 of the 128 columns, P in registers.
+    w = CM.wgmma_work(64, 128, 32, a_in_smem=False, warps_per_cta=(4, 2), instr_n=64)
+    assert w.replication == 1 and w.instructions == 2 * 2
+    assert w.tc_cycles == pytest.approx(2 * 64 * 128 * 32 / TC_RATE)
+    assert w.smem_bytes == 4 * 16 * 64 * 2
+
+
+def test_default_layout_keeps_the_old_operand_bytes():
+    # one group per 64-row slice, the extra groups along N (the formula of wgmma_smem_bytes' docstring)
+    for m, n, k, a, warps in ((128, 64, 128, True, None), (64, 64, 128, True, 8), (128, 128, 64, False, 8),
+                              (128, 32, 128, True, 4)):
+        slices = -(-m // 64)
+        groups = slices if warps is None else warps // 4
+        g_n = max(1, groups // slices)
+        expected = slices * (k * n * 2 + (64 * k * 2 * g_n if a else 0))
+        assert CM.wgmma_smem_bytes(m, n, k, a_in_smem=a, warps=warps) == expected
+
+
+def test_triton_layout_is_read_and_priced(tmp_path):
+    pytest.importorskip("triton")
+    from twill.tune.api import tune
+
+    out = tune(FA, "h200", {"BLOCK_M": [64], "BLOCK_N": [32]}, num_warps=[8], num_stages=[3], jobs=1,
+               cache_dir=str(tmp_path), time_limit=2.0)
+    (r,) = out.results
+    d = r["details"]
+    assert d["gemm_layouts"]["qk"][:2] == [8, 1]
+    gemms = {g["name"]: g for g in d["terms"]["gemms"]}
+    # the replicated Q K^T runs twice on the Tensor Cores: 2 x 2 x 64 x 32 x 128 / 4096 cycles
+    assert gemms["qk"]["tc"] == pytest.approx(2 * 2 * 64 * 32 * 128 / TC_RATE, abs=1)
+    defaults = {g["name"]: g for g in d["default_gemms"]}
+    assert defaults["qk"]["tc"] == pytest.approx(2 * 64 * 32 * 128 / TC_RATE, abs=1)
+
+
+# ------------------------------------------------------------------------------------------ local memory
+def test_loop_local_bytes_count_the_widths():
+    sass = "\n".join(f"        /*{a:04x}*/  {op} ;" for a, op in (
+        (0x0, "MOV R1, R2"), (0x10, "STL.64 [R1+0x8], R4"), (0x20, "LDL.LU R3, [R1]"),
+        (0x30, "LDL.128 R8, [R1+0x10]"), (0x40, "STL [R1], R2"), (0x50, "@P1 BRA 0x10"), (0x60, "EXIT"),
+        (0x70, "STL.128 [R1], R4")))
+    # the loop 0x10-0x50 stores 8 + 4 B and loads 4 + 16 B; the STL after EXIT is not in it
+    assert parse_sass_loop_local(sass) == (12, 20)
+    assert parse_sass_loop_local("        /*0000*/  EXIT ;") is None
+
+
+def test_spills_go_to_l2_when_they_do_not_fit_in_l1():
+    l1 = int(H200.const("chip.l1_smem_per_sm"))
+    reserved = int(H200.const("chip.smem_reserved_per_cta"))
+    # below the 48 KB default the CTAs take their own need; above it the whole 228 KB carve-out
+    assert CM.l1_free_bytes(20_000, 2) == l1 - 2 * (20_000 + reserved)
+    assert CM.l1_free_bytes(100_000, 1) == l1 - int(H200.const("chip.smem_per_sm")) == 28 * 1024
+    l2 = float(H200.const("cost.tma_kernel_bytes_per_cycle"))
+    port = float(H200.const("cost.smem_bytes_per_cycle"))
+    # 128 threads x 1248 B per trip; a 1672 B stack frame x 128 threads x 2 CTAs does not fit 20 KB
+    unit, cycles = CM.local_memory_cycles(128 * 1248, working_set=1672 * 128 * 2, l1_free=20_000)
+    assert unit == "tma" and cycles == pytest.approx(128 * 1248 / l2)
+    unit, cycles = CM.local_memory_cycles(4096, working_set=8192, l1_free=20_000)
+    assert unit == "smem" and cycles == pytest.approx(4096 / port)
+
+
+# ------------------------------------------------------------------------------------------ co-resident CTAs
+def _terms(tc: float, issue: float, tma: float = 0.0) -> HardwareTerms:
+    units = {"tc": tc, "tma": tma}
+    return HardwareTerms(issue, issue, "sass", units, 0.0, 0, 0.0, 0.0, 0.0, dict(units), (), 0.0, "tma",
+                         0.0, tc + issue)
+
+
+def test_lockstep_ctas_add_their_tensor_core_and_issue_time():
+    t = _terms(tc=1024, issue=623)
+    # one CTA: its own trip
+    assert effective_cycles(1900, t, 1, 1800) == 1900
+    # two CTAs in step: the compute chain plus the other's Tensor Core time and issue slots
+    assert effective_cycles(1900, t, 2, 1800) == 1800 + 1024 + 623
+    # the load waits (L - C) are filled: a long L with a short C is not charged twice
+    assert effective_cycles(4000, t, 2, 1000) == 4000
+
+
+def test_throughput_bound_still_holds():
+    t = _terms(tc=100, issue=50, tma=900)
+    assert effective_cycles(500, t, 3, 400) == 3 * 900
+
+
+def test_predict_says_why_a_config_does_not_fit(tmp_path):
+    pytest.importorskip("triton")
+    from twill.tune.api import tune
+
+    # 128 x 256 x 128 GEMM tiles at 4 stages: 4 x (128 + 256) x 128 x 2 B of shared memory > 227 KB
+    out = tune(GEMM, "h200", {"BLOCK_M": [128], "BLOCK_N": [256], "BLOCK_K": [128]}, num_warps=[8],
+               num_stages=[4], jobs=1, cache_dir=str(tmp_path), time_limit=2.0, problem={"M": 4096, "N": 4096,
+                                                                                          "K": 4096})
+    (r,) = out.results
+    assert r["fits"] is False and r["predicted_ms"] is None and r["error"] is None
+    assert r["reason"].startswith("shared memory") and str(r["details"]["shared_bytes"]) in r["reason"]
+    assert r["details"]["shared_bytes"] >= 4 * (128 + 256) * 128 * 2
+
+
+def test_any_ptxas_serialization_note_serializes_the_wgmma():
+    from twill.tune.triton_model import wgmma_serialized
+
+    c7515 = ("(C7515) Potential Performance Loss: wgmma.mma_async instructions are serialized due to "
+             "non wgmma instructions defining accumulator registers of a wgmma")
+    assert wgmma_serialized((c7515,), False)
+    assert wgmma_serialized((), True)
+    assert not wgmma_serialized(("ptxas info    : Used 90 registers",), False)
