@@ -60,3 +60,37 @@ def test_every_joint_formula_is_well_typed(monkeypatch: pytest.MonkeyPatch) -> N
     res = joint.solve_joint(problem, mii, 2, min_length=modulo_schedule(problem, mii).length)
     assert len(made) == 1
     assert res.status == CheckResult.SAT and res.checks > 1  # solved, then tightened under push/pop
+
+
+def test_a_formula_stated_past_the_deadline_is_undecided_not_refuted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stating a formula honours the deadline (a closing range query over a wide II range takes tens of
+    seconds on a 60-op loop): past it, the session stops within DEADLINE_EVERY assertions and the
+    question comes back TIMEOUT with nothing refuted; with the deadline ahead the same question is answered
+    with the whole formula stated."""
+    import time
+
+    from twill.solvers import smt
+
+    made: list[SmtSession] = []
+
+    def counted(backend: str = "yices", *, type_check: bool = False) -> SmtSession:
+        made.append(SmtSession(backend))
+        return made[-1]
+
+    monkeypatch.setattr(joint, "SmtSession", counted)
+    entry = f"{ROOT}/examples/flash_attention_fwd_subtiled.py::attn_fwd_subtiled_sm90"
+    g = twill.graph_from_kernel(entry, machine="h100")
+    problem, _ = normalize_problem(build_problem(g, twill.load_machine("h100"), Options()))
+    mii = bounds(problem).mii
+    lo = max(1, mii - 4)
+    ahead = joint.solve_range(problem, lo, mii - 1, 3, deadline=time.monotonic() + 120)
+    assert ahead.status == CheckResult.UNSAT  # the MII is a lower bound: nothing below it
+    whole = made[-1].assertions
+    assert whole > 4 * smt.DEADLINE_EVERY
+    past = time.monotonic() - 1.0
+    rr = joint.solve_range(problem, lo, mii - 1, 3, deadline=past)
+    assert rr.status == CheckResult.TIMEOUT and rr.refuted == lo - 1
+    assert made[-1].assertions <= smt.DEADLINE_EVERY
+    res = joint.solve_joint(problem, mii, 2, deadline=past)
+    assert res.status == CheckResult.TIMEOUT and not res.start
+    assert made[-1].assertions <= smt.DEADLINE_EVERY

@@ -121,6 +121,16 @@ def _no_check(formula: Any) -> None:
     """Stands in for pySMT's per-term type checks (see :class:`SmtSession`)."""
 
 
+DEADLINE_EVERY = 64
+"""Assertions between two looks at :attr:`SmtSession.build_deadline` (a clock read per 64 terms is free
+next to converting them)."""
+
+
+class BuildDeadline(Exception):
+    """The deadline passed while a formula was being stated (:attr:`SmtSession.build_deadline`); the caller
+    reports the question as timed out (undecided), never as refuted."""
+
+
 class SmtSession:
     """One pySMT environment and one QF_LIA solver.
 
@@ -174,6 +184,12 @@ class SmtSession:
             self.solver._assert_is_boolean = self._boolean_check(self.env.stc)
         self.checks = 0
         self.check_seconds = 0.0
+        self.build_deadline: float | None = None
+        """``time.monotonic()`` value past which :meth:`add` raises :class:`BuildDeadline` (checked every
+        :data:`DEADLINE_EVERY` assertions): stating a large formula (a closing range query over a wide II
+        range, tens of seconds on a 60-op loop) honours the time limit too."""
+        self.assertions = 0
+        """Formulas asserted so far (:meth:`add` calls)."""
 
     @staticmethod
     def _boolean_check(stc: Any) -> Callable[[Any], None]:
@@ -188,7 +204,18 @@ class SmtSession:
 
     # -------------------------------------------------------------------------------- assertions
     def add(self, formula: Any) -> None:
-        """Assert ``formula`` (a pySMT Boolean term of this session's environment)."""
+        """Assert ``formula`` (a pySMT Boolean term of this session's environment).
+
+        Raises
+        ------
+        BuildDeadline
+            :attr:`build_deadline` has passed.
+        """
+        self.assertions += 1
+        if (self.build_deadline is not None and self.assertions % DEADLINE_EVERY == 0
+                and time.monotonic() > self.build_deadline):
+            raise BuildDeadline("the time limit passed while stating the formula "
+                                f"({self.assertions} assertions)")
         self.solver.add_assertion(formula)
 
     def push(self) -> None:

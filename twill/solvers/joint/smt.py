@@ -21,7 +21,7 @@ from twill.model.liveness import smem_footprint
 from twill.model.problem import Problem
 from twill.solvers.joint.encoding import Encoder
 from twill.solvers.joint.result import GOAL_KEYS, GOALS, TIEBREAKS, JointResult, goal_deadline
-from twill.solvers.smt import SmtSession
+from twill.solvers.smt import BuildDeadline, SmtSession
 from twill.solvers.status import CheckResult
 
 __all__ = ["RangeResult", "solve_joint", "solve_range"]
@@ -75,7 +75,13 @@ def solve_joint(
     first = stages if first is None else first
     with SmtSession(backend) as sess:
         enc = Encoder(problem, ii, stages, sess, min_length, upto=first < stages)
-        enc.build()
+        sess.build_deadline = deadline
+        try:
+            enc.build()
+        except BuildDeadline:
+            return JointResult(ii, stages, CheckResult.TIMEOUT, checks=0, wall_s=time.monotonic() - start,
+                               build_s=time.monotonic() - start, length_low=min_length)
+        sess.build_deadline = None
         build_s = time.monotonic() - start
         status, window, deadline = _windows(enc, sess, first, deadline, window_s)
         length_low = max(min_length, (window - 1) * ii + 1)  # the windows below ``window`` are refuted
@@ -186,7 +192,13 @@ def solve_range(problem: Problem, lo: int, hi: int, stages: int, *, min_length: 
     start = time.monotonic()
     with SmtSession(backend) as sess:
         enc = Encoder(problem, lo, stages, sess, min_length, ii_hi=hi, upto=True)
-        enc.build()
+        sess.build_deadline = deadline
+        try:
+            enc.build()
+        except BuildDeadline:  # undecided: nothing of the range is refuted
+            wall = time.monotonic() - start
+            return RangeResult(lo, hi, stages, CheckResult.TIMEOUT, 0, lo - 1, 0, wall, wall)
+        sess.build_deadline = None
         build_s = time.monotonic() - start
 
         def done(status: CheckResult, ii: int = 0, refuted: int = lo - 1) -> RangeResult:
