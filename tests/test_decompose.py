@@ -26,7 +26,7 @@ import twill
 from twill.errors import InfeasibleError, OptionsError, ResourceError
 from twill.ir.paper import figure1_graph
 from twill.model.bounds import bounds
-from twill.solvers.joint.decompose import benders, deletion_core
+from twill.solvers.joint.decompose import SUBPROBLEMS, benders, deletion_core
 from twill.solvers.status import CheckResult
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -40,9 +40,9 @@ NODE_LIMIT = 100_000
 STAGES = 3
 
 
-def _loops():
-    """(seed, problem, stages) of the random loops the oracle decides within its node limit."""
-    for seed in SEEDS:
+def _loops(seeds=SEEDS):
+    """(seed, problem, stages) of the random loops ``seeds`` that build."""
+    for seed in seeds:
         case = cases.random_case(seed)
         try:
             prob = cases.problem_of(case.graph, cases.machine(case.smem), **case.options)
@@ -52,17 +52,21 @@ def _loops():
         yield seed, prob, stages
 
 
-def _verdicts(shrink=None) -> tuple[int, list[str]]:
-    """Compare :func:`benders` with the oracle at every II of every loop; (questions, disagreements)."""
+def _verdicts(shrink=None, subproblem: str = "smt", seeds=SEEDS,
+              first: bool = False) -> tuple[int, list[str]]:
+    """Compare :func:`benders` with the oracle at every II of every loop (until the ``first``
+    disagreement); (questions, disagreements)."""
     asked, bad = 0, []
-    for seed, prob, stages in _loops():
+    for seed, prob, stages in _loops(seeds):
+        if first and bad:
+            break
         lo = max(1, bounds(prob).mii)
         for ii in range(lo, cases.MAX_II + 1):
             try:
                 ans = oracle(prob, max_ii=ii, max_stages=stages, min_ii=ii, node_limit=NODE_LIMIT)
             except OracleLimit:
                 continue
-            got = benders(prob, ii, stages, shrink=shrink)
+            got = benders(prob, ii, stages, shrink=shrink, subproblem=subproblem)
             asked += 1
             if got.status not in (CheckResult.SAT, CheckResult.UNSAT):
                 bad.append(f"seed {seed} II {ii}: undecided ({got.status.value})")
@@ -74,8 +78,9 @@ def _verdicts(shrink=None) -> tuple[int, list[str]]:
     return asked, bad
 
 
-def test_benders_verdict_matches_the_oracle_at_every_ii() -> None:
-    asked, bad = _verdicts()
+@pytest.mark.parametrize("subproblem", SUBPROBLEMS)
+def test_benders_verdict_matches_the_oracle_at_every_ii(subproblem: str) -> None:
+    asked, bad = _verdicts(subproblem=subproblem)
     assert asked >= 200, f"only {asked} questions decided by the oracle"
     assert not bad, "\n".join(bad[:6])
 
@@ -86,8 +91,14 @@ def test_a_core_that_was_never_proven_is_caught() -> None:
     def wrong(ops, infeasible):
         return ops[:1]
 
-    _, bad = _verdicts(shrink=wrong)
+    _, bad = _verdicts(shrink=wrong, first=True)
     assert any("oracle schedule" in line for line in bad), "a wrong cut went unnoticed"
+
+
+def test_deletion_cores_agree_with_the_oracle_too() -> None:
+    # the shrinking the wrong cut above stands in for, done right: every deletion proven by a subproblem
+    asked, bad = _verdicts(shrink=deletion_core, seeds=range(0, 50))
+    assert asked >= 100 and not bad, "\n".join(bad[:6])
 
 
 def test_the_deletion_core_is_minimal_and_proven() -> None:

@@ -38,14 +38,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from twill.errors import OptionsError
+from twill.model.formulation import Formulation
 from twill.model.problem import Problem
 from twill.solvers.cpsat import CpsatRunner, load_cp_model
 from twill.solvers.joint.cpsat import JointModel, solve_joint_cpsat
+from twill.solvers.joint.encoding import Encoder
 from twill.solvers.joint.result import JointResult
-from twill.solvers.joint.smt import solve_joint
+from twill.solvers.joint.smt import check_lazily, solve_joint
+from twill.solvers.smt import SmtSession
 from twill.solvers.status import CheckResult
 
-__all__ = ["CORE_SLICE_S", "BendersOutcome", "benders", "solve_joint_decomposed"]
+__all__ = ["CORE_SLICE_S", "SUBPROBLEMS", "BendersOutcome", "benders", "deletion_core",
+           "solve_joint_decomposed"]
 
 CORE_SLICE_S = 2.0
 """Seconds one subproblem of the core shrinking may take; one that runs out keeps its ops in the core
@@ -89,18 +94,17 @@ class BendersOutcome:
 class _Master:
     """The group-choice problem: Booleans ``x[op][w]``, one arrangement pick, the numbering rule, cuts."""
 
-    def __init__(self, cp: Any, sub: JointModel) -> None:
+    def __init__(self, cp: Any, problem: Problem, f: Formulation, groups_of: dict[str, list[int]]) -> None:
         self.cp, self.m = cp, cp.CpModel()
-        groups_of = sub.groups_of
         self.choice = sorted(n for n, ws in groups_of.items() if len(ws) > 1)
         self.fixed = {n: ws[0] for n, ws in groups_of.items() if len(ws) == 1}
         self.x = {n: {w: self.m.NewBoolVar(f"x[{n}]={w}") for w in groups_of[n]} for n in self.choice}
         for n in self.choice:
             self.m.AddExactlyOne(self.x[n].values())
-        arrangements = sub.f.arrangements
+        arrangements = f.arrangements
         self.picks = [self.m.NewBoolVar(f"pick[{i}]") for i in range(len(arrangements))]
         self.m.AddExactlyOne(self.picks)
-        for pick, numbering in zip(self.picks, sub.f.numbering, strict=True):
+        for pick, numbering in zip(self.picks, f.numbering, strict=True):
             for op, w, earlier in numbering:
                 here = self.lit(op, w)
                 if here is False:
@@ -113,7 +117,7 @@ class _Master:
                     self.m.AddBoolOr(prev).OnlyEnforceIf(when)
                 else:
                     self.m.AddBoolOr([self.cp_not(b) for b in when])
-        self._registers(sub)
+        self._registers(problem, f)
         blocks = arrangements[0].blocks if len(arrangements) == 1 else ()
         block = set(blocks[0]) if len(blocks) == 1 else set()
         # pattern cuts need every op with a choice to range over the one block, and no fixed op in it
@@ -121,13 +125,13 @@ class _Master:
             not any(w in block for w in self.fixed.values())
         self._same: dict[tuple[str, str], Any] = {}
 
-    def _registers(self, sub: JointModel) -> None:
+    def _registers(self, p: Problem, f: Formulation) -> None:
         """Implied group-only constraints, each a relaxation of one the subproblem states
         (:meth:`JointModel.groups` and its accumulator cuts): a group's budget holds its accumulators
         (live at every moment) plus any one other tracked value it starts, within the register limit;
         the used groups' budgets, times at least the threads their ops need, fit the register file;
         their warps fit the CTA."""
-        m, p, f = self.m, sub.p, sub.f
+        m = self.m
         res, opts = p.resources, p.options
         per = res.warps_per_group
         per_thread = 32 * per
@@ -233,7 +237,102 @@ class _Master:
         return group, pick
 
 
+SUBPROBLEMS = ("smt", "cpsat")
+"""How :func:`benders` checks the timing at fixed groups: the SMT encoding (Yices, the choice as
+assumptions, the core from Yices' unsat core; the default: 0.9-7.7 s where CP-SAT takes 16-35 s on the
+FA backward's hard assignments at II 100, and one incremental context keeps what it learned) or CP-SAT
+(the choice fixed in a copy of the model, the core from its sufficient assumptions)."""
+
+
+class _CpsatSub:
+    """The CP-SAT subproblem: :class:`JointModel` without the numbering rule."""
+
+    def __init__(self, cp: Any, runner: CpsatRunner, problem: Problem, ii: int, stages: int,
+                 low: int) -> None:
+        self.cp, self.runner = cp, runner
+        self.model = JointModel(problem, ii, stages, low, numbering=False)
+        self.model.build()
+        self.feasible = self.model.feasible
+        self.groups_of = self.model.groups_of if self.feasible else {}
+
+    def check(self, group: dict[str, int], pick: int, ops: list[str], until: float | None) -> CheckResult:
+        """The model with the groups of ``ops`` (and the arrangement) fixed."""
+        sub = self.model
+        m = sub.m.clone()
+        proto = m.Proto()
+        chosen = [sub.opw[n][group[n]] for n in ops]
+        if len(sub.picks) > 1:
+            chosen.append(sub.picks[pick])
+        for lit in chosen:  # a Boolean's domain [0, 1] becomes [1, 1]
+            domain = proto.variables[lit.Index()].domain
+            domain[0] = 1
+            domain[1] = 1
+        status, _ = self.runner.solve(m, until)
+        return _status(self.cp, status)
+
+    def core(self, group: dict[str, int], pick: int, ops: list[str], until: float | None) -> list[str]:
+        """The ops of CP-SAT's sufficient assumptions for infeasibility (all of ``ops`` if CP-SAT cannot
+        decide in time: that choice itself was refuted)."""
+        sub = self.model
+        owner = {sub.opw[n][w].Index(): n for n in ops for w in sub.opw[n]}
+        m = sub.m.clone()
+        m.AddAssumptions([sub.opw[n][group[n]] for n in ops])
+        if len(sub.picks) > 1:
+            m.AddAssumptions([sub.picks[pick]])
+        status, solver = self.runner.solve(m, until)
+        if status != self.cp.INFEASIBLE:
+            return list(ops)
+        return sorted({owner[i] for i in solver.SufficientAssumptionsForInfeasibility() if i in owner})
+
+    def close(self) -> None:
+        """Nothing to free."""
+
+
+class _SmtSub:
+    """The SMT subproblem: one :class:`Encoder` without the numbering rule, asked under assumptions."""
+
+    def __init__(self, problem: Problem, ii: int, stages: int, low: int, backend: str) -> None:
+        self.sess = SmtSession(backend)
+        self.enc = Encoder(problem, ii, stages, self.sess, low, upto=True, numbering=False)
+        self.enc.build()
+        self.feasible = self.enc.feasible
+        self.groups_of = self.enc.groups_of
+        self.checks = 0
+        self.last: list[Any] = []
+
+    def _assumptions(self, group: dict[str, int], pick: int, ops: list[str]) -> list[Any]:
+        lits = [self.enc.opw[n][group[n]] for n in ops]
+        if len(self.enc.picks) > 1:
+            lits.append(self.enc.picks[pick])
+        return lits
+
+    def check(self, group: dict[str, int], pick: int, ops: list[str], until: float | None) -> CheckResult:
+        """The formula under the groups of ``ops`` (and the arrangement) as assumptions, with the lazy
+        liveness checks (:func:`check_lazily`; each one added is a constraint of the model, kept)."""
+        self.sess.assume(self._assumptions(group, pick, ops))
+        self.last = list(ops)
+        status = check_lazily(self.enc, self.sess, until)
+        self.checks = self.sess.checks
+        return status
+
+    def core(self, group: dict[str, int], pick: int, ops: list[str], until: float | None) -> list[str]:
+        """The ops of the backend's unsat core of the last check (which must have been UNSAT on ``ops``)."""
+        owner = {self.enc.opw[n][group[n]]: n for n in ops}
+        return sorted({owner[t] for t in self.sess.unsat_core() if t in owner})
+
+    def close(self) -> None:
+        """Free the solver."""
+        self.sess.close()
+
+
+def _status(cp: Any, status: Any) -> CheckResult:
+    if status in (cp.OPTIMAL, cp.FEASIBLE):
+        return CheckResult.SAT
+    return CheckResult.UNSAT if status == cp.INFEASIBLE else CheckResult.TIMEOUT
+
+
 def benders(problem: Problem, ii: int, stages: int, *, low: int = 1, deadline: float | None = None,
+            subproblem: str = "smt", backend: str = "yices",
             shrink: Callable[[list[str], Callable[[list[str]], bool]], list[str]] | None = None,
             ) -> BendersOutcome:
     """Decide whether the joint problem has a schedule at ``ii`` with ``low <= L <= stages * ii`` by
@@ -249,10 +348,14 @@ def benders(problem: Problem, ii: int, stages: int, *, low: int = 1, deadline: f
         A proven lower bound on ``L`` (time units).
     deadline : float, optional
         ``time.monotonic()`` value at which to stop (the answer is then ``TIMEOUT``).
+    subproblem : str
+        One of :data:`SUBPROBLEMS`.
+    backend : str
+        The SMT backend of the ``"smt"`` subproblem (``"yices"`` or ``"z3"``).
     shrink : callable, optional
-        How a refuted choice is shrunk to a core: called with the ops and a test ``infeasible(ops)``
-        (True only when the choice on ``ops`` alone is proven to leave no schedule); defaults to
-        :func:`deletion_core`. The tests pass a wrong one to see the oracle catch it.
+        How a refuted choice is shrunk to a core instead of the subproblem's own core: called with the
+        ops and a test ``infeasible(ops)`` (True only when the choice on ``ops`` alone is proven to leave
+        no schedule), e.g. :func:`deletion_core`. The tests pass a wrong one to see the oracle catch it.
 
     Returns
     -------
@@ -261,48 +364,37 @@ def benders(problem: Problem, ii: int, stages: int, *, low: int = 1, deadline: f
     Raises
     ------
     SolverUnavailableError
-        ``ortools`` is not installed.
+        ``ortools`` (or the SMT backend) is not installed.
+    OptionsError
+        ``subproblem`` is not one of :data:`SUBPROBLEMS`.
     KeyboardInterrupt
         Ctrl-C during a solve (after the search was stopped).
     """
+    if subproblem not in SUBPROBLEMS:
+        raise OptionsError(f"subproblem {subproblem!r} is not one of {', '.join(SUBPROBLEMS)}",
+                           option="subproblem")
     began = time.monotonic()
     cp = load_cp_model("method 'decompose'", "method 'direct'")
-    sub = JointModel(problem, ii, stages, low, numbering=False)
-    sub.build()
     runner = CpsatRunner(cp)
-    if not sub.feasible:
-        return BendersOutcome(CheckResult.UNSAT, {}, 0, 0, 0, 0, time.monotonic() - began)
-    master = _Master(cp, sub)
+    sub: _CpsatSub | _SmtSub = (_SmtSub(problem, ii, stages, low, backend) if subproblem == "smt"
+                                else _CpsatSub(cp, runner, problem, ii, stages, low))
+    try:
+        if not sub.feasible:
+            return BendersOutcome(CheckResult.UNSAT, {}, 0, 0, 0, 0, time.monotonic() - began)
+        return _loop(cp, runner, sub, Formulation.of(problem), problem, deadline, shrink, began)
+    finally:
+        sub.close()
+
+
+def _loop(cp: Any, runner: CpsatRunner, sub: _CpsatSub | _SmtSub, f: Formulation, problem: Problem,
+          deadline: float | None, shrink: Callable[..., list[str]] | None, began: float) -> BendersOutcome:
+    """The master/subproblem iterations of :func:`benders`."""
+    master = _Master(cp, problem, f, sub.groups_of)
     iterations = cuts = 0
-    owner = {sub.opw[n][w].Index(): n for n in master.choice for w in sub.opw[n]}
-
-    def assumption_core(group: dict[str, int], pick: int, until: float | None) -> list[str]:
-        """The ops of CP-SAT's sufficient assumptions for infeasibility (the whole choice if CP-SAT
-        cannot decide in time: that choice itself was refuted)."""
-        m = sub.m.clone()
-        m.AddAssumptions([sub.opw[n][group[n]] for n in master.choice])
-        if len(sub.picks) > 1:
-            m.AddAssumptions([sub.picks[pick]])
-        status, solver = runner.solve(m, until)
-        if status != cp.INFEASIBLE:
-            return list(master.choice)
-        return sorted({owner[i] for i in solver.SufficientAssumptionsForInfeasibility() if i in owner})
-
-    def fixed(group: dict[str, int], pick: int, ops: list[str], until: float | None) -> Any:
-        m = sub.m.clone()
-        proto = m.Proto()
-        chosen = [sub.opw[n][group[n]] for n in ops]
-        if len(sub.picks) > 1:
-            chosen.append(sub.picks[pick])
-        for lit in chosen:  # a Boolean's domain [0, 1] becomes [1, 1]
-            domain = proto.variables[lit.Index()].domain
-            domain[0] = 1
-            domain[1] = 1
-        status, _ = runner.solve(m, until)
-        return status
 
     def outcome(status: CheckResult, group: dict[str, int] | None = None, pick: int = 0) -> BendersOutcome:
-        return BendersOutcome(status, dict(group or {}), pick, iterations, cuts, runner.solves,
+        checks = runner.solves + (sub.checks if isinstance(sub, _SmtSub) else 0)
+        return BendersOutcome(status, dict(group or {}), pick, iterations, cuts, checks,
                               time.monotonic() - began)
 
     while True:
@@ -315,20 +407,19 @@ def benders(problem: Problem, ii: int, stages: int, *, low: int = 1, deadline: f
         if status not in (cp.OPTIMAL, cp.FEASIBLE):
             return outcome(CheckResult.TIMEOUT)
         group, pick = master.read(solver)
-        status = fixed(group, pick, master.choice, deadline)
-        if status in (cp.OPTIMAL, cp.FEASIBLE):
-            return outcome(CheckResult.SAT, group, pick)
-        if status != cp.INFEASIBLE:
-            return outcome(CheckResult.TIMEOUT)
+        verdict = sub.check(group, pick, master.choice, deadline)
+        if verdict != CheckResult.UNSAT:
+            return outcome(verdict, group, pick)
+        if shrink is None:
+            core = sub.core(group, pick, master.choice, deadline)
+        else:
+            def infeasible(ops: list[str], group: dict[str, int] = group, pick: int = pick) -> bool:
+                until = time.monotonic() + CORE_SLICE_S
+                if deadline is not None:
+                    until = min(until, deadline)
+                return sub.check(group, pick, ops, until) == CheckResult.UNSAT
 
-        def infeasible(ops: list[str], group: dict[str, int] = group, pick: int = pick) -> bool:
-            until = time.monotonic() + CORE_SLICE_S
-            if deadline is not None:
-                until = min(until, deadline)
-            return fixed(group, pick, ops, until) == cp.INFEASIBLE
-
-        core = (assumption_core(group, pick, deadline) if shrink is None
-                else shrink(list(master.choice), infeasible))
+            core = shrink(list(master.choice), infeasible)
         master.cut(core, group, pick)
         cuts += 1
 
@@ -372,7 +463,8 @@ def solve_joint_decomposed(problem: Problem, ii: int, stages: int, *, first: int
         end = time.monotonic() + window_s
         return end if deadline is None else min(deadline, end)
 
-    found = benders(problem, ii, stages, low=low, deadline=until())
+    found = benders(problem, ii, stages, low=low, deadline=until(),
+                    backend="yices" if backend == "cpsat" else backend)
     if found.status == CheckResult.UNSAT:
         return JointResult(ii, stages, CheckResult.UNSAT, checks=found.checks,
                            wall_s=time.monotonic() - began, length_low=stages * ii + 1)
