@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from pysmt.typing import INT
 
 pytest.importorskip("ortools")
 
@@ -27,6 +28,7 @@ from twill.errors import InfeasibleError, OptionsError, ResourceError
 from twill.ir.paper import figure1_graph
 from twill.model.bounds import bounds
 from twill.solvers.joint.decompose import SUBPROBLEMS, benders, deletion_core
+from twill.solvers.smt import SmtSession, available_backends
 from twill.solvers.status import CheckResult
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -153,3 +155,24 @@ def test_figure1_by_decomposition() -> None:
     # the hand-derived optimum of test_oracle.test_figure1_by_hand: (2, 4, 1)
     s = twill.schedule(figure1_graph(), "h100", method="decompose")
     assert (s.ii, s.length, len(s.warp_groups), s.certificate.proven_optimal) == (2, 4, 1, True)
+
+
+@pytest.mark.parametrize("backend", available_backends())
+def test_assumptions_hold_for_one_check_and_name_their_core(backend: str) -> None:
+    # a -> x >= 5 and b -> x <= 3 cannot both hold; c is unrelated; nothing is asserted of a, b, c
+    with SmtSession(backend) as sess:
+        m = sess.mgr
+        a, b, c = (m.Symbol(n) for n in "abc")
+        x = m.Symbol("x", INT)
+        sess.add(m.Implies(a, m.GE(x, m.Int(5))))
+        sess.add(m.Implies(b, m.LE(x, m.Int(3))))
+        sess.assume([a, b, c])
+        assert sess.check() == CheckResult.UNSAT
+        core = set(sess.unsat_core())
+        assert {a, b} <= core <= {a, b, c}
+        sess.assume([a, c])
+        assert sess.check() == CheckResult.SAT
+        assert sess.value(x) >= 5
+        sess.assume(None)  # no assumptions: the assertions alone are satisfiable
+        assert sess.check() == CheckResult.SAT
+        assert sess.unsat_core() == []

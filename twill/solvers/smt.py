@@ -174,6 +174,8 @@ class SmtSession:
             self.solver._assert_is_boolean = self._boolean_check(self.env.stc)
         self.checks = 0
         self.check_seconds = 0.0
+        self._assumptions: list[Any] = []  # pySMT terms of :meth:`assume`
+        self._assumed: list[Any] = []  # the same as backend terms
 
     @staticmethod
     def _boolean_check(stc: Any) -> Callable[[Any], None]:
@@ -228,7 +230,7 @@ class SmtSession:
         return [t for t, z in zip(self._assumptions, self._assumed, strict=True) if str(z) in core]
 
     def _run_check(self) -> Callable[[], int | bool]:
-        assumed = list(getattr(self, "_assumed", []))
+        assumed = list(self._assumed)
         if self.backend == "yices":
             import yices_api
 
