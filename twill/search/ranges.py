@@ -105,7 +105,8 @@ def _close(run: Run, top: int, solver: str) -> int | None:
                 if run.method == "decompose":
                     res = solve_joint_decomposed(run.problem, lo, stages, first=stage_coverage(run, lo) + 1,
                                                  min_length=run.bound.critical_path, backend=solver,
-                                                 deadline=deadline, window_s=run.window_limit)
+                                                 deadline=deadline, window_s=run.window_limit,
+                                                 hand_off=False)
                 else:
                     res = solve_joint_cpsat(run.problem, lo, stages, first=stage_coverage(run, lo) + 1,
                                             min_length=run.bound.critical_path, deadline=deadline)

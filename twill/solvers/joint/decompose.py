@@ -445,13 +445,15 @@ def deletion_core(ops: list[str], infeasible: Callable[[list[str]], bool]) -> li
 
 def solve_joint_decomposed(problem: Problem, ii: int, stages: int, *, first: int | None = None,
                            min_length: int = 1, backend: str = "yices", deadline: float | None = None,
-                           window_s: float | None = None) -> JointResult:
+                           window_s: float | None = None, hand_off: bool = True) -> JointResult:
     """:func:`twill.solvers.joint.smt.solve_joint`'s question (the windows ``first .. stages`` at ``ii``)
     decided by :func:`benders`; a schedule found is handed to the direct solver of ``backend`` (an SMT
     backend or ``"cpsat"``) over the same windows, so the answer is the direct method's.
 
     ``window_s`` bounds the decomposition and the direct solve each. An ``UNSAT`` result refutes every
     window ``first .. stages``; a ``TIMEOUT`` refutes none (``length_low`` is the start of ``first``).
+    Without ``hand_off`` a ``SAT`` result carries no schedule, only the verdict (the closing phase
+    decides such an II again on its own).
     """
     began = time.monotonic()
     first = stages if first is None else first
@@ -468,7 +470,7 @@ def solve_joint_decomposed(problem: Problem, ii: int, stages: int, *, first: int
     if found.status == CheckResult.UNSAT:
         return JointResult(ii, stages, CheckResult.UNSAT, checks=found.checks,
                            wall_s=time.monotonic() - began, length_low=stages * ii + 1)
-    if found.status != CheckResult.SAT:
+    if found.status != CheckResult.SAT or not hand_off:
         return JointResult(ii, first, found.status, checks=found.checks, wall_s=time.monotonic() - began,
                            length_low=low)
     if backend == "cpsat":
