@@ -74,6 +74,9 @@ def search_options() -> argparse.ArgumentParser:
     g.add_argument("--no-ranges", action="store_true",
                    help="decide every II on its own instead of refuting runs of IIs with range queries "
                         "(same answer and proof; slower when the optimum lies far above the MII)")
+    g.add_argument("--method", default="direct", choices=("direct", "decompose"),
+                   help="how each joint question is decided: direct (one formula) or decompose (Benders: "
+                        "warp groups by a master, timing by a subproblem; needs ortools; same answer)")
     g.add_argument("--relax", action="append", default=[], choices=sorted(RELAXABLE), metavar="FAMILY",
                    help="what-if: leave out a constraint family (repeatable; one of "
                         f"{', '.join(sorted(RELAXABLE))}); the answer is not a schedule the machine can run")
@@ -92,7 +95,8 @@ def search_kwargs(args: argparse.Namespace) -> dict[str, Any]:
             "register_limit": args.register_limit, "cross_group": not args.no_cross_group,
             "max_stages": args.max_stages, "stage_slack": args.stage_slack, "prefetch": args.prefetch,
             "normalize_upper": args.normalize_upper, "window_limit": args.window_limit,
-            "ranges": not args.no_ranges, "relax": frozenset(args.relax), "apart": apart_pairs(args.apart)}
+            "ranges": not args.no_ranges, "method": args.method, "relax": frozenset(args.relax),
+            "apart": apart_pairs(args.apart)}
 
 
 def saved_schedule_options() -> argparse.ArgumentParser:

@@ -63,6 +63,10 @@ __all__ = ["STRATEGIES", "schedule"]
 
 
 JOINT_SOLVERS = (*SMT_BACKENDS, "cpsat")
+JOINT_METHODS = ("direct", "decompose")
+"""The values of ``schedule(method=)``: each joint question asked of the joint solver as one formula
+(``"direct"``), or decided by logic-based Benders decomposition of the warp-group choice from the timing
+(``"decompose"``, :mod:`twill.solvers.joint.decompose`, with the optional ``ortools`` package)."""
 """The values of ``schedule(solver=)``: an SMT backend (:mod:`twill.joint`) or CP-SAT
 (:mod:`twill.joint_cpsat`)."""
 
@@ -89,6 +93,7 @@ def schedule(
     normalize_upper: int = 300,
     window_limit: float | None = None,
     ranges: bool = True,
+    method: str = "direct",
     progress: Progress | None = None,
 ) -> Schedule:
     """Find the optimal software-pipelined, warp-specialized schedule of a loop.
@@ -148,6 +153,15 @@ def schedule(
         refutes many IIs at once; see :func:`twill.joint.solve_range`). The answer and its proof are the
         same either way; ``False`` decides every II on its own, as Algorithm 1 does (so does
         ``solver="cpsat"``, which has no range query).
+    method : str
+        How each joint question (one II, its stage windows; a closing II) is decided: ``"direct"``
+        (default) asks the joint solver; ``"decompose"`` decides it by branch and check
+        (:mod:`twill.solvers.joint.decompose`: a CP-SAT master picks the warp groups, a CP-SAT
+        subproblem at fixed groups checks the timing and returns a cut naming the ops whose groups
+        left no schedule), and hands an II found feasible to the joint solver, so the answer is the one
+        ``"direct"`` gives. The closing phase then decides II by II (no range query). Needs ``ortools``.
+        benchmarks/results/solve_times_changes.md has the measurements (it does not pay on the FA
+        backward yet, hence not the default).
     progress : callable, optional
         Called with a :class:`~twill.search.progress.ProgressEvent` per step of the search, in order
         (its ``kind`` an :class:`~twill.search.progress.EventKind`: ``BOUNDS``, ``II``, ``PHASE``,
@@ -180,8 +194,12 @@ def schedule(
     started = time.monotonic()  # the time limit counts from here (loading OR-Tools takes ~1 s)
     if solver not in JOINT_SOLVERS:
         raise OptionsError(f"solver {solver!r} is not one of {', '.join(JOINT_SOLVERS)}", option="solver")
+    if method not in JOINT_METHODS:
+        raise OptionsError(f"method {method!r} is not one of {', '.join(JOINT_METHODS)}", option="method")
     if solver == "cpsat":  # SolverUnavailableError now, before any phase runs
         load_cp_model("solver 'cpsat'", ", ".join(available_backends()) or "none")
+    if method == "decompose":
+        load_cp_model("method 'decompose'", "method 'direct'")
     mach = load_machine(machine)
     if register_limit is not None and register_limit > mach.max_regs_per_thread:
         raise OptionsError(f"register_limit={register_limit} is above {mach.name}'s "
@@ -195,14 +213,14 @@ def schedule(
         return _schedule(graph, mach, Options(**common, prefetch=depth), solver=solver, ilp=ilp,
                          modulo=modulo, strategy=strategy, time_limit=limit,
                          normalize_upper=normalize_upper, window_limit=window_limit, ranges=ranges,
-                         progress=progress)
+                         method=method, progress=progress)
 
     return with_prefetch(solve, prefetch, time_limit, started)
 
 
 def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp: str, modulo: str,
               strategy: str, time_limit: float | None, normalize_upper: int, window_limit: float | None,
-              progress: Progress | None, ranges: bool = True) -> Schedule:
+              progress: Progress | None, ranges: bool = True, method: str = "direct") -> Schedule:
     """One search at fixed options (:func:`schedule` without the prefetch-depth loop)."""
     started = time.monotonic()
     raw = build_problem(graph, mach, options)
@@ -220,10 +238,11 @@ def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp
     problem, norm = normalize_problem(raw, upper=normalize_upper, backend=ilp, time_limit=norm_limit)
     t2 = time.monotonic()
     bound = bounds(problem)
-    methods = (f"joint problem on {solver}, modulo phase by {modulo}" if strategy == "joint"
+    how = "" if method == "direct" else " (questions decided by Benders decomposition on CP-SAT)"
+    methods = (f"joint problem on {solver}{how}, modulo phase by {modulo}" if strategy == "joint"
                else f"modulo phase by {modulo} (Twill-SWP: no joint problem)")
     run = Run(problem, bound, deadline, progress, started, [], {}, {}, window_limit=window_limit,
-               ranges=ranges, methods=methods)
+               ranges=ranges, methods=methods, method=method)
     run.spend("bounds", (t1 - t0) + (time.monotonic() - t2))
     run.spend("normalize", t2 - t1)
     run.emit(EventKind.BOUNDS, res_mii=bound.res_mii, rec_mii=bound.rec_mii, mii=bound.mii)

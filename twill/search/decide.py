@@ -12,6 +12,7 @@ from twill.search.progress import EventKind
 from twill.search.run import MODULO_SLICE_S, Run
 from twill.search.swp import swp_at
 from twill.solvers.joint.cpsat import solve_joint_cpsat
+from twill.solvers.joint.decompose import solve_joint_decomposed
 from twill.solvers.joint.result import JointResult
 from twill.solvers.joint.smt import solve_joint
 from twill.solvers.modulo.methods import ModuloResult, modulo_schedule
@@ -93,7 +94,10 @@ def _joint(run: Run, ii: int, first: int, last: int, mod: ModuloResult, solver: 
     with ``first``) and note one attempt per window decided or left open. A window that runs out of
     ``window_limit`` is left undecided and the windows after it get a formula of their own."""
     run.emit(EventKind.PHASE, phase="joint", ii=ii, stages=last)
-    if solver == "cpsat":
+    if run.method == "decompose":
+        res = solve_joint_decomposed(run.problem, ii, last, first=first, min_length=mod.low, backend=solver,
+                                     deadline=run.deadline, window_s=run.window_limit)
+    elif solver == "cpsat":
         res = solve_joint_cpsat(run.problem, ii, last, first=first, min_length=mod.low, deadline=run.deadline,
                                 window_s=run.window_limit)
     else:

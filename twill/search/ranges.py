@@ -14,6 +14,7 @@ from twill.search.decide import decide_ii
 from twill.search.progress import EventKind
 from twill.search.run import Run
 from twill.solvers.joint.cpsat import solve_joint_cpsat
+from twill.solvers.joint.decompose import solve_joint_decomposed
 from twill.solvers.joint.smt import RangeResult, solve_range
 from twill.solvers.modulo.ims import iterative_modulo_schedule
 from twill.solvers.status import CheckResult
@@ -100,9 +101,16 @@ def _close(run: Run, top: int, solver: str) -> int | None:
             if run.window_limit is not None:  # one question never takes longer than a window may
                 end = time.monotonic() + run.window_limit
                 deadline = end if deadline is None else min(deadline, end)
-            if solver == "cpsat":
-                res = solve_joint_cpsat(run.problem, lo, stages, first=stage_coverage(run, lo) + 1,
-                                        min_length=run.bound.critical_path, deadline=deadline)
+            per_ii = solver == "cpsat" or run.method == "decompose"
+            if per_ii:
+                if run.method == "decompose":
+                    res = solve_joint_decomposed(run.problem, lo, stages, first=stage_coverage(run, lo) + 1,
+                                                 min_length=run.bound.critical_path, backend=solver,
+                                                 deadline=deadline, window_s=run.window_limit,
+                                                 hand_off=False)
+                else:
+                    res = solve_joint_cpsat(run.problem, lo, stages, first=stage_coverage(run, lo) + 1,
+                                            min_length=run.bound.critical_path, deadline=deadline)
                 run.spend("closing", res.wall_s, res.checks)
                 status, least, refuted = res.status, lo, lo - (res.status != CheckResult.UNSAT)
             else:
@@ -125,7 +133,7 @@ def _close(run: Run, top: int, solver: str) -> int | None:
                                  f"closing query undecided: schedules of more than "
                                  f"{stage_coverage(run, refuted + 1)} stages not refuted"))
                 return None
-            lo = hi + 1 if solver != "cpsat" else lo + 1
+            lo = lo + 1 if per_ii else hi + 1
     return None
 
 

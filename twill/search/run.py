@@ -50,6 +50,7 @@ class Run:
     range_build: float = 0.0  # seconds to state the last range formula
     bounded: list[tuple[int, int, int]] = field(default_factory=list)  # (II, low, length): LEN(M) not proven
     methods: str = ""  # the joint solver and modulo method, for the certificate
+    method: str = "direct"  # how a joint question is decided: "direct" or "decompose"
     first_window: dict[int, int] = field(default_factory=dict)  # II -> first window the modulo bound allows
     range_covered: dict[int, int] = field(default_factory=dict)  # II -> stages a range query refuted up to
     modulo_refuted: set[int] = field(default_factory=set)  # IIs without any modulo schedule

@@ -190,6 +190,8 @@ class SmtSession:
         range, tens of seconds on a 60-op loop) honours the time limit too."""
         self.assertions = 0
         """Formulas asserted so far (:meth:`add` calls)."""
+        self._assumptions: list[Any] = []  # pySMT terms of :meth:`assume`
+        self._assumed: list[Any] = []  # the same as backend terms
 
     @staticmethod
     def _boolean_check(stc: Any) -> Callable[[Any], None]:
@@ -227,16 +229,55 @@ class SmtSession:
         self.solver.pop()
 
     # -------------------------------------------------------------------------------- solving
+    def assume(self, literals: list[Any] | None) -> None:
+        """Check the following :meth:`check` calls under the Boolean terms ``literals`` (assumptions:
+        held only for those checks, never asserted); None or an empty list: no assumptions. After an
+        UNSAT answer :meth:`unsat_core` names a subset of them that the assertions already refute."""
+        self._assumptions = list(literals or [])
+        self._assumed = [self.solver.converter.convert(t) for t in self._assumptions]
+
+    def unsat_core(self) -> list[Any]:
+        """The assumptions (pySMT terms given to :meth:`assume`) of an unsat core of the last UNSAT
+        check: the assertions and these alone have no model (the backend's own core)."""
+        if not self._assumptions:
+            return []
+        if self.backend == "yices":
+            import yices_api
+
+            vec = yices_api.term_vector_t()
+            yices_api.yices_init_term_vector(vec)
+            try:
+                if yices_api.yices_get_unsat_core(self.solver.yices, vec) != 0:
+                    raise SolverError("Yices could not give an unsat core")
+                ids = {vec.data[i] for i in range(vec.size)}
+            finally:
+                yices_api.yices_delete_term_vector(vec)
+            return [t for t, y in zip(self._assumptions, self._assumed, strict=True) if y in ids]
+        core = {str(c) for c in self.solver.z3.unsat_core()}
+        return [t for t, z in zip(self._assumptions, self._assumed, strict=True) if str(z) in core]
+
     def _run_check(self) -> Callable[[], int | bool]:
+        assumed = list(self._assumed)
         if self.backend == "yices":
             import yices_api
 
             solver = self.solver
+            if assumed:
+                array = yices_api.make_term_array(assumed)
+
+                def run() -> int:
+                    return yices_api.yices_check_context_with_assumptions(
+                        solver.yices, solver.yices_params, len(assumed), array)
+
+                return run
 
             def run() -> int:
                 return yices_api.yices_check_context(solver.yices, solver.yices_params)
 
             return run
+        if assumed:
+            z3solver = self.solver.z3
+            return lambda: z3solver.check(*assumed)
         return self.solver.z3.check
 
     def _stop(self) -> None:

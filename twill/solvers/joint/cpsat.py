@@ -51,11 +51,12 @@ __all__ = ["solve_joint_cpsat"]
 Lit = Any  # a CP-SAT Boolean literal, or a Python bool for a constant
 
 
-class _Model:
+class JointModel:
     """The CP-SAT model of one ``(problem, II)`` with ``L <= stages * II``."""
 
-    def __init__(self, problem: Problem, ii: int, stages: int, low: int) -> None:
+    def __init__(self, problem: Problem, ii: int, stages: int, low: int, numbering: bool = True) -> None:
         cp = load_cp_model("solver 'cpsat'", "yices, z3")
+        self.numbering = numbering
         self.cp, self.m, self.p, self.ii = cp, cp.CpModel(), problem, ii
         self.feasible = True
         self.lmax = stages * ii
@@ -331,7 +332,8 @@ class _Model:
         arrangements = self.f.arrangements
         picks = [m.NewBoolVar(f"arrangement[{i}]") for i in range(len(arrangements))]
         m.AddExactlyOne(picks)
-        for pick, numbering in zip(picks, self.f.numbering, strict=True):
+        self.picks = picks
+        for pick, numbering in zip(picks, self.f.numbering if self.numbering else (), strict=False):
             for op, w, earlier in numbering:
                 if w not in self.opw[op]:
                     continue
@@ -534,7 +536,7 @@ def solve_joint_cpsat(
     if window_s is not None:
         end = began + window_s
         deadline = end if deadline is None else min(deadline, end)
-    model = _Model(problem, ii, stages, low)
+    model = JointModel(problem, ii, stages, low)
     model.build()
     build_s = time.monotonic() - began
     size = len(model.m.Proto().constraints) if model.feasible else 0
@@ -588,7 +590,7 @@ def solve_joint_cpsat(
                   interrupted=interrupted, length_low=length_low)
 
 
-def _hint(model: _Model, solver: Any) -> None:
+def _hint(model: JointModel, solver: Any) -> None:
     """Hint every variable of ``model`` with its value in ``solver``'s last solution (those it had)."""
     m = model.m
     m.ClearHints()
@@ -599,7 +601,7 @@ def _hint(model: _Model, solver: Any) -> None:
         m.AddHint(var, solver.Value(var))
 
 
-def _extract(model: _Model, solver: Any) -> dict[str, Any]:
+def _extract(model: JointModel, solver: Any) -> dict[str, Any]:
     value: Callable[[Any], int] = solver.Value
     start = {n: value(v) for n, v in model.s.items()}
     group = {n: next(w for w, b in ws.items() if solver.BooleanValue(b)) for n, ws in model.opw.items()}

@@ -62,12 +62,16 @@ class Encoder(ModularModel):
     upto : bool
         Every window up to ``stages`` (``min_length <= L <= stages * II``) instead of the one window
         ``(stages - 1) II < L``; always so for a range model.
+    numbering : bool
+        State the group numbering rule (first appearance, :func:`twill.model.reductions.first_appearance`);
+        off for a subproblem of :mod:`twill.solvers.joint.decompose`, whose groups are relabelled by cuts.
     """
 
     def __init__(self, problem: Problem, ii: int, stages: int, session: SmtSession, min_length: int,
-                 ii_hi: int | None = None, upto: bool = False) -> None:
+                 ii_hi: int | None = None, upto: bool = False, numbering: bool = True) -> None:
         super().__init__(problem, ii, stages * (ii if ii_hi is None else max(ii, ii_hi)), session, ii_hi)
         self.n = stages
+        self.numbering = numbering
         self.upto = upto or self.ranged
         self.min_length = min_length
         self.f = Formulation.of(problem)
@@ -257,6 +261,7 @@ class Encoder(ModularModel):
         m = self.m
         arrangements = self.f.arrangements
         picks = [m.Symbol(f"arrangement[{i}]") for i in range(len(arrangements))]
+        self.picks = picks
         if len(picks) > 1:
             self.add(m.Or(picks))
             for i, a in enumerate(picks):
@@ -266,7 +271,7 @@ class Encoder(ModularModel):
             rules = []
             if arr.budgets is not None:
                 rules += [m.Equals(self.budget[w], self.int_(r)) for w, r in enumerate(arr.budgets)]
-            for op, w, earlier in numbering:
+            for op, w, earlier in numbering if self.numbering else ():
                 if w not in self.opw[op]:
                     continue
                 rules.append(m.Implies(self.opw[op][w], m.Or([self.opw[o][w - 1] for o in earlier

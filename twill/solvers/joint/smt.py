@@ -24,7 +24,7 @@ from twill.solvers.joint.result import GOAL_KEYS, GOALS, TIEBREAKS, JointResult,
 from twill.solvers.smt import BuildDeadline, SmtSession
 from twill.solvers.status import CheckResult
 
-__all__ = ["RangeResult", "solve_joint", "solve_range"]
+__all__ = ["RangeResult", "check_lazily", "solve_joint", "solve_range"]
 
 def solve_joint(
     problem: Problem,
@@ -122,14 +122,14 @@ def _windows(enc: Encoder, sess: SmtSession, first: int, deadline: float | None,
 
     if not enc.upto:
         end = until()
-        status = _check(enc, sess, end)
+        status = check_lazily(enc, sess, end)
         return status, enc.n + (status == CheckResult.UNSAT), end
     for n in range(first, enc.n + 1):
         end = until()
         sess.push()
         mark = len(enc.scoped)
         sess.add(enc.m.LE(enc.length, enc.int_(n * enc.ii)))
-        status = _check(enc, sess, end)
+        status = check_lazily(enc, sess, end)
         if status != CheckResult.UNSAT:
             return status, n, end
         sess.pop()
@@ -205,7 +205,7 @@ def solve_range(problem: Problem, lo: int, hi: int, stages: int, *, min_length: 
             return RangeResult(lo, hi, stages, status, ii, refuted, sess.checks, time.monotonic() - start,
                                build_s)
 
-        status = _check(enc, sess, deadline)
+        status = check_lazily(enc, sess, deadline)
         if status == CheckResult.UNSAT:
             return done(status, refuted=hi)
         if status != CheckResult.SAT:
@@ -216,7 +216,7 @@ def solve_range(problem: Problem, lo: int, hi: int, stages: int, *, min_length: 
         return done(CheckResult.SAT, best["ii"], best["ii"] - 1)
 
 
-def _check(enc: Encoder, sess: SmtSession, deadline: float | None) -> CheckResult:
+def check_lazily(enc: Encoder, sess: SmtSession, deadline: float | None) -> CheckResult:
     """Check, then add the liveness point checks the model violates, until a model satisfies them all
     (lazy constraint generation: the relaxation is sound, and it only grows toward the full model)."""
     while True:
@@ -304,7 +304,7 @@ def _bisect(enc: Encoder, sess: SmtSession, term: Any, step: int, low: int, best
         sess.push()
         mark = len(enc.scoped)
         sess.add(enc.m.LE(term, enc.int_(mid * step)))
-        status = _check(enc, sess, deadline)
+        status = check_lazily(enc, sess, deadline)
         if status == CheckResult.SAT:
             best = _extract(enc, sess)
             hi = best[key] // step
