@@ -122,8 +122,8 @@ def schedule(
         Seconds for the whole search. When it runs out the best schedule found comes back marked not
         proven optimal; with none found (strategy ``"joint"``), a verified heuristic schedule
         (``certificate.heuristic``, with the proven lower bound ``certificate.ii_bound``; the fallback
-        takes up to :data:`FALLBACK_S` more seconds), else :class:`InfeasibleError` says which IIs were
-        decided.
+        takes up to :func:`~twill.search.fallback.fallback_budget` more seconds: a tenth of the limit,
+        1 to 30 s), else :class:`InfeasibleError` says which IIs were decided.
     max_groups, register_limit, register_plan, cross_group, max_stages, stage_slack, max_ii :
         See :class:`twill.problem.Options`.
     prefetch : int, optional

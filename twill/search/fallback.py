@@ -29,12 +29,31 @@ from twill.solvers.normalize import Normalization
 from twill.solvers.status import CheckResult
 from twill.verify import violations
 
-__all__ = ["FALLBACK_S", "heuristic_fallback", "heuristic_schedule"]
+__all__ = ["FALLBACK_FRACTION", "FALLBACK_MIN_S", "FALLBACK_S", "fallback_budget", "heuristic_fallback",
+           "heuristic_schedule"]
 
 FALLBACK_S = 30.0
-"""Seconds the fallback heuristic (:func:`heuristic_fallback`) may take once the time limit has ended the
-search without a schedule: a tuning choice (each II costs one iterative modulo schedule and one verification
-per split, well under a second on the FA loops)."""
+"""Most seconds the fallback heuristic (:func:`heuristic_fallback`) may take once the time limit has ended
+the search without a schedule: a tuning choice (each II costs one iterative modulo schedule and one
+verification per split, well under a second on the FA loops)."""
+
+FALLBACK_FRACTION = 0.1
+"""The fallback's share of the time limit: a search with limit ``T`` returns within about ``1.1 T`` (the
+time-limit contract of ``benchmarks/solve_times.py --overshoot``)."""
+
+FALLBACK_MIN_S = 1.0
+"""The fallback's least budget, for limits under 10 s (a heuristic schedule of a small loop takes
+milliseconds; a limit of 1 ms still gets one)."""
+
+
+def fallback_budget(time_limit: float) -> float:
+    """Seconds :func:`heuristic_fallback` may take after a search with ``time_limit`` seconds ran out:
+    ``min(FALLBACK_S, max(FALLBACK_MIN_S, FALLBACK_FRACTION x time_limit))``.
+
+    >>> fallback_budget(300.0), fallback_budget(60.0), fallback_budget(0.5)
+    (30.0, 6.0, 1.0)
+    """
+    return min(FALLBACK_S, max(FALLBACK_MIN_S, FALLBACK_FRACTION * time_limit))
 
 
 def _splits(p: Problem) -> list[dict[str, int]]:
@@ -75,12 +94,13 @@ def heuristic_fallback(run: Run, lo: int, hi: int) -> tuple | None:
     modulo schedule of the problem with each :func:`_splits` assignment's crossing delays on the edges it
     makes cross, kept at the first II and split that pass :func:`twill.verify.violations`; then the IIs
     between the last one that failed and it are bisected for a smaller one that passes. Takes at most
-    :data:`FALLBACK_S` seconds; None if nothing passed (or a register plan is given: its budgets belong to
-    the pool's groups, which these splits do not follow)."""
+    :func:`fallback_budget` seconds of the search's time limit; None if nothing passed (or a register plan
+    is given: its budgets belong to the pool's groups, which these splits do not follow)."""
     p = run.problem
     if p.options.register_plan is not None:
         return None
-    until = time.monotonic() + FALLBACK_S
+    limit = FALLBACK_S if run.deadline is None else run.deadline - run.started
+    until = time.monotonic() + fallback_budget(limit)
     splits = _splits(p)
 
     def attempt(ii: int) -> tuple | None:
