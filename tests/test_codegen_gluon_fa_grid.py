@@ -1,13 +1,16 @@
 """The Gluon backend over the plain FA forward's ``twill tune`` grid (issue 24): every config of
-BLOCK_M 64 / 128 x BLOCK_N 32 / 64 / 128 at 4 warps and 2 Triton stages, solved as ``twill tune --backend
-gluon`` solves it (``prefetch = num_stages - 1``), generates and computes attention in the CPU simulation
-against numpy, at one query tile per head and at three.
+BLOCK_M 64 / 128 x BLOCK_N 32 / 64 / 128 at 4 and 8 warps and 2 Triton stages (the grid of ``twill tune
+examples/flash_attention_fwd.py --grid BLOCK_M=64,128 --grid BLOCK_N=32,64,128 --num-warps 4,8
+--num-stages 2 --backend gluon``), solved as that command solves it (``prefetch = num_stages - 1``),
+generates and computes attention in the CPU simulation against numpy.
 
 BLOCK_M 128 with BLOCK_N 32 or 64 puts the loop's two results on different warp groups (``out`` on one,
-``row_sum`` on another): the kernel epilogue ``out / row_sum`` then reads a loop result of another partition,
-which the generator failed on ("%out_50 is read 0 production(s) back in a after trip"); it is now handed
-after the loop through shared memory. The expected output is attention computed by numpy, independently of
-the generator; the schedule facts asserted come from the schedule (warp groups, stages), not the code.
+``row_sum`` on another): the kernel epilogue ``out / row_sum`` then reads a loop result of another
+partition, which the generator failed on ("%out_50 is read 0 production(s) back in a after trip"); it is
+now handed after the loop through shared memory. BLOCK_M 128 with BLOCK_N 128 at 4 warps has a warp group
+that reads the staged P in two stages (two trips of one iteration); it deadlocked from two trips on (the
+staging slot was freed at each read) and now frees it at the last. The expected output is attention
+computed by numpy, independently of the generator.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from twill.tune.grid import load_tune_problem
 
 ROOT = Path(__file__).resolve().parents[1]
 FA = str(ROOT / "examples/flash_attention_fwd.py")
-GRID = [(bm, bn) for bm in (64, 128) for bn in (32, 64, 128)]
+GRID = [(bm, bn, w) for w in (4, 8) for bm in (64, 128) for bn in (32, 64, 128)]
 
 
 def _config(block_m: int, block_n: int, num_warps: int = 4, num_stages: int = 2):
@@ -79,14 +82,14 @@ def _simulate(kernel, n: int, heads: int = 2, d: int = 128, seed: int = 0) -> fl
     return float(np.abs(o.astype(np.float32) - ref).max() / np.abs(ref).max())
 
 
-@pytest.mark.parametrize("block_m,block_n", GRID, ids=[f"M{m}-N{n}" for m, n in GRID])
-def test_every_tune_config_generates_and_computes_attention(tmp_path, block_m, block_n):
+@pytest.mark.parametrize("block_m,block_n,num_warps", GRID, ids=[f"M{m}-N{n}-w{w}" for m, n, w in GRID])
+def test_every_tune_config_generates_and_computes_attention(tmp_path, block_m, block_n, num_warps):
     """Each config of the grid generates (compile=False: the simulation runs the Python source) and
     computes attention at N = lcm(BLOCK_M, BLOCK_N) and three times that (N / BLOCK_N trips: one to twelve,
     the prologue, steady state, epilogue and, where the longest prologue is longer than the loop, the
     sequential body)."""
     machine = load_machine("h200")
-    config = _config(block_m, block_n)
+    config = _config(block_m, block_n, num_warps)
     sched = _solve(config, machine)
     kernel = generate(sched, config, machine, tmp_path / "out", compile=False)
     tile = math.lcm(block_m, block_n)   # the example does not mask: N is a multiple of both blocks

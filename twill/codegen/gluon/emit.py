@@ -129,7 +129,7 @@ def plan_after_handoffs(k: KernelFacts, parts: list[PartitionEmitter]) -> dict[i
     for op in probe.epilogue_stores():
         owner = probe.store_owner(op)
         for u in op.operands:
-            for i, part in sorted(probe.after_sources(u).items()):
+            for i, part in sorted(probe.after_sources(u, registers=True).items()):
                 if owner is None or part == owner:
                     continue
                 y = k.yield_op.operands[i]

@@ -981,18 +981,19 @@ class PartitionEmitter:
             weight[part] = weight.get(part, 0) + self.k.yield_op.operands[i].type.nbytes
         return min(weight, key=lambda part: (-weight[part], part)) if weight else None
 
-    def after_sources(self, v: Value) -> dict[int, int]:
+    def after_sources(self, v: Value, registers: bool = False) -> dict[int, int]:
         """The loop results (yield index -> owning partition) that ``v``, a value after the loop, is computed
-        from in registers."""
+        from; ``registers``: only those it reads in registers (not through a target's own after-loop path,
+        :meth:`_after_stop`), the ones a hand-off carries."""
         op = v.owner
-        if op is None or self._after_stop(op):
+        if op is None or (registers and self._after_stop(op)):
             return {}
         if op is self.k.loop:
             part = self._owner_part(self.k.yield_op.operands[v.index])
             return {} if part is None else {v.index: part}
         out: dict[int, int] = {}
         for u in op.operands:
-            out.update(self.after_sources(u))
+            out.update(self.after_sources(u, registers))
         return out
 
     def _after_stop(self, op: Op) -> bool:
