@@ -117,3 +117,24 @@ def test_loop_results_of_two_groups_are_handed_to_the_epilogue_and_compile(tmp_p
     assert kernel.report.shared_compiled <= machine.smem_per_cta
     for n in (128, 256, 768):
         assert _simulate(kernel, n) < 1e-2, n
+
+
+def test_the_epilogue_store_reuses_q_after_its_reader_has_staged_to_it(tmp_path):
+    """BLOCK_M 128, BLOCK_N 128, 4 warps: the warp group that stores O does not read Q; Q's reader (the
+    QK wgmma) feeds P, which is staged to the storing group, so Q is dead once the storing group has read
+    the last P and the TMA store goes through Q's buffer. Without the reuse the kernel needed 262,832 B
+    (32 KB of store staging over the model's 229,376), more than the H200's 232,448, and ``twill tune``
+    refused the config. Compiled: the shared memory is the model's buffers plus barriers and Triton's
+    scratch, no store staging."""
+    machine = load_machine("h200")
+    config = _config(128, 128, 4)
+    sched = _solve(config, machine)
+    group = {n: s.warp_group for n, s in sched.slots.items()}
+    assert group["qk"] != group["out"], "the config no longer stores O away from Q's reader: pick another"
+    kernel = generate(sched, config, machine, tmp_path / "out")
+    report = kernel.report
+    assert "epilogue store staging (not in the model)" not in report.shared_difference
+    assert report.shared_compiled <= machine.smem_per_cta
+    assert report.shared_compiled - report.shared_model_buffers - report.barrier_bytes < 1024   # scratch
+    for n in (128, 384):
+        assert _simulate(kernel, n) < 1e-2, n

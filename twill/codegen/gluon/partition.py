@@ -951,10 +951,15 @@ class PartitionEmitter:
 
     def _reusable(self, shape: tuple[int, ...], elem: str) -> str | None:
         """A loop-invariant TMA buffer with the same block that is dead after the loop: this partition read
-        it, or every partition that read it has handed this one a loop result that it has waited on in this
-        epilogue (a partition hands its results after all its wgmmas are complete: :meth:`_hand_results`)."""
+        it, or each graph op of another partition that read it (a wgmma) is known complete here: its
+        partition has handed this one a loop result that it has waited on in this epilogue (a partition
+        hands its results after all its wgmmas are complete: :meth:`_hand_results`), or the op reaches,
+        through same-iteration register edges, a value staged to this partition (the staged write waits for
+        its value, which waited for the op's; this partition has read the last iteration's before the loop
+        ends, and a partition's wgmmas complete in issue order)."""
         waited = {h["from"] for i, h in self.k.after_handoff.items()
                   if (self.k.yield_op.operands[i].key, "handed") in self.local}
+        staged = {st["node"] for st in self.k.staging.values() if self.p.position in st["readers"]}
         for key, info in self.k.invariant.items():
             if info.get("reused"):
                 continue
@@ -965,12 +970,27 @@ class PartitionEmitter:
             if key in self.outer and self.outer[key].startswith("inv"):
                 info["reused"] = True
                 return self.outer[key]
-            readers = {self.k.plan.part(n, self.k.schedule) for n in self.k.schedule.slots
-                       if any(key in {u.key for u in m.operands} for m in self.k.lowering.members[n])}
-            if readers and readers <= waited:
+            readers = [n for n in self.k.schedule.slots
+                       if any(key in {u.key for u in m.operands} for m in self.k.lowering.members[n])]
+            if readers and all(self.k.plan.part(n, self.k.schedule) in waited
+                               or self._reaches_by_registers(n, staged) for n in readers):
                 info["reused"] = True
                 return f"inv{info['index']}"
         return None
+
+    def _reaches_by_registers(self, src: str, targets: set[str]) -> bool:
+        """Whether graph op ``src`` reaches one of ``targets`` through same-iteration register edges."""
+        todo, seen = [src], set()
+        while todo:
+            n = todo.pop()
+            if n in targets:
+                return True
+            if n in seen:
+                continue
+            seen.add(n)
+            todo += [e.dst for e in self.k.lowering.graph.out_edges(n)
+                     if e.distance == 0 and e.carrier == "register"]
+        return False
 
     def _after_owner(self, v: Value) -> int | None:
         """The partition that computes ``v`` after the loop: of the partitions owning the loop results it
