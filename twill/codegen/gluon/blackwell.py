@@ -344,6 +344,11 @@ class BlackwellPartition(PartitionEmitter):
         reg = self._register_owner(v)
         return reg if reg is not None else super()._after_owner(v)
 
+    def _after_stop(self, op: Op) -> bool:
+        """A ``tmem_load`` after the loop reads its tile from tensor memory (after its final barrier), not a
+        register loop result."""
+        return op.name == "ttng.tmem_load" and not self.k.in_loop(op)
+
     def _register_owner(self, v: Value) -> int | None:
         op = v.owner
         if op is None:

@@ -380,11 +380,14 @@ def _report(schedule: Schedule, machine: Machine, plan: Plan, source: KernelSour
     store = sum(b["bytes"] for b in source.buffers if b["what"] == "store staging")
     if store:
         diff["epilogue store staging (not in the model)"] = store
+    handed = sum(b["bytes"] for b in source.buffers if b["what"].startswith("after-loop hand-off"))
+    if handed:
+        diff["after-loop hand-offs of loop results between partitions (not in the model)"] = handed
     diff["mbarriers"] = barrier_bytes
     rest = shared - (allocated + barrier_bytes) if shared else 0
     if rest:
         diff["alignment and Triton scratch"] = rest
-    ring_model = allocated - store - buffers
+    ring_model = allocated - store - handed - buffers
     if ring_model:
         diff["buffers beyond the model's (depth x bytes)"] = ring_model
     parts = []

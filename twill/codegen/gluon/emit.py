@@ -119,6 +119,28 @@ def plan_staging(k: KernelFacts, parts: list[PartitionEmitter]) -> dict[int, dic
     return staging
 
 
+def plan_after_handoffs(k: KernelFacts, parts: list[PartitionEmitter]) -> dict[int, dict[str, Any]]:
+    """One shared-memory buffer (and one mbarrier) per loop result that a kernel epilogue store reads on
+    another partition than the one that made it: the store's partition (:meth:`PartitionEmitter.store_owner`)
+    waits for it after its loop (a value read after the loop is outside the schedule, which prices only the
+    loop). By yield index: ``{"id", "value", "from", "to"}``."""
+    probe = parts[0]
+    out: dict[int, dict[str, Any]] = {}
+    for op in probe.epilogue_stores():
+        owner = probe.store_owner(op)
+        for u in op.operands:
+            for i, part in sorted(probe.after_sources(u, registers=True).items()):
+                if owner is None or part == owner:
+                    continue
+                y = k.yield_op.operands[i]
+                if y.type.kind != "tensor":
+                    raise CodegenError(f"the loop result {y.name} ({y.type.text}) of partition {part} is "
+                                       f"read after the loop by partition {owner} ({k.where(op)}) but is "
+                                       "not a tensor: its hand-off is not lowered")
+                h = out.setdefault(i, {"id": len(out), "value": y, "from": part, "to": set()})
+                h["to"].add(owner)
+    return out
+
 
 def barrier_array(name: str, n: int) -> str:
     """Source line allocating ``n`` mbarriers called ``name``."""
@@ -186,6 +208,7 @@ def emit_kernel(schedule: Schedule, lowering: Lowering, plan: Plan, spec: Any,
     k = KernelFacts(schedule, lowering, plan, spec)
     parts = [target.partition(k, p) for p in plan.partitions]
     k.staging = plan_staging(k, parts)
+    k.after_handoff = plan_after_handoffs(k, parts)
     _issue_invariants(k, parts)
     for p in parts:
         p.body()
@@ -255,6 +278,22 @@ def emit_kernel(schedule: Schedule, lowering: Lowering, plan: Plan, spec: Any,
                         "what": f"hand-off staging of {st['node']}", "depth": st["depth"]})
         k.barrier_count += 2 * st["depth"]
         common += [f"stage_{i}", f"sready_{i}", f"sempty_{i}"]
+    for h in k.after_handoff.values():
+        v, i = h["value"], h["id"]
+        order = list(range(len(v.type.shape) - 1, -1, -1))
+        alloc.append(f"    ahand_{i} = gl.allocate_shared_memory({dtype_of(v.type.element, v.name)}, "
+                     f"[1, {', '.join(map(str, v.type.shape))}], "
+                     f"gl.SwizzledSharedLayout(1, 1, 1, order={order}))")
+        buffers.append({"name": f"ahand_{i}", "bytes": v.type.nbytes,
+                        "what": f"after-loop hand-off of {v.name} (partition {h['from']} to "
+                                f"{', '.join(map(str, sorted(h['to'])))})"})
+        common.append(f"ahand_{i}")
+    if k.after_handoff:
+        alloc.append(barrier_array("abar", len(k.after_handoff)))
+        alloc.append(f"    for i in gl.static_range({len(k.after_handoff)}):")
+        alloc.append("        mbarrier.init(abar.index(i), count=1)")
+        k.barrier_count += len(k.after_handoff)
+        common.append("abar")
     if any(p.uses_turn for p in parts):
         alloc.append(barrier_array("turn", len(parts)))
         alloc.append(f"    for i in gl.static_range({len(parts)}):")

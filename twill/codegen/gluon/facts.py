@@ -83,6 +83,9 @@ class KernelFacts:
         self.barrier_count = 0
         self.buffers: list[dict[str, Any]] = []
         self.staging: dict[int, dict[str, Any]] = {}
+        # loop results handed after the loop to the partition of the kernel epilogue that reads them
+        # (twill.codegen.gluon.emit.plan_after_handoffs), by yield index
+        self.after_handoff: dict[int, dict[str, Any]] = {}
 
     def _attach_carried(self) -> None:
         """Give each loop-carried value that the frontend folded (scalar bookkeeping such as the running max

@@ -487,10 +487,21 @@ class PartitionEmitter:
         name = self._fresh(f"{py_name(v)}_in")
         self._emit(f"mbarrier.wait(sready_{st['id']}.index({slot}), {phase})")
         self._emit(f"{name} = stage_{st['id']}.index({slot}).load({self._layout(v)})")
-        self._emit(f"mbarrier.arrive(sempty_{st['id']}.index({slot}))")
+        if reader is None or self._stage(self.k.node_of[id(reader)]) == self._last_staged_stage(v):
+            # the slot is freed once per iteration, by this partition's last read of it: readers in a later
+            # stage read the same iteration's slot trips later (the staging depth covers them: plan_staging)
+            self._emit(f"mbarrier.arrive(sempty_{st['id']}.index({slot}))")
         self.kinds[name] = "tensor"
         self.local[key] = name
         return name
+
+    def _last_staged_stage(self, v: Value) -> int:
+        """The latest stage among this partition's graph ops that read ``v`` (a value of another
+        partition): iteration ``i``'s value is read in trip ``i + s`` for each reader stage ``s``, the last
+        in this one."""
+        stages = [self._stage(n) for n in self.p.order for m in self.k.members[n]
+                  if any(u.key == v.key for u, _d in self.operand_sources(m))]
+        return max(stages, default=0)
 
     def _staged_write(self, v: Value, name: str, j: str) -> None:
         """Hand ``v`` (just made here) to the partitions that read it."""
@@ -890,15 +901,23 @@ class PartitionEmitter:
         return self.pre + self.out
 
     # ------------------------------------------------------------------ after the loop
+    def epilogue_stores(self) -> list[Op]:
+        """The kernel epilogue's stores (``tt.descriptor_store``, ``tt.store`` after the loop)."""
+        return [op for op in self.k.func.body.ops
+                if self.k.body_index.get(id(op)) is None and op is not self.k.loop
+                and op.name in ("tt.descriptor_store", "tt.store") and not self.k.in_loop(op)]
+
+    def store_owner(self, op: Op) -> int | None:
+        """The partition that computes and issues the epilogue store ``op``: :meth:`_after_owner` of the
+        stored value (the other operands, addresses and masks, are read the same way)."""
+        return self._after_owner(op.operands[1])
+
     def _after_loop(self) -> None:
         self.local = {}
-        for op in self.k.func.body.ops:
-            if self.k.body_index.get(id(op)) is not None or op is self.k.loop:
-                continue
-            if op.name not in ("tt.descriptor_store", "tt.store") or self.k.in_loop(op):
-                continue
+        self._hand_results()
+        for op in self.epilogue_stores():
             data = op.operands[1]
-            owner = self._after_owner(data)
+            owner = self.store_owner(op)
             if owner != self.p.position:
                 continue
             if op.name == "tt.store":
@@ -931,24 +950,105 @@ class PartitionEmitter:
         self._emit(f"gl.store({args[0]}, {args[1]}{mask})")
 
     def _reusable(self, shape: tuple[int, ...], elem: str) -> str | None:
-        """A loop-invariant TMA buffer of this partition with the same block (dead after the loop)."""
+        """A loop-invariant TMA buffer with the same block that is dead after the loop: this partition read
+        it, or each graph op of another partition that read it (a wgmma) is known complete here: its
+        partition has handed this one a loop result that it has waited on in this epilogue (a partition
+        hands its results after all its wgmmas are complete: :meth:`_hand_results`), or the op reaches,
+        through same-iteration register edges, a value staged to this partition (the staged write waits for
+        its value, which waited for the op's; this partition has read the last iteration's before the loop
+        ends, and a partition's wgmmas complete in issue order)."""
+        waited = {h["from"] for i, h in self.k.after_handoff.items()
+                  if (self.k.yield_op.operands[i].key, "handed") in self.local}
+        staged = {st["node"] for st in self.k.staging.values() if self.p.position in st["readers"]}
         for key, info in self.k.invariant.items():
-            if key in self.outer and self.outer[key].startswith("inv") and not info.get("reused"):
-                load = info["load"]
-                lshape, lelem = descriptor_block(load.operands[0].type.text)
-                if lshape == shape and lelem == elem:
-                    info["reused"] = True
-                    return self.outer[key]
+            if info.get("reused"):
+                continue
+            load = info["load"]
+            lshape, lelem = descriptor_block(load.operands[0].type.text)
+            if lshape != shape or lelem != elem:
+                continue
+            if key in self.outer and self.outer[key].startswith("inv"):
+                info["reused"] = True
+                return self.outer[key]
+            readers = [n for n in self.k.schedule.slots
+                       if any(key in {u.key for u in m.operands} for m in self.k.lowering.members[n])]
+            if readers and all(self.k.plan.part(n, self.k.schedule) in waited
+                               or self._reaches_by_registers(n, staged) for n in readers):
+                info["reused"] = True
+                return f"inv{info['index']}"
         return None
 
+    def _reaches_by_registers(self, src: str, targets: set[str]) -> bool:
+        """Whether graph op ``src`` reaches one of ``targets`` through same-iteration register edges."""
+        todo, seen = [src], set()
+        while todo:
+            n = todo.pop()
+            if n in targets:
+                return True
+            if n in seen:
+                continue
+            seen.add(n)
+            todo += [e.dst for e in self.k.lowering.graph.out_edges(n)
+                     if e.distance == 0 and e.carrier == "register"]
+        return False
+
     def _after_owner(self, v: Value) -> int | None:
+        """The partition that computes ``v`` after the loop: of the partitions owning the loop results it
+        reads (:meth:`after_sources`), the one whose results take the most bytes (ties: the lower position),
+        so the fewest bytes are handed over (:meth:`_hand_results`); None when it reads none."""
+        weight: dict[int, int] = {}
+        for i, part in self.after_sources(v).items():
+            weight[part] = weight.get(part, 0) + self.k.yield_op.operands[i].type.nbytes
+        return min(weight, key=lambda part: (-weight[part], part)) if weight else None
+
+    def after_sources(self, v: Value, registers: bool = False) -> dict[int, int]:
+        """The loop results (yield index -> owning partition) that ``v``, a value after the loop, is computed
+        from; ``registers``: only those it reads in registers (not through a target's own after-loop path,
+        :meth:`_after_stop`), the ones a hand-off carries."""
         op = v.owner
-        if op is None:
-            return None
+        if op is None or (registers and self._after_stop(op)):
+            return {}
         if op is self.k.loop:
-            return self._owner_part(self.k.yield_op.operands[v.index])
-        owners = {o for u in op.operands if (o := self._after_owner(u)) is not None}
-        return min(owners) if owners else None
+            part = self._owner_part(self.k.yield_op.operands[v.index])
+            return {} if part is None else {v.index: part}
+        out: dict[int, int] = {}
+        for u in op.operands:
+            out.update(self.after_sources(u, registers))
+        return out
+
+    def _after_stop(self, op: Op) -> bool:
+        """Whether ``op`` after the loop reads loop results other than in registers (a target hook)."""
+        return False
+
+    def _hand_results(self) -> None:
+        """Hand this partition's final loop results that another partition's epilogue reads
+        (``k.after_handoff``): every wgmma complete, the value stored into its shared-memory buffer, fenced,
+        and its barrier arrived on (once: the loop has ended)."""
+        mine = [(i, h) for i, h in sorted(self.k.after_handoff.items()) if h["from"] == self.p.position]
+        if mine and self.outstanding:
+            self._wait_through(len(self.outstanding) - 1)
+        for i, h in mine:
+            value = self._chain_read(self.k.yield_op.operands[i], 0, None)
+            self._emit(f"ahand_{h['id']}.index(0).store({value})")
+            self._emit("fence_async_shared()")
+            self._emit(f"mbarrier.arrive(abar.index({h['id']}))")
+
+    def _handed_result(self, i: int) -> str:
+        """Loop result ``i`` of another partition, read after the loop from its hand-off buffer."""
+        h = self.k.after_handoff.get(i)
+        y = self.k.yield_op.operands[i]
+        if h is None or self.p.position not in h["to"]:
+            raise CodegenError(f"partition {self.p.position}: the loop result {y.name} of partition "
+                               f"{self._owner_part(y)} is read after the loop without a hand-off "
+                               "(generator inconsistency)")
+        key = (y.key, "handed")
+        if key not in self.local:
+            name = self._fresh(f"{py_name(y)}_fin")
+            self._emit(f"mbarrier.wait(abar.index({h['id']}), 0)")
+            self._emit(f"{name} = ahand_{h['id']}.index(0).load({self._layout(y)})")
+            self.kinds[name] = "tensor"
+            self.local[key] = name
+        return self.local[key]
 
     def _after_value(self, v: Value) -> str:
         op = v.owner
@@ -956,6 +1056,8 @@ class PartitionEmitter:
             return self._outer_value(v)
         if op is self.k.loop:
             y = self.k.yield_op.operands[v.index]
+            if self._owner_part(y) not in (None, self.p.position):
+                return self._handed_result(v.index)
             return self._chain_read(y, 0, None)
         if self._after_owner(v) is None:
             return self._outer_value(v)
