@@ -80,12 +80,36 @@ def test_gluon_configs_are_predicted_from_the_schedule_the_kernel_executes(gluon
         assert r["schedule"]["ii"] == sched.ii
 
 
+_SINE = """import triton
+import triton.language as tl
+
+
+@triton.jit
+def sine(x_ptr, out_ptr, N, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, N, BLOCK):
+        x = tl.load(x_ptr + start + offs)
+        acc = acc + tl.sin(x)
+    tl.store(out_ptr + offs, acc)
+
+
+TWILL_KERNELS = {"sine": {"signature": {"x_ptr": "*fp32", "out_ptr": "*fp32", "N": "i32"},
+                          "constexprs": {"BLOCK": 128}, "num_warps": 4, "num_stages": 3, "default": True}}
+TWILL_TUNE = {"sine": {"problem": {"N": 1 << 20}, "ctas": "1", "trips": "ceil(N / BLOCK)", "flops": "N"}}
+"""
+
+
 def test_a_config_the_gluon_backend_cannot_lower_is_reported_with_the_codegen_reason(tmp_path):
-    out = tune(GEMM, "b200", {"BLOCK_N": [128]}, num_warps=[4], num_stages=[3], backend="gluon", jobs=1,
-               cache_dir=str(tmp_path), time_limit=10.0)
-    (r,) = out.results
-    assert not r["fits"] and r["error"] == "codegen"
-    assert "Gluon backend cannot lower" in r["reason"] and "sm_90" in r["reason"]
+    """``math.sin`` has no Gluon lowering: the config is kept, with the generator's error as its reason."""
+    kernel = tmp_path / "sine.py"
+    kernel.write_text(_SINE)
+    out = tune(str(kernel), "h200", {"BLOCK": [128, 256]}, num_warps=[4], num_stages=[3], backend="gluon",
+               jobs=1, cache_dir=str(tmp_path / "cache"), time_limit=10.0)
+    assert len(out.results) == 2
+    for r in out.results:
+        assert not r["fits"] and r["error"] == "codegen"
+        assert "math.sin" in r["reason"] and "has no Gluon lowering" in r["reason"]
 
 
 # --------------------------------------------------------------------------------------- measure
