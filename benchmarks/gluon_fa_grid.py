@@ -1,0 +1,158 @@
+"""The Gluon kernels of the plain FA forward's tuning grid on an H200 against Triton's JIT of each config.
+
+BLOCK_M 64/128 x BLOCK_N 32/64/128 x 4/8 warps at 2 Triton stages (the grid of ``twill tune
+examples/flash_attention_fwd.py --grid BLOCK_M=64,128 --grid BLOCK_N=32,64,128 --num-warps 4,8 --num-stages
+2 --backend gluon``), each config solved as that command solves it (``prefetch = num_stages - 1``)::
+
+    python benchmarks/gluon_fa_grid.py generate             # CPU, twill installed: benchmarks/gluon_fa_grid/
+    python3 benchmarks/gluon_fa_grid.py time --out $OUT/h200_gluon_fa_grid.json   # GPU, torch + Triton
+
+``time`` checks each kernel against an fp32 reference (two heads, N = 1024 and 4096, output pre-filled with
+NaN), then times it and the JIT at B 4, H 32, N 8192, D 128 fp16 (``do_bench`` median, 3 rounds alternating
+the order, outputs preallocated).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+HERE = ROOT / "benchmarks" / "gluon_fa_grid"
+FA = ROOT / "examples" / "flash_attention_fwd.py"
+GRID = [(bm, bn, w) for w in (4, 8) for bm in (64, 128) for bn in (32, 64, 128)]
+B, H, D = 4, 32, 128
+
+
+def generate() -> None:
+    """Solve, generate and compile each config (CPU); writes ``index.json`` with the schedules' numbers."""
+    from twill.codegen.gluon import generate as gen
+    from twill.frontend.compile import compile_to_ttgir, load_kernel, target_for
+    from twill.frontend.lower import lower_loop
+    from twill.frontend.ttgir import parse_ttgir
+    from twill.ir.machine import load_machine
+    from twill.search import schedule
+    from twill.tune.grid import load_tune_problem
+
+    machine = load_machine("h200")
+    index = []
+    for bm, bn, w in GRID:
+        spec = load_kernel(str(FA))
+        problem = load_tune_problem(spec.fn.__globals__.get("TWILL_TUNE"), spec.name, source=spec.source)
+        consts = {**spec.constexprs, "BLOCK_M": bm, "BLOCK_N": bn}
+        sig = problem.signature(spec.signature, consts)
+        cfg = dataclasses.replace(spec, signature={**spec.signature, **sig}, constexprs=consts, num_warps=w,
+                                  num_stages=2)
+        snaps = compile_to_ttgir(cfg, target=target_for(machine))
+        graph = lower_loop(parse_ttgir(snaps.pre_swp), machine, name=cfg.name).graph
+        sched = schedule(graph, machine, prefetch=1)
+        name = f"fa_{bm}_{bn}_w{w}"
+        rep = gen(sched, cfg, machine, HERE / name).report
+        for ptx in (HERE / name).glob("*.ptx"):
+            ptx.unlink()
+        index.append({"name": name, "BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": 2,
+                      "ii": sched.ii, "ii_cycles": sched.ii_cycles, "length": sched.length,
+                      "stages": sched.stages, "spills": rep.spill_store_bytes + rep.spill_load_bytes,
+                      "shared": rep.shared_compiled})
+        print(name, sched.ii, rep.shared_compiled, flush=True)
+    (HERE / "index.json").write_text(json.dumps(index, indent=1) + "\n", encoding="utf-8")
+
+
+def time_all(out_path: Path) -> None:
+    """Check and time every generated kernel beside the JIT (GPU)."""
+    import torch
+    import triton
+    from triton.testing import do_bench
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    def load(path: Path, name: str):
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return module
+
+    ldr = load(ROOT / "twill/codegen/gluon/loader.py", "twill_gluon_loader")
+    fa = load(FA, "fa_example")
+    index = json.loads((HERE / "index.json").read_text())
+    out = {"env": {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
+                   "triton": triton.__version__, "B": B, "H": H, "D": D}, "rows": []}
+
+    def inputs(n: int):
+        g = torch.Generator(device="cuda").manual_seed(0)
+        return [torch.randn((B, H, n, D), device="cuda", dtype=torch.float16, generator=g) for _ in range(3)]
+
+    def launches(e: dict, q, k, v, o1, o2):
+        n, bm, bn = q.shape[2], e["BLOCK_M"], e["BLOCK_N"]
+        launcher = ldr.load(HERE / e["name"])
+        blocks = launcher.manifest["descriptors"]
+        descs = [TensorDescriptor.from_tensor(t.reshape(B * H * n, D), blocks[name]["block_shape"])
+                 for t, name in ((q, "q_desc"), (k, "k_desc"), (v, "v_desc"), (o1, "o_desc"))]
+        gluon = launcher.bind((n // bm, B * H), *descs, D ** -0.5, n)
+        jit = [TensorDescriptor.from_tensor(t.reshape(B * H * n, D), [rows, D])
+               for t, rows in ((q, bm), (k, bn), (v, bn), (o2, bm))]
+
+        def triton_jit():
+            return fa.attn_fwd[(n // bm, B * H)](*jit, D ** -0.5, n, BLOCK_M=bm, BLOCK_N=bn, HEAD_DIM=D,
+                                                 num_warps=e["num_warps"], num_stages=e["num_stages"])
+        return gluon, triton_jit
+
+    for e in index:
+        row = dict(e)
+        try:
+            for n in (1024, 4096):
+                q, k, v = inputs(n)
+                o1, o2 = torch.full_like(q, float("nan")), torch.full_like(q, float("nan"))
+                gluon, _ = launches(e, q, k, v, o1, o2)
+                gluon()
+                torch.cuda.synchronize()
+                errs = []
+                for b, h in ((0, 0), (B - 1, H - 1)):
+                    s = (q[b, h].float() @ k[b, h].float().T) * D ** -0.5
+                    ref = torch.softmax(s, -1) @ v[b, h].float()
+                    errs.append(float((o1[b, h].float() - ref).abs().max() / ref.abs().max()))
+                row[f"rel_err_{n}"] = max(errs)
+            n = 8192
+            q, k, v = inputs(n)
+            gluon, jit = launches(e, q, k, v, torch.empty_like(q), torch.empty_like(q))
+            gluon()
+            jit()
+            torch.cuda.synchronize()
+            times: dict[str, list[float]] = {"gluon": [], "triton": []}
+            for r in range(3):
+                order = [("gluon", gluon), ("triton", jit)]
+                for name, fn in (order if r % 2 == 0 else order[::-1]):
+                    times[name].append(do_bench(fn, warmup=25, rep=100, return_mode="median"))
+            flops = 4.0 * B * H * n * n * D
+            for name, ts in times.items():
+                ms = statistics.median(ts)
+                row[f"{name}_ms"], row[f"{name}_tflops"] = ms, flops / ms / 1e9
+        except Exception as exc:  # record the failure and go on with the next config
+            row["error"] = f"{type(exc).__name__}: {str(exc)[:400]}"
+        out["rows"].append(row)
+        print(json.dumps(row), flush=True)
+    out_path.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+
+def main(argv: list[str] | None = None) -> int:
+    """``generate`` (CPU) or ``time --out FILE`` (GPU)."""
+    import argparse
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("generate")
+    t = sub.add_parser("time")
+    t.add_argument("--out", type=Path, required=True)
+    args = p.parse_args(argv)
+    if args.cmd == "generate":
+        generate()
+    else:
+        time_all(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
