@@ -125,7 +125,7 @@ def _broken(change) -> dict:
     (lambda d, g: g["nodes"][7].update(occupancy=-3), r"node 7 \(arith.truncf\): occupancy=-3 must be"),
     (lambda d, g: g["nodes"][2].update(op_ref="nowhere"), r"node 2 .*op_ref 'nowhere' is not in the"),
     (lambda d, g: g["edges"].append({"src": 3, "dst": 42, "distance": 0, "latency": 1}),
-     r"edge .*'dst': 42.*src and dst must be node ids of loop 0"),
+     r"edge 3->42: src and dst must be node ids of loop 0"),
     (lambda d, g: d["ops"]["p16"].update(result_types=["tensor<128x64xf99>"]),
      r"node 7 \(arith.truncf\): unknown element type 'f99'"),
     (lambda d, g: g["edges"].append({"src": 7, "dst": 5, "distance": 0, "latency": 1}),
@@ -150,3 +150,13 @@ def test_loop_choice() -> None:
     assert graph_from_ddg(doc, B200, loop_index=1).name == "tiny_attention_loop1"
     with pytest.raises(FrontendError, match=r"no loop with loop_id 7"):
         graph_from_ddg(doc, B200, loop_index=7)
+
+
+@pytest.mark.parametrize("field", ["latency", "distance"])
+def test_an_edge_without_its_latency_or_distance_is_refused(field: str) -> None:
+    """A missing edge latency or distance is not 0 (a wrong, still "proven" answer): the edge is named."""
+    data = _doc()
+    edge = data["loops"][0]["ddg"]["edges"][3]
+    del edge[field]
+    with pytest.raises(FrontendError, match=rf"edge {edge['src']}->{edge['dst']}.*missing field '{field}'"):
+        twill.graph_from_ddg(data, machine="b200")

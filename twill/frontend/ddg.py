@@ -308,12 +308,13 @@ def graph_from_ddg(source: str | Path | Mapping[str, Any], machine: str | Path |
             raise FrontendError(f"{where}: {exc}") from exc
 
     for e in edges:
-        where = f"{origin}: edge {e!r:.80}"
+        where = (f"{origin}: edge {e.get('src')}->{e.get('dst')}" if isinstance(e, Mapping)
+                 else f"{origin}: edge {e!r:.80}")
         if not isinstance(e, Mapping) or e.get("src") not in info or e.get("dst") not in info:
             raise FrontendError(f"{where}: src and dst must be node ids of loop {loop.get('loop_id')}")
         src, dst = info[e["src"]], info[e["dst"]]
-        latency = _field(e, "latency", where, 0)
-        distance = _field(e, "distance", where, 0)
+        latency = _field(e, "latency", where)  # required: a missing latency is not 0
+        distance = _field(e, "distance", where)  # required: a missing distance is not 0
         carrier = src["carrier"]  # "none" for an address, pointer or index value (known ahead of data)
         own = None if latency == src["node"].get("latency") else latency
         try:
