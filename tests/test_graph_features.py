@@ -251,3 +251,16 @@ def test_problem_json_round_trip_keeps_features() -> None:
     back.check()
     assert back.ops == prob.ops and back.edges == prob.edges
     assert replace(back.op("t")).cycles == 9
+
+
+@pytest.mark.parametrize("where,field", [("edge", "blocking"), ("edge", "inplace"), ("op", "variable_latency")])
+def test_a_flag_given_as_text_is_refused_not_read_as_true(where: str, field: str) -> None:
+    """``"false"`` in a graph JSON is not true: a flag must be a JSON boolean, named with its op or edge."""
+    g = twill.Graph("flags")
+    g.add_op("a", "alu", busy={"alu": 1})
+    g.add_op("b", "alu", busy={"alu": 1})
+    g.add_edge("a", "b")
+    data = g.to_dict()
+    (data["edges"][0] if where == "edge" else data["ops"][0])[field] = "false"
+    with pytest.raises(twill.GraphError, match=rf"{field}='false' must be true or false"):
+        twill.Graph.from_dict(data)

@@ -283,7 +283,7 @@ def check_op(op: Op, units: Iterable[str] | None = None) -> None:
     if not _is_int(op.warps) or op.warps < 1:
         raise GraphError(f"{where}: warps={op.warps!r} must be an integer >= 1", op=op.name,
                          source=op.source)
-    for flag in ("async_reader", "view"):
+    for flag in ("async_reader", "view", "variable_latency"):
         value = getattr(op, flag)
         if not isinstance(value, bool) and not (flag == "async_reader" and value is None):
             raise GraphError(f"{where}: {flag}={value!r} must be true or false", op=op.name,
@@ -321,6 +321,10 @@ def check_dependence(dep: Dependence) -> None:
     if dep.handoff is not None and (not _is_int(dep.handoff) or dep.handoff < 0):
         raise GraphError(f"edge {dep.label}: handoff={dep.handoff!r} must be a non-negative integer (cycles "
                          f"a crossing between warp groups costs) or None", edge=edge, source=dep.source)
+    for flag in ("blocking", "inplace"):
+        if not isinstance(getattr(dep, flag), bool):
+            raise GraphError(f"edge {dep.label}: {flag}={getattr(dep, flag)!r} must be true or false",
+                             edge=edge, source=dep.source)
 
 
 @dataclass
@@ -640,8 +644,8 @@ class Graph:
                 g.add(op_from_dict(o))
             for e in data["edges"]:
                 g.add_edge(e["src"], e["dst"], latency=e.get("latency"), distance=e.get("distance", 0),
-                           blocking=bool(e.get("blocking", False)), carrier=e.get("carrier", "register"),
-                           source=e.get("source", ""), inplace=bool(e.get("inplace", False)),
+                           blocking=e.get("blocking", False), carrier=e.get("carrier", "register"),
+                           source=e.get("source", ""), inplace=e.get("inplace", False),
                            handoff=e.get("handoff"))
         except GraphError:
             raise
@@ -685,7 +689,7 @@ def op_from_dict(d: Mapping[str, Any]) -> Op:
         smem=d.get("smem", 0),
         tmem=d.get("tmem", 0),
         result_bytes=d.get("result_bytes", 0),
-        variable_latency=bool(d.get("variable_latency", False)),
+        variable_latency=d.get("variable_latency", False),
         warps=d.get("warps", 1),
         spill_cost=d.get("spill_cost"),
         source=d.get("source", ""),
