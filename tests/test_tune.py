@@ -288,3 +288,23 @@ def test_blackwell_config_runs_through(cache):
     (r,) = out.results
     assert r["error"] is None and r["fits"] and r["predicted_ms"] > 0
     assert {g["name"] for g in r["details"]["terms"]["gemms"]} and r["details"]["shared_bytes"] > 0
+
+
+def test_a_grid_value_the_launch_arithmetic_cannot_use_is_refused_before_any_work() -> None:
+    """``BLOCK_N=abc`` is a legal constexpr value for Triton but not a number for ``ceil(N / BLOCK_N)``: a
+    GridError naming it, before any config is compiled (it was an 'internal error' row per config)."""
+    with pytest.raises(GridError, match=r"uses BLOCK_N='abc', which is not a number"):
+        tune(GEMM, "h100", {"BLOCK_N": ["abc"]}, jobs=1)
+
+
+@pytest.mark.parametrize("target", ["folder", "missing"])
+def test_an_unwritable_json_path_is_refused_before_any_work(tmp_path, capsys, monkeypatch, target) -> None:
+    def no_work(*args, **kwargs):
+        raise AssertionError("tuned although the output cannot be written")
+
+    monkeypatch.setattr("twill.tune.api.tune", no_work)
+    out = tmp_path if target == "folder" else tmp_path / "gone" / "x.json"
+    code = _twill_main(["tune", GEMM, "--machine", "h100", "--grid", "BLOCK_N=64", "--json", str(out)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "nothing was tuned" in err or "does not exist" in err

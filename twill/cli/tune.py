@@ -122,8 +122,21 @@ def run(args: argparse.Namespace) -> int:
             err.print(f"[red]error[/]: {escape(str(exc))}")
             return 2
     for out in (args.json, args.plot):
-        if out and not Path(out).resolve().parent.is_dir():
+        if not out:
+            continue
+        path = Path(out).resolve()
+        if not path.parent.is_dir():
             err.print(f"[red]error[/]: the folder of {escape(out)} does not exist")
+            return 2
+        probe = path.with_name(path.name + ".tmp")  # where write_json / write_plot write first
+        try:
+            if path.is_dir():
+                raise IsADirectoryError(f"{out} is a folder")
+            with open(probe, "a", encoding="utf-8"):
+                pass
+            probe.unlink()
+        except OSError as exc:
+            err.print(f"[red]error[/]: cannot write {escape(out)} ({escape(str(exc))}); nothing was tuned")
             return 2
     if args.top is not None and args.top < 1:
         err.print(f"[red]error[/]: --top {args.top} must be >= 1")

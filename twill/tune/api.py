@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from twill.tune.grid import Config, GridError, expand, load_tune_problem
+from twill.tune.grid import Config, GridError, evaluate, expand, load_tune_problem
 from twill.tune.runner import SweepResult, run_sweep
 from twill.tune.worker import Task, default_cache_dir, tune_config
 
@@ -80,6 +80,10 @@ def plan(kernel: str, grid: Mapping[str, Sequence[Any]], num_warps: Sequence[int
     stages = list(num_stages) if num_stages is not None else [spec.num_stages]
     configs = expand(grid, warps, stages, kernel_constexprs=kernel_constexprs(spec), defaults=spec.constexprs,
                      kernel=spec.name)
+    for c in configs:  # a grid value the launch arithmetic cannot use is refused before any work
+        names = tp.names(c.constexprs, sizes)
+        for what in ("ctas", "trips", "flops"):
+            evaluate(getattr(tp, what), names, where=f"TWILL_TUNE[{spec.name!r}].{what} for {c.label}")
     return spec, tp, configs, sizes
 
 

@@ -136,7 +136,10 @@ def evaluate(expression: str, names: Mapping[str, Any], *, where: str = "express
             if node.id not in names:
                 raise GridError(f"{where}: {expression!r} uses {node.id!r}, which is neither a problem size "
                                 f"nor a constexpr (known: {', '.join(sorted(names))})")
-            return names[node.id]
+            value = names[node.id]
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise GridError(f"{where}: {expression!r} uses {node.id}={value!r}, which is not a number")
+            return value
         if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
             try:
                 return _BINOPS[type(node.op)](walk(node.left), walk(node.right))
