@@ -38,7 +38,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="a problem size of the kernel's TWILL_TUNE entry (M, N, K, batch, heads ...)")
     p.add_argument("--backend", default="triton", choices=["triton", "gluon"],
                    help="what runs each config: the kernel Triton builds, or the Gluon kernel generated from "
-                        "twill's schedule of the config (Hopper)")
+                        "twill's schedule of the config (sm_90; sm_100 compile-only)")
     p.add_argument("--top", type=int, metavar="K", help="show the K fastest configs (all are in --json); "
                                                         "with --measure, time them (default 5)")
     p.add_argument("--measure", action="store_true",
