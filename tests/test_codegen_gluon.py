@@ -310,8 +310,14 @@ def test_kernel_over_the_machines_shared_memory_is_refused(built, tmp_path):
     _graph, sched, kernel = built["fa_fwd_subtiled"]
     small = dataclasses.replace(load_machine("h200"), smem_per_cta=kernel.report.shared_compiled - 1)
     want = rf"needs {kernel.report.shared_compiled} B .* \({small.smem_per_cta} B\)"
+    (tmp_path / "mine.txt").write_text("kept")
     with pytest.raises(CodegenError, match=want):
         generate(sched, str(ROOT / TARGETS["fa_fwd_subtiled"][0]), small, tmp_path)
+    # no half-written kernel is left behind (kernel.py, its PTX), and nothing else is touched
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"]
+    with pytest.raises(CodegenError, match=want):
+        generate(sched, str(ROOT / TARGETS["fa_fwd_subtiled"][0]), small, tmp_path / "new")
+    assert not (tmp_path / "new").exists()
 
 
 def test_machine_of_another_schedule_is_refused(built):

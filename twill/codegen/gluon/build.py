@@ -272,69 +272,80 @@ def generate(schedule: Schedule, kernel: Any, machine: str | os.PathLike[str] | 
     check_against(schedule, lowering.graph)
     check_lowerable(lowering, TMEM_OPS if target == "sm_100" else frozenset())
     folder = Path(out_dir) if out_dir is not None else Path("twill-gluon") / spec.name
+    created = not folder.exists()
+    before = set(folder.iterdir()) if folder.is_dir() else set()
     folder.mkdir(parents=True, exist_ok=True)
-    desc_params = _desc_params(spec)
-    threads = 32 * sum(g.warps for g in schedule.warp_groups)
-    tried: list[str] = []
-    best = None
-    failure: CodegenError | None = None
-    candidates = default_candidates(schedule, lowering)
-    if default_group is not None:
-        if default_group not in candidates:
-            raise CodegenError(f"default_group {default_group} is not a warp group of the schedule "
-                               f"(groups {sorted(candidates)})")
-        candidates = [default_group]
-    for default in (candidates if compile else candidates[:1]):
-        plan = make_plan(schedule, lowering, default)
-        kt = blackwell_target(schedule, lowering, plan, machine) if target == "sm_100" else None
-        source = emit_kernel(schedule, lowering, plan, spec, kt)
-        module = _import_source(source.text, spec.name, folder)
-        compiled, stats, shared, ptx_regs = None, {"registers": 0, "spill_store_bytes": 0,
-                                                  "spill_load_bytes": 0}, 0, []
-        if compile:
-            sig = _signature(spec, desc_params)
-            try:
-                compiled = compile_source(getattr(module, spec.name), sig, dict(spec.constexprs),
-                                          source.num_warps, target)
-            except CodegenError as exc:   # e.g. ptxas cannot allocate within the default's leftover budget
-                tried.append(f"group {default} as the default partition: {str(exc)[:300]}")
-                failure = failure or exc
-                continue
-            ptx = compiled.asm["ptx"]
-            stats = _ptxas(ptx, target)
-            shared = int(compiled.metadata.shared)
-            ptx_regs = [int(x) for x in re.findall(_SETMAXNREG, ptx)]
-        spills = int(stats.get("spill_store_bytes", 0)) + int(stats.get("spill_load_bytes", 0))
-        tried.append(f"group {default} as the default partition (Triton gives it "
-                     f"{default_budget(schedule, default)} registers): ptxas spills {spills} B")
-        if best is None or spills < best[0]:
-            best = (spills, plan, source, compiled, stats, shared, ptx_regs, kt)
-        if spills == 0:
-            break
-    if best is None:
-        assert failure is not None
-        raise CodegenError(f"{failure} (every default partition was tried: {'; '.join(tried)})") from failure
-    _spills, plan, source, compiled, stats, shared, ptx_regs, kt = best
-    _import_source(source.text, spec.name, folder)
-    if compiled is not None:
-        (folder / f"{spec.name}.ptx").write_text(compiled.asm["ptx"])
-        if shared > machine.smem_per_cta:
-            raise CodegenError(f"the generated kernel needs {shared} B of shared memory per CTA, more than "
-                               f"machine {machine.name!r} has ({machine.smem_per_cta} B)")
-        tmem = int(getattr(compiled.metadata, "tmem_size", 0) or 0)
-        if tmem > machine.tmem_columns:
-            raise CodegenError(f"the compiled kernel allocates {tmem} tensor-memory columns, more than "
-                               f"machine {machine.name!r} has ({machine.tmem_columns})")
-    if len(tried) > 1:
-        source.notes.append("default partition chosen by compiling: " + "; ".join(tried))
-    manifest = _manifest(spec, source, desc_params, plan)
-    report = _report(schedule, machine, plan, source, shared, stats, ptx_regs, threads)
-    if kt is not None:
-        report = _with_tmem(report, schedule, kt.tm, compiled, target)
-    (folder / "report.json").write_text(json.dumps(report.to_dict(), indent=2))
-    (folder / "manifest.json").write_text(json.dumps(manifest, indent=2))
-    (folder / "schedule.json").write_text(schedule.to_json(timings=False))
-    return GluonKernel(folder, source.text, report, manifest, compiled)
+    try:
+        desc_params = _desc_params(spec)
+        threads = 32 * sum(g.warps for g in schedule.warp_groups)
+        tried: list[str] = []
+        best = None
+        failure: CodegenError | None = None
+        candidates = default_candidates(schedule, lowering)
+        if default_group is not None:
+            if default_group not in candidates:
+                raise CodegenError(f"default_group {default_group} is not a warp group of the schedule "
+                                   f"(groups {sorted(candidates)})")
+            candidates = [default_group]
+        for default in (candidates if compile else candidates[:1]):
+            plan = make_plan(schedule, lowering, default)
+            kt = blackwell_target(schedule, lowering, plan, machine) if target == "sm_100" else None
+            source = emit_kernel(schedule, lowering, plan, spec, kt)
+            module = _import_source(source.text, spec.name, folder)
+            compiled, stats, shared, ptx_regs = None, {"registers": 0, "spill_store_bytes": 0,
+                                                      "spill_load_bytes": 0}, 0, []
+            if compile:
+                sig = _signature(spec, desc_params)
+                try:
+                    compiled = compile_source(getattr(module, spec.name), sig, dict(spec.constexprs),
+                                              source.num_warps, target)
+                except CodegenError as exc:   # e.g. ptxas cannot allocate in the default's leftover budget
+                    tried.append(f"group {default} as the default partition: {str(exc)[:300]}")
+                    failure = failure or exc
+                    continue
+                ptx = compiled.asm["ptx"]
+                stats = _ptxas(ptx, target)
+                shared = int(compiled.metadata.shared)
+                ptx_regs = [int(x) for x in re.findall(_SETMAXNREG, ptx)]
+            spills = int(stats.get("spill_store_bytes", 0)) + int(stats.get("spill_load_bytes", 0))
+            tried.append(f"group {default} as the default partition (Triton gives it "
+                         f"{default_budget(schedule, default)} registers): ptxas spills {spills} B")
+            if best is None or spills < best[0]:
+                best = (spills, plan, source, compiled, stats, shared, ptx_regs, kt)
+            if spills == 0:
+                break
+        if best is None:
+            assert failure is not None
+            raise CodegenError(f"{failure} (every default partition was tried: "
+                               f"{'; '.join(tried)})") from failure
+        _spills, plan, source, compiled, stats, shared, ptx_regs, kt = best
+        _import_source(source.text, spec.name, folder)
+        if compiled is not None:
+            (folder / f"{spec.name}.ptx").write_text(compiled.asm["ptx"])
+            if shared > machine.smem_per_cta:
+                raise CodegenError(f"the generated kernel needs {shared} B of shared memory per CTA, more "
+                                   f"than machine {machine.name!r} has ({machine.smem_per_cta} B)")
+            tmem = int(getattr(compiled.metadata, "tmem_size", 0) or 0)
+            if tmem > machine.tmem_columns:
+                raise CodegenError(f"the compiled kernel allocates {tmem} tensor-memory columns, more than "
+                                   f"machine {machine.name!r} has ({machine.tmem_columns})")
+        if len(tried) > 1:
+            source.notes.append("default partition chosen by compiling: " + "; ".join(tried))
+        manifest = _manifest(spec, source, desc_params, plan)
+        report = _report(schedule, machine, plan, source, shared, stats, ptx_regs, threads)
+        if kt is not None:
+            report = _with_tmem(report, schedule, kt.tm, compiled, target)
+        (folder / "report.json").write_text(json.dumps(report.to_dict(), indent=2))
+        (folder / "manifest.json").write_text(json.dumps(manifest, indent=2))
+        (folder / "schedule.json").write_text(schedule.to_json(timings=False))
+        return GluonKernel(folder, source.text, report, manifest, compiled)
+    except CodegenError:  # no half-written folder: remove what this call wrote
+        for path in set(folder.iterdir()) - before:
+            if path.is_file():
+                path.unlink()
+        if created and not any(folder.iterdir()):
+            folder.rmdir()
+        raise
 
 
 def _with_tmem(report: GluonReport, schedule: Schedule, tm: Any, compiled: Any, target: str) -> GluonReport:
