@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 from twill.errors import UnsupportedOpError
 from twill.frontend.layouts import convert_is_trivial, reduce_spread
+from twill.frontend.reuse import private_to_cta
 from twill.frontend.ttgir import Block, Op, TTGIRModule, Value
 from twill.frontend.types import TType
 from twill.ir.costmodel import CostModel, OpCost
@@ -289,10 +290,11 @@ def _predicate(op: Op, cost: OpCost, ctx: LoweringContext) -> OpCost:
 def _memory_cost(op: Op, ctx: LoweringContext) -> OpCost | None:
     cm, name = ctx.costs, op.name
     if name == "tt.descriptor_load":
-        return cm.tma_load(op.results[0].type.nbytes)
+        return cm.tma_load(op.results[0].type.nbytes, private=private_to_cta(op, ctx.module))
     if name == "tt.load":
         out = op.results[0].type
-        return _predicate(op, cm.global_load(out.nbytes, warps=ctx.warps(out.rows)), ctx)
+        load = cm.global_load(out.nbytes, warps=ctx.warps(out.rows), private=private_to_cta(op, ctx.module))
+        return _predicate(op, load, ctx)
     if name == "tt.store":
         val = op.operands[1].type
         return _predicate(op, cm.global_store(val.nbytes, warps=ctx.warps(val.rows)), ctx)

@@ -312,13 +312,44 @@ class CostModel:
         """A layout conversion through shared memory: a store and a load of ``nbytes``."""
         return replace(self.smem_copy(2 * nbytes, warps=warps), kind="convert_layout")
 
-    def tma_load(self, nbytes: int) -> OpCost:
-        """A TMA bulk tensor copy global -> SMEM of ``nbytes``: variable latency, one issuing thread."""
+    def tma_load(self, nbytes: int, *, private: bool = False) -> OpCost:
+        """A TMA bulk tensor copy global -> SMEM of ``nbytes``: variable latency, one issuing thread.
+
+        ``private``: no other CTA reads the tile, so it streams from HBM (:meth:`from_hbm`); else it is
+        priced as an L2 hit (``cost.tma_latency``, ``cost.tma_bytes_per_cycle``, both measured from L2).
+        """
         busy = _cycles(nbytes / self._rate("tma_bytes_per_cycle"))
-        return OpCost("tma_load", (Reservation("tma", 0, busy),),
+        cost = OpCost("tma_load", (Reservation("tma", 0, busy),),
                       latency=max(busy, int(self._rate("tma_latency"))),
                       issue_cycles=min(busy, int(self._rate("tma_issue"))), variable_latency=True, warps=1,
                       blocking_result=True)
+        return self.from_hbm(cost, nbytes) if private else cost
+
+    def from_hbm(self, load: OpCost, nbytes: int) -> OpCost:
+        """``load`` (an L2-priced global -> SM copy of ``nbytes``) for a tile no other CTA reads: it comes
+        from HBM, so it also takes the SM's share of HBM bandwidth and waits HBM's latency.
+
+        The share is a reservation of ``nbytes / cost.dram_bytes_per_cycle`` cycles on the ``dram`` unit
+        from the load's issue, the rate measured with every SM streaming (17.1 B/cycle on the H200); like
+        every unit of the tile model it is the SM's, so co-resident CTAs divide it (the schedule's II is a
+        CTA's, with the SM to itself). The latency is at least ``cost.dram_latency`` (1850 cycles on the
+        H200, the median with every SM loading 32 KB at a time). Together they state Little's law: a loop
+        that streams ``B`` bytes per iteration runs at ``II >= B / dram_bytes_per_cycle`` (the ``dram``
+        ResMII) and needs ``dram_latency / II`` iterations of loads in flight to reach it.
+
+        Precondition: every SM streams (the grid fills the GPU); a grid of fewer CTAs than SMs gets more
+        than this share, and the II is then conservative.
+
+            >>> from twill.ir.machine import load_machine
+            >>> cm = CostModel(load_machine("h200"))
+            >>> hbm = cm.global_load(16384, warps=4, private=True)
+            >>> [(r.unit, r.cycles) for r in hbm.rrt], hbm.latency     # ceil(16384 / 17.1) = 959
+            ([('lsu', 512), ('dram', 959)], 1850)
+        """
+        busy = _cycles(nbytes / self._rate("dram_bytes_per_cycle"))
+        start = min((r.start for r in load.rrt), default=0)
+        return replace(load, rrt=(*load.rrt, Reservation("dram", start, busy)),
+                       latency=max(load.latency, start + busy, int(self._rate("dram_latency"))))
 
     def tma_store(self, nbytes: int) -> OpCost:
         """A TMA bulk tensor copy SMEM -> global of ``nbytes``."""
@@ -338,12 +369,16 @@ class CostModel:
         return OpCost("tma_store", rrt, latency=sts + tma.latency, issue_cycles=sts + tma.issue_cycles,
                       warps=warps)
 
-    def global_load(self, nbytes: int, *, warps: int = 4) -> OpCost:
-        """A pointer load (``ld.global`` / ``cp.async``): variable latency on the load/store units."""
+    def global_load(self, nbytes: int, *, warps: int = 4, private: bool = False) -> OpCost:
+        """A pointer load (``ld.global`` / ``cp.async``): variable latency on the load/store units.
+
+        ``private``: no other CTA reads the tile, so it streams from HBM (:meth:`from_hbm`); else it is
+        priced as an L2 hit (``cost.lsu_latency``)."""
         busy = _cycles(nbytes / self._rate("lsu_bytes_per_cycle"))
-        return OpCost("load", (Reservation("lsu", 0, busy),),
+        cost = OpCost("load", (Reservation("lsu", 0, busy),),
                       latency=max(busy, int(self._rate("lsu_latency"))), issue_cycles=busy,
                       variable_latency=True, warps=warps, blocking_result=True)
+        return self.from_hbm(cost, nbytes) if private else cost
 
     def global_store(self, nbytes: int, *, warps: int = 4) -> OpCost:
         """A pointer store (``st.global``)."""

@@ -8,212 +8,71 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 @gluon.jit
 def _part0_g1(Q_ptr, K_ptr, V_ptr, Out_ptr, softmax_scale, N, H, D, stride_qh, stride_kn, stride_kh, stride_vn, stride_vh, stride_oh, stage_0, sready_0, sempty_0, stage_1, sready_1, sempty_1):
-    # warp group 1 (consumer): 4 warps, setmaxnreg 248; trip order: qk_reduce, p, pv_sum_alu, l_i_new, qk, m_new, pv_sum, acc, qk_alu
+    # warp group 1 (consumer): 4 warps, setmaxnreg 248; trip order: qk_alu, qk_reduce, qk, m_new, p, pv_sum_alu, l_i_new, pv_sum, acc
     c0_i32_o = 0
     c64_i32_o = 64
     n_iter = gl.cdiv(N - c0_i32_o, c64_i32_o)
-    if n_iter >= 2:
-        m_i_o = float('-inf')
-        m_new_44_c0 = m_i_o
-        m_new_44_c1 = m_i_o
-        m_new_44_c2 = m_i_o
-        cst_0_o = 0.0
-        l_i_new_49_c0 = cst_0_o
-        acc_o = gl.full([128], 0.0, gl.float32, gl.SliceLayout(0, gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[2, 16], warps_per_cta=[4, 1], order=[1, 0])))
-        acc_56_c0 = acc_o
-        pid_h_o = gl.program_id(0)
-        q_o = (pid_h_o * stride_qh)
-        q_1_o = (Q_ptr + q_o)
-        q_2_o = q_1_o
-        offs_d_o = gl.arange(0, 128, gl.BlockedLayout(size_per_thread=[2], threads_per_warp=[32], warps_per_cta=[4], order=[0]))
-        q_3_o = (q_2_o + offs_d_o)
-        q_4_o = gl.load(q_3_o)
-        q_5_o = gl.convert_layout(q_4_o, gl.SliceLayout(0, gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[2, 16], warps_per_cta=[4, 1], order=[1, 0])))
-        q_6_o = q_5_o.to(gl.float32)
-        qk_o = gl.expand_dims(q_6_o, 0)
-        qk_16_o = qk_o
-        qk_17_o = softmax_scale
-        v_0_o = (pid_h_o * stride_oh)
-        v_1_o = (Out_ptr + v_0_o)
-        v_2_o = v_1_o
-        v_3_o = (v_2_o + offs_d_o)
-        # prologue trip 0
-        mbarrier.wait(sready_1.index(((0) % 1)), (((0) // 1) & 1))
-        k_33_in_p1 = stage_1.index(((0) % 1)).load(gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[2, 16], warps_per_cta=[4, 1], order=[1, 0]))
-        mbarrier.arrive(sempty_1.index(((0) % 1)))
-        qk_40_p2 = k_33_in_p1.to(gl.float32)
-        qk_41_p3 = (qk_16_o * qk_40_p2)
-        qk_41_c0 = qk_41_p3
-        # prologue trip 1
-        qk_42_p4 = gl.sum(qk_41_c0, axis=1)
-        qk_43_p5 = (qk_42_p4 * qk_17_o)
-        qk_43_c0 = qk_43_p5
-        m_new_p6 = gl.max(qk_43_c0, axis=0)
-        m_new_44_p7 = gl.maximum(m_i_o, m_new_p6)
-        m_new_44_c2 = m_new_44_c1
+    m_i_o = float('-inf')
+    m_new_44_c0 = m_i_o
+    m_new_44_c1 = m_i_o
+    cst_0_o = 0.0
+    l_i_new_49_c0 = cst_0_o
+    acc_o = gl.full([128], 0.0, gl.float32, gl.SliceLayout(0, gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[2, 16], warps_per_cta=[4, 1], order=[1, 0])))
+    acc_56_c0 = acc_o
+    pid_h_o = gl.program_id(0)
+    q_o = (pid_h_o * stride_qh)
+    q_1_o = (Q_ptr + q_o)
+    q_2_o = q_1_o
+    offs_d_o = gl.arange(0, 128, gl.BlockedLayout(size_per_thread=[2], threads_per_warp=[32], warps_per_cta=[4], order=[0]))
+    q_3_o = (q_2_o + offs_d_o)
+    q_4_o = gl.load(q_3_o)
+    q_5_o = gl.convert_layout(q_4_o, gl.SliceLayout(0, gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[2, 16], warps_per_cta=[4, 1], order=[1, 0])))
+    q_6_o = q_5_o.to(gl.float32)
+    qk_o = gl.expand_dims(q_6_o, 0)
+    qk_16_o = qk_o
+    qk_17_o = softmax_scale
+    v_0_o = (pid_h_o * stride_oh)
+    v_1_o = (Out_ptr + v_0_o)
+    v_2_o = v_1_o
+    v_3_o = (v_2_o + offs_d_o)
+    for t in range(0, n_iter):
+        mbarrier.wait(sready_0.index(((t) % 1)), (((t) // 1) & 1))
+        k_33_in_s1 = stage_0.index(((t) % 1)).load(gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[2, 16], warps_per_cta=[4, 1], order=[1, 0]))
+        mbarrier.arrive(sempty_0.index(((t) % 1)))
+        qk_40_s2 = k_33_in_s1.to(gl.float32)
+        qk_41_s3 = (qk_16_o * qk_40_s2)
+        qk_42_s4 = gl.sum(qk_41_s3, axis=1)
+        qk_43_s5 = (qk_42_s4 * qk_17_o)
+        m_new_s6 = gl.max(qk_43_s5, axis=0)
+        m_new_44_s7 = gl.maximum(m_new_44_c0, m_new_s6)
         m_new_44_c1 = m_new_44_c0
-        m_new_44_c0 = m_new_44_p7
-        mbarrier.wait(sready_1.index(((1) % 1)), (((1) // 1) & 1))
-        k_33_in_p8 = stage_1.index(((1) % 1)).load(gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[2, 16], warps_per_cta=[4, 1], order=[1, 0]))
-        mbarrier.arrive(sempty_1.index(((1) % 1)))
-        qk_40_p9 = k_33_in_p8.to(gl.float32)
-        qk_41_p10 = (qk_16_o * qk_40_p9)
-        qk_41_c0 = qk_41_p10
-        for t in range(2, n_iter):
-            qk_42_s11 = gl.sum(qk_41_c0, axis=1)
-            p_s12 = m_new_44_c0
-            p_45_s13 = (qk_43_c0 - p_s12)
-            p_46_s14 = gl.exp(p_45_s13)
-            mbarrier.wait(sready_0.index((((t) - 2) % 1)), ((((t) - 2) // 1) & 1))
-            v_39_in_s15 = stage_0.index((((t) - 2) % 1)).load(gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[2, 16], warps_per_cta=[4, 1], order=[1, 0]))
-            mbarrier.arrive(sempty_0.index((((t) - 2) % 1)))
-            pv_sum_50_s16 = v_39_in_s15.to(gl.float32)
-            pv_sum_s17 = gl.expand_dims(p_46_s14, 1)
-            pv_sum_51_s18 = pv_sum_s17
-            pv_sum_52_s19 = (pv_sum_51_s18 * pv_sum_50_s16)
-            l_i_new_48_s20 = gl.sum(p_46_s14, axis=0)
-            alpha_s21 = (m_new_44_c1 - m_new_44_c0)
-            alpha_47_s22 = gl.exp(alpha_s21)
-            l_i_new_s23 = (l_i_new_49_c0 * alpha_47_s22)
-            l_i_new_49_s24 = (l_i_new_s23 + l_i_new_48_s20)
-            l_i_new_49_c0 = l_i_new_49_s24
-            qk_43_s25 = (qk_42_s11 * qk_17_o)
-            qk_43_c0 = qk_43_s25
-            m_new_s26 = gl.max(qk_43_c0, axis=0)
-            m_new_44_s27 = gl.maximum(m_new_44_c0, m_new_s26)
-            m_new_44_c2 = m_new_44_c1
-            m_new_44_c1 = m_new_44_c0
-            m_new_44_c0 = m_new_44_s27
-            pv_sum_53_s28 = gl.sum(pv_sum_52_s19, axis=0)
-            acc_54_s29 = alpha_47_s22
-            acc_55_s30 = (acc_56_c0 * acc_54_s29)
-            acc_56_s31 = (acc_55_s30 + pv_sum_53_s28)
-            acc_56_c0 = acc_56_s31
-            mbarrier.wait(sready_1.index(((t) % 1)), (((t) // 1) & 1))
-            k_33_in_s32 = stage_1.index(((t) % 1)).load(gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[2, 16], warps_per_cta=[4, 1], order=[1, 0]))
-            mbarrier.arrive(sempty_1.index(((t) % 1)))
-            qk_40_s33 = k_33_in_s32.to(gl.float32)
-            qk_41_s34 = (qk_16_o * qk_40_s33)
-            qk_41_c0 = qk_41_s34
-        # epilogue trip 0
-        qk_42_e35 = gl.sum(qk_41_c0, axis=1)
-        p_e36 = m_new_44_c0
-        p_45_e37 = (qk_43_c0 - p_e36)
-        p_46_e38 = gl.exp(p_45_e37)
-        mbarrier.wait(sready_0.index((((n_iter + 0) - 2) % 1)), ((((n_iter + 0) - 2) // 1) & 1))
-        v_39_in_e39 = stage_0.index((((n_iter + 0) - 2) % 1)).load(gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[2, 16], warps_per_cta=[4, 1], order=[1, 0]))
-        mbarrier.arrive(sempty_0.index((((n_iter + 0) - 2) % 1)))
-        pv_sum_50_e40 = v_39_in_e39.to(gl.float32)
-        pv_sum_e41 = gl.expand_dims(p_46_e38, 1)
-        pv_sum_51_e42 = pv_sum_e41
-        pv_sum_52_e43 = (pv_sum_51_e42 * pv_sum_50_e40)
-        l_i_new_48_e44 = gl.sum(p_46_e38, axis=0)
-        alpha_e45 = (m_new_44_c1 - m_new_44_c0)
-        alpha_47_e46 = gl.exp(alpha_e45)
-        l_i_new_e47 = (l_i_new_49_c0 * alpha_47_e46)
-        l_i_new_49_e48 = (l_i_new_e47 + l_i_new_48_e44)
-        l_i_new_49_c0 = l_i_new_49_e48
-        qk_43_e49 = (qk_42_e35 * qk_17_o)
-        qk_43_c0 = qk_43_e49
-        m_new_e50 = gl.max(qk_43_c0, axis=0)
-        m_new_44_e51 = gl.maximum(m_new_44_c0, m_new_e50)
-        m_new_44_c2 = m_new_44_c1
-        m_new_44_c1 = m_new_44_c0
-        m_new_44_c0 = m_new_44_e51
-        pv_sum_53_e52 = gl.sum(pv_sum_52_e43, axis=0)
-        acc_54_e53 = alpha_47_e46
-        acc_55_e54 = (acc_56_c0 * acc_54_e53)
-        acc_56_e55 = (acc_55_e54 + pv_sum_53_e52)
-        acc_56_c0 = acc_56_e55
-        # epilogue trip 1
-        p_e56 = m_new_44_c0
-        p_45_e57 = (qk_43_c0 - p_e56)
-        p_46_e58 = gl.exp(p_45_e57)
-        mbarrier.wait(sready_0.index((((n_iter + 1) - 2) % 1)), ((((n_iter + 1) - 2) // 1) & 1))
-        v_39_in_e59 = stage_0.index((((n_iter + 1) - 2) % 1)).load(gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[2, 16], warps_per_cta=[4, 1], order=[1, 0]))
-        mbarrier.arrive(sempty_0.index((((n_iter + 1) - 2) % 1)))
-        pv_sum_50_e60 = v_39_in_e59.to(gl.float32)
-        pv_sum_e61 = gl.expand_dims(p_46_e58, 1)
-        pv_sum_51_e62 = pv_sum_e61
-        pv_sum_52_e63 = (pv_sum_51_e62 * pv_sum_50_e60)
-        l_i_new_48_e64 = gl.sum(p_46_e58, axis=0)
-        alpha_e65 = (m_new_44_c1 - m_new_44_c0)
-        alpha_47_e66 = gl.exp(alpha_e65)
-        l_i_new_e67 = (l_i_new_49_c0 * alpha_47_e66)
-        l_i_new_49_e68 = (l_i_new_e67 + l_i_new_48_e64)
-        l_i_new_49_c0 = l_i_new_49_e68
-        pv_sum_53_e69 = gl.sum(pv_sum_52_e63, axis=0)
-        acc_54_e70 = alpha_47_e66
-        acc_55_e71 = (acc_56_c0 * acc_54_e70)
-        acc_56_e72 = (acc_55_e71 + pv_sum_53_e69)
-        acc_56_c0 = acc_56_e72
-        v_4_e73 = l_i_new_49_c0
-        v_5_e74 = (acc_56_c0 / v_4_e73)
-        v_6_e75 = v_5_e74.to(gl.float16)
-        v_7_e76 = gl.convert_layout(v_6_e75, gl.BlockedLayout(size_per_thread=[2], threads_per_warp=[32], warps_per_cta=[4], order=[0]))
-        gl.store(v_3_o, v_7_e76)
-    else:   # fewer than 2 iterations: one after the other
-        m_i_o = float('-inf')
-        x_m_new_44_c0 = m_i_o
-        x_m_new_44_c1 = m_i_o
-        cst_0_o = 0.0
-        x_l_i_new_49_c0 = cst_0_o
-        acc_o = gl.full([128], 0.0, gl.float32, gl.SliceLayout(0, gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[2, 16], warps_per_cta=[4, 1], order=[1, 0])))
-        x_acc_56_c0 = acc_o
-        pid_h_o = gl.program_id(0)
-        q_o = (pid_h_o * stride_qh)
-        q_1_o = (Q_ptr + q_o)
-        q_2_o = q_1_o
-        offs_d_o = gl.arange(0, 128, gl.BlockedLayout(size_per_thread=[2], threads_per_warp=[32], warps_per_cta=[4], order=[0]))
-        q_3_o = (q_2_o + offs_d_o)
-        q_4_o = gl.load(q_3_o)
-        q_5_o = gl.convert_layout(q_4_o, gl.SliceLayout(0, gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[2, 16], warps_per_cta=[4, 1], order=[1, 0])))
-        q_6_o = q_5_o.to(gl.float32)
-        qk_o = gl.expand_dims(q_6_o, 0)
-        qk_16_o = qk_o
-        qk_17_o = softmax_scale
-        v_0_o = (pid_h_o * stride_oh)
-        v_1_o = (Out_ptr + v_0_o)
-        v_2_o = v_1_o
-        v_3_o = (v_2_o + offs_d_o)
-        for t in range(0, n_iter):
-            mbarrier.wait(sready_1.index(((t) % 1)), (((t) // 1) & 1))
-            x_k_33_in_s1 = stage_1.index(((t) % 1)).load(gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[2, 16], warps_per_cta=[4, 1], order=[1, 0]))
-            mbarrier.arrive(sempty_1.index(((t) % 1)))
-            x_qk_40_s2 = x_k_33_in_s1.to(gl.float32)
-            x_qk_41_s3 = (qk_16_o * x_qk_40_s2)
-            x_qk_42_s4 = gl.sum(x_qk_41_s3, axis=1)
-            x_qk_43_s5 = (x_qk_42_s4 * qk_17_o)
-            x_m_new_s6 = gl.max(x_qk_43_s5, axis=0)
-            x_m_new_44_s7 = gl.maximum(x_m_new_44_c0, x_m_new_s6)
-            x_m_new_44_c1 = x_m_new_44_c0
-            x_m_new_44_c0 = x_m_new_44_s7
-            x_p_s8 = x_m_new_44_c0
-            x_p_45_s9 = (x_qk_43_s5 - x_p_s8)
-            x_p_46_s10 = gl.exp(x_p_45_s9)
-            mbarrier.wait(sready_0.index(((t) % 1)), (((t) // 1) & 1))
-            x_v_39_in_s11 = stage_0.index(((t) % 1)).load(gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[2, 16], warps_per_cta=[4, 1], order=[1, 0]))
-            mbarrier.arrive(sempty_0.index(((t) % 1)))
-            x_pv_sum_50_s12 = x_v_39_in_s11.to(gl.float32)
-            x_pv_sum_s13 = gl.expand_dims(x_p_46_s10, 1)
-            x_pv_sum_51_s14 = x_pv_sum_s13
-            x_pv_sum_52_s15 = (x_pv_sum_51_s14 * x_pv_sum_50_s12)
-            x_l_i_new_48_s16 = gl.sum(x_p_46_s10, axis=0)
-            x_alpha_s17 = (x_m_new_44_c1 - x_m_new_44_c0)
-            x_alpha_47_s18 = gl.exp(x_alpha_s17)
-            x_l_i_new_s19 = (x_l_i_new_49_c0 * x_alpha_47_s18)
-            x_l_i_new_49_s20 = (x_l_i_new_s19 + x_l_i_new_48_s16)
-            x_l_i_new_49_c0 = x_l_i_new_49_s20
-            x_pv_sum_53_s21 = gl.sum(x_pv_sum_52_s15, axis=0)
-            x_acc_54_s22 = x_alpha_47_s18
-            x_acc_55_s23 = (x_acc_56_c0 * x_acc_54_s22)
-            x_acc_56_s24 = (x_acc_55_s23 + x_pv_sum_53_s21)
-            x_acc_56_c0 = x_acc_56_s24
-        x_v_4_e25 = x_l_i_new_49_c0
-        x_v_5_e26 = (x_acc_56_c0 / x_v_4_e25)
-        x_v_6_e27 = x_v_5_e26.to(gl.float16)
-        x_v_7_e28 = gl.convert_layout(x_v_6_e27, gl.BlockedLayout(size_per_thread=[2], threads_per_warp=[32], warps_per_cta=[4], order=[0]))
-        gl.store(v_3_o, x_v_7_e28)
+        m_new_44_c0 = m_new_44_s7
+        p_s8 = m_new_44_c0
+        p_45_s9 = (qk_43_s5 - p_s8)
+        p_46_s10 = gl.exp(p_45_s9)
+        mbarrier.wait(sready_1.index(((t) % 1)), (((t) // 1) & 1))
+        v_39_in_s11 = stage_1.index(((t) % 1)).load(gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[2, 16], warps_per_cta=[4, 1], order=[1, 0]))
+        mbarrier.arrive(sempty_1.index(((t) % 1)))
+        pv_sum_50_s12 = v_39_in_s11.to(gl.float32)
+        pv_sum_s13 = gl.expand_dims(p_46_s10, 1)
+        pv_sum_51_s14 = pv_sum_s13
+        pv_sum_52_s15 = (pv_sum_51_s14 * pv_sum_50_s12)
+        l_i_new_48_s16 = gl.sum(p_46_s10, axis=0)
+        alpha_s17 = (m_new_44_c1 - m_new_44_c0)
+        alpha_47_s18 = gl.exp(alpha_s17)
+        l_i_new_s19 = (l_i_new_49_c0 * alpha_47_s18)
+        l_i_new_49_s20 = (l_i_new_s19 + l_i_new_48_s16)
+        l_i_new_49_c0 = l_i_new_49_s20
+        pv_sum_53_s21 = gl.sum(pv_sum_52_s15, axis=0)
+        acc_54_s22 = alpha_47_s18
+        acc_55_s23 = (acc_56_c0 * acc_54_s22)
+        acc_56_s24 = (acc_55_s23 + pv_sum_53_s21)
+        acc_56_c0 = acc_56_s24
+    v_4_e25 = l_i_new_49_c0
+    v_5_e26 = (acc_56_c0 / v_4_e25)
+    v_6_e27 = v_5_e26.to(gl.float16)
+    v_7_e28 = gl.convert_layout(v_6_e27, gl.BlockedLayout(size_per_thread=[2], threads_per_warp=[32], warps_per_cta=[4], order=[0]))
+    gl.store(v_3_o, v_7_e28)
 
 @gluon.jit
 def _part1_g0(Q_ptr, K_ptr, V_ptr, Out_ptr, softmax_scale, N, H, D, stride_qh, stride_kn, stride_kh, stride_vn, stride_vh, stride_oh, stage_0, sready_0, sempty_0, stage_1, sready_1, sempty_1):
@@ -221,130 +80,47 @@ def _part1_g0(Q_ptr, K_ptr, V_ptr, Out_ptr, softmax_scale, N, H, D, stride_qh, s
     c0_i32_o = 0
     c64_i32_o = 64
     n_iter = gl.cdiv(N - c0_i32_o, c64_i32_o)
-    if n_iter >= 2:
-        k_7_o = K_ptr
-        n_range_o = gl.arange(0, 64, gl.SliceLayout(1, gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[2, 16], warps_per_cta=[4, 1], order=[1, 0])))
-        k_o = stride_kn
-        pid_h_o = gl.program_id(0)
-        k_8_o = (pid_h_o * stride_kh)
-        k_9_o = k_8_o
-        k_10_o = gl.arange(0, 128, gl.SliceLayout(0, gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[2, 16], warps_per_cta=[4, 1], order=[1, 0])))
-        k_11_o = gl.expand_dims(k_10_o, 0)
-        k_12_o = k_11_o
-        mask_o = N
-        v_13_o = V_ptr
-        v_o = stride_vn
-        v_14_o = (pid_h_o * stride_vh)
-        v_15_o = v_14_o
-        # prologue trip 0
-        n_range_22_p1 = (c0_i32_o + (0) * c64_i32_o)
-        n_range_23_p2 = (n_range_22_p1 + n_range_o)
-        k_26_p3 = gl.expand_dims(n_range_23_p2, 1)
-        k_27_p4 = (k_26_p3 * k_o)
-        k_28_p5 = (k_7_o + k_27_p4)
-        k_29_p6 = (k_28_p5 + k_9_o)
-        k_30_p7 = k_29_p6
-        k_31_p8 = (k_30_p7 + k_12_o)
-        mask_24_p9 = (n_range_23_p2 < mask_o)
-        k_25_p10 = gl.expand_dims(mask_24_p9, 1)
-        k_32_p11 = k_25_p10
-        k_33_p12 = gl.load(k_31_p8, mask=k_32_p11, other=0.0)
-        mbarrier.wait(sempty_1.index(((0) % 1)), (((0) // 1) & 1) ^ 1)
-        stage_1.index(((0) % 1)).store(k_33_p12)
+    k_7_o = K_ptr
+    n_range_o = gl.arange(0, 64, gl.SliceLayout(1, gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[2, 16], warps_per_cta=[4, 1], order=[1, 0])))
+    k_o = stride_kn
+    pid_h_o = gl.program_id(0)
+    k_8_o = (pid_h_o * stride_kh)
+    k_9_o = k_8_o
+    k_10_o = gl.arange(0, 128, gl.SliceLayout(0, gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[2, 16], warps_per_cta=[4, 1], order=[1, 0])))
+    k_11_o = gl.expand_dims(k_10_o, 0)
+    k_12_o = k_11_o
+    mask_o = N
+    v_13_o = V_ptr
+    v_o = stride_vn
+    v_14_o = (pid_h_o * stride_vh)
+    v_15_o = v_14_o
+    for t in range(0, n_iter):
+        n_range_22_s1 = (c0_i32_o + (t) * c64_i32_o)
+        n_range_23_s2 = (n_range_22_s1 + n_range_o)
+        k_26_s3 = gl.expand_dims(n_range_23_s2, 1)
+        k_27_s4 = (k_26_s3 * k_o)
+        k_28_s5 = (k_7_o + k_27_s4)
+        k_29_s6 = (k_28_s5 + k_9_o)
+        k_30_s7 = k_29_s6
+        k_31_s8 = (k_30_s7 + k_12_o)
+        mask_24_s9 = (n_range_23_s2 < mask_o)
+        k_25_s10 = gl.expand_dims(mask_24_s9, 1)
+        k_32_s11 = k_25_s10
+        k_33_s12 = gl.load(k_31_s8, mask=k_32_s11, other=0.0)
+        v_34_s13 = (k_26_s3 * v_o)
+        v_35_s14 = (v_13_o + v_34_s13)
+        v_36_s15 = (v_35_s14 + v_15_o)
+        v_37_s16 = v_36_s15
+        v_38_s17 = (v_37_s16 + k_12_o)
+        v_39_s18 = gl.load(v_38_s17, mask=k_32_s11, other=0.0)
+        mbarrier.wait(sempty_0.index(((t) % 1)), (((t) // 1) & 1) ^ 1)
+        stage_0.index(((t) % 1)).store(k_33_s12)
         fence_async_shared()
-        mbarrier.arrive(sready_1.index(((0) % 1)))
-        for t in range(1, n_iter):
-            n_range_22_s13 = (c0_i32_o + (t) * c64_i32_o)
-            n_range_23_s14 = (n_range_22_s13 + n_range_o)
-            k_26_s15 = gl.expand_dims(n_range_23_s14, 1)
-            k_27_s16 = (k_26_s15 * k_o)
-            k_28_s17 = (k_7_o + k_27_s16)
-            k_29_s18 = (k_28_s17 + k_9_o)
-            k_30_s19 = k_29_s18
-            k_31_s20 = (k_30_s19 + k_12_o)
-            mask_24_s21 = (n_range_23_s14 < mask_o)
-            k_25_s22 = gl.expand_dims(mask_24_s21, 1)
-            k_32_s23 = k_25_s22
-            k_33_s24 = gl.load(k_31_s20, mask=k_32_s23, other=0.0)
-            mbarrier.wait(sempty_1.index(((t) % 1)), (((t) // 1) & 1) ^ 1)
-            stage_1.index(((t) % 1)).store(k_33_s24)
-            fence_async_shared()
-            mbarrier.arrive(sready_1.index(((t) % 1)))
-            n_range_22_s25 = (c0_i32_o + ((t) - 1) * c64_i32_o)
-            n_range_23_s26 = (n_range_22_s25 + n_range_o)
-            k_26_s27 = gl.expand_dims(n_range_23_s26, 1)
-            v_34_s28 = (k_26_s27 * v_o)
-            v_35_s29 = (v_13_o + v_34_s28)
-            v_36_s30 = (v_35_s29 + v_15_o)
-            v_37_s31 = v_36_s30
-            v_38_s32 = (v_37_s31 + k_12_o)
-            mask_24_s33 = (n_range_23_s26 < mask_o)
-            k_25_s34 = gl.expand_dims(mask_24_s33, 1)
-            k_32_s35 = k_25_s34
-            v_39_s36 = gl.load(v_38_s32, mask=k_32_s35, other=0.0)
-            mbarrier.wait(sempty_0.index((((t) - 1) % 1)), ((((t) - 1) // 1) & 1) ^ 1)
-            stage_0.index((((t) - 1) % 1)).store(v_39_s36)
-            fence_async_shared()
-            mbarrier.arrive(sready_0.index((((t) - 1) % 1)))
-        # epilogue trip 0
-        n_range_22_e37 = (c0_i32_o + ((n_iter + 0) - 1) * c64_i32_o)
-        n_range_23_e38 = (n_range_22_e37 + n_range_o)
-        k_26_e39 = gl.expand_dims(n_range_23_e38, 1)
-        v_34_e40 = (k_26_e39 * v_o)
-        v_35_e41 = (v_13_o + v_34_e40)
-        v_36_e42 = (v_35_e41 + v_15_o)
-        v_37_e43 = v_36_e42
-        v_38_e44 = (v_37_e43 + k_12_o)
-        mask_24_e45 = (n_range_23_e38 < mask_o)
-        k_25_e46 = gl.expand_dims(mask_24_e45, 1)
-        k_32_e47 = k_25_e46
-        v_39_e48 = gl.load(v_38_e44, mask=k_32_e47, other=0.0)
-        mbarrier.wait(sempty_0.index((((n_iter + 0) - 1) % 1)), ((((n_iter + 0) - 1) // 1) & 1) ^ 1)
-        stage_0.index((((n_iter + 0) - 1) % 1)).store(v_39_e48)
+        mbarrier.arrive(sready_0.index(((t) % 1)))
+        mbarrier.wait(sempty_1.index(((t) % 1)), (((t) // 1) & 1) ^ 1)
+        stage_1.index(((t) % 1)).store(v_39_s18)
         fence_async_shared()
-        mbarrier.arrive(sready_0.index((((n_iter + 0) - 1) % 1)))
-    else:   # fewer than 2 iterations: one after the other
-        k_7_o = K_ptr
-        n_range_o = gl.arange(0, 64, gl.SliceLayout(1, gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[2, 16], warps_per_cta=[4, 1], order=[1, 0])))
-        k_o = stride_kn
-        pid_h_o = gl.program_id(0)
-        k_8_o = (pid_h_o * stride_kh)
-        k_9_o = k_8_o
-        k_10_o = gl.arange(0, 128, gl.SliceLayout(0, gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[2, 16], warps_per_cta=[4, 1], order=[1, 0])))
-        k_11_o = gl.expand_dims(k_10_o, 0)
-        k_12_o = k_11_o
-        mask_o = N
-        v_13_o = V_ptr
-        v_o = stride_vn
-        v_14_o = (pid_h_o * stride_vh)
-        v_15_o = v_14_o
-        for t in range(0, n_iter):
-            x_n_range_22_s1 = (c0_i32_o + (t) * c64_i32_o)
-            x_n_range_23_s2 = (x_n_range_22_s1 + n_range_o)
-            x_k_26_s3 = gl.expand_dims(x_n_range_23_s2, 1)
-            x_k_27_s4 = (x_k_26_s3 * k_o)
-            x_k_28_s5 = (k_7_o + x_k_27_s4)
-            x_k_29_s6 = (x_k_28_s5 + k_9_o)
-            x_k_30_s7 = x_k_29_s6
-            x_k_31_s8 = (x_k_30_s7 + k_12_o)
-            x_mask_24_s9 = (x_n_range_23_s2 < mask_o)
-            x_k_25_s10 = gl.expand_dims(x_mask_24_s9, 1)
-            x_k_32_s11 = x_k_25_s10
-            x_k_33_s12 = gl.load(x_k_31_s8, mask=x_k_32_s11, other=0.0)
-            mbarrier.wait(sempty_1.index(((t) % 1)), (((t) // 1) & 1) ^ 1)
-            stage_1.index(((t) % 1)).store(x_k_33_s12)
-            fence_async_shared()
-            mbarrier.arrive(sready_1.index(((t) % 1)))
-            x_v_34_s13 = (x_k_26_s3 * v_o)
-            x_v_35_s14 = (v_13_o + x_v_34_s13)
-            x_v_36_s15 = (x_v_35_s14 + v_15_o)
-            x_v_37_s16 = x_v_36_s15
-            x_v_38_s17 = (x_v_37_s16 + k_12_o)
-            x_v_39_s18 = gl.load(x_v_38_s17, mask=x_k_32_s11, other=0.0)
-            mbarrier.wait(sempty_0.index(((t) % 1)), (((t) // 1) & 1) ^ 1)
-            stage_0.index(((t) % 1)).store(x_v_39_s18)
-            fence_async_shared()
-            mbarrier.arrive(sready_0.index(((t) % 1)))
+        mbarrier.arrive(sready_1.index(((t) % 1)))
 
 @gluon.jit
 def decode_attn(Q_ptr, K_ptr, V_ptr, Out_ptr, softmax_scale, N, H, D, stride_qh, stride_qd: gl.constexpr, stride_kn, stride_kh, stride_kd: gl.constexpr, stride_vn, stride_vh, stride_vd: gl.constexpr, stride_oh, stride_od: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr):

@@ -56,6 +56,7 @@ class PartitionEmitter:
         self.notes: list[str] = []
         self.invariant_issue: list[tuple[int, dict[str, Any]]] = []
         self.ran: set[int] = set()
+        self.pending: list[tuple[int, Value, str, str]] = []   # pointer loads not yet handed over (_trip)
         self.defined: set[str] = set()
         self.trip_expr = "0"
         self.counter = 0
@@ -544,7 +545,34 @@ class PartitionEmitter:
                 self.kinds[name] = "tensor"
                 self._define(m.results[0], name)
                 self.ran.add(id(m))
-                self._staged_write(m.results[0], name, j)
+                if m.name == "tt.load" and m.results[0].key in self.k.staging:
+                    self.pending.append((self._ready_at(node), m.results[0], name, j))
+                else:
+                    self._staged_write(m.results[0], name, j)
+
+    def _ready_at(self, node: str) -> int:
+        """When a pointer load of ``node`` has its registers, in the trip's time (``start mod II`` frame,
+        problem units): its offset plus the op's latency."""
+        return self.k.plan.offset[node] + self.k.schedule.problem.op(node).latency
+
+    def _waits_on_nothing(self, node: str) -> bool:
+        """True if ``node``'s code waits on no barrier: no TMA load or Tensor Core op (rings, turns), and every
+        operand made by this partition."""
+        for m in self.k.members[node]:
+            if m.name in MMAS or m.name in LOADS or m.name == "ttg.local_alloc":
+                return False
+            for v, _dist in self.operand_sources(m):
+                src = self.k.node_of[id(v.owner)]
+                if src in self.k.plan.rings or self.k.plan.part(src, self.k.schedule) != self.p.position:
+                    return False
+        return True
+
+    def _flush_writes(self, until: int | None) -> None:
+        """Hand over the deferred pointer-load results (in the order they were loaded) that are ready by
+        ``until`` (``None``: all of them)."""
+        while self.pending and (until is None or self.pending[0][0] <= until):
+            _ready, v, name, j = self.pending.pop(0)
+            self._staged_write(v, name, j)
 
     def _define(self, v: Value, name: str) -> None:
         self.local[(v.key, "node")] = name
@@ -780,13 +808,19 @@ class PartitionEmitter:
         self.local = {}
         self.waited = set()
         self.ran: set[int] = set()
+        self.pending = []
         first = t == "0" and self.invariant_issue
         for node in self.p.order:
             if node not in ops:
                 continue
+            # a pointer load's hand-off store waits for its registers: it is placed when the schedule's
+            # latency says they are there, so the partition's later loads of this trip issue before it
+            # (keeping several loads in flight); never after code that waits on a barrier
+            self._flush_writes(self.k.plan.offset[node] if self._waits_on_nothing(node) else None)
             if first:
                 self._issue_invariant(self.k.schedule.slots[node].start)
             self._run_node(node, f"({t}) - {self._stage(node)}" if self._stage(node) else t)
+        self._flush_writes(None)
         if first:
             self._issue_invariant(None)
 
