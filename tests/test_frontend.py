@@ -385,12 +385,16 @@ def test_tl_exp_pays_the_non_ftz_expansion_and_masked_loads_are_predicated():
     # ex2.approx.f32 without .ftz = FSETP + 2 FMUL + MUFU.EX2 per element: ALU (1 subf + 1 + 3) x 64 / 128
     # = 2.5 -> 3 cycles, MUFU 64 / 16 = 4. Its K and V loads are masked with other=0: the full 64 x 128
     # fp16 tile (16384 B / 32 B per cycle = 512 LSU cycles) after a 8192 / 128 = 64-cycle fill select.
+    # Each head's K/V tile is read by its CTA alone (the address is pid * stride_kh + ...), so it streams
+    # from HBM: ceil(16384 / 13.9) = 1179 cycles of the SM's HBM share, latency 1850 + the 64-cycle fill.
     graph = graph_from_kernel(str(ROOT / "examples" / "decode_attention.py"), "h100")
     p = graph.op("p")
     assert sorted((r.unit, r.cycles) for r in p.rrt) == [("alu", 3), ("mufu", 4)]
     for name in ("k", "v"):
         op = graph.op(name)
-        assert [(r.unit, r.start, r.cycles) for r in op.rrt] == [("alu", 0, 64), ("lsu", 64, 512)]
+        assert [(r.unit, r.start, r.cycles) for r in op.rrt] == [("alu", 0, 64), ("lsu", 64, 512),
+                                                                  ("dram", 64, 1179)]
+        assert op.latency == 1850 + 64
         assert "predicated" in dict(op.attrs)
 
 

@@ -55,11 +55,13 @@ def test_machine_constants_the_numbers_assume(h200):
 def test_masked_load_costs_the_full_tile_plus_the_fill(masked):
     # 64 x 64 fp32 = 16384 B at 32 B/cycle: 512 LSU cycles whatever the mask keeps (a final tile with 1
     # valid column costs the same); other=0.0 is one select per element: 4096 / 128 = 32 ALU cycles,
-    # ahead of the load. Latency max(512, 600) + 32.
+    # ahead of the load. Each CTA reads its own rows (program_id * BLOCK_M + arange, times the stride), so
+    # the tile streams from HBM: ceil(16384 / 17.1) = 959 cycles of the SM's HBM share from the load's
+    # issue, latency max(512, 600, 959, 1850) + 32.
     x = masked.graph.op("x")
     assert x.kind == "load" and dict(x.attrs)["predicated"].endswith("mask 64x64")
-    assert x.rrt == (Reservation("alu", 0, 32), Reservation("lsu", 32, 512))
-    assert (x.latency, x.issue_cycles, x.variable_latency) == (632, 544, True)
+    assert x.rrt == (Reservation("alu", 0, 32), Reservation("lsu", 32, 512), Reservation("dram", 32, 959))
+    assert (x.latency, x.issue_cycles, x.variable_latency) == (1882, 544, True)
 
 
 def test_masked_store_costs_the_unmasked_store(masked, h200):

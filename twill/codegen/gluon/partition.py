@@ -556,8 +556,8 @@ class PartitionEmitter:
         return self.k.plan.offset[node] + self.k.schedule.problem.op(node).latency
 
     def _waits_on_nothing(self, node: str) -> bool:
-        """True if ``node``'s code waits on no barrier: no TMA load or Tensor Core op (rings, turns), and every
-        operand made by this partition."""
+        """True if ``node``'s code waits on no barrier: no TMA load or Tensor Core op (rings, turns), and
+        every operand made by this partition."""
         for m in self.k.members[node]:
             if m.name in MMAS or m.name in LOADS or m.name == "ttg.local_alloc":
                 return False
