@@ -578,7 +578,7 @@ def test_decode_loads_are_issued_by_their_group_and_staged_with_the_schedules_de
         value = py_name_of(lowering.members[n][0].results[0].name)
         mine = body_of[sched.slots[n].warp_group]
         assert re.search(rf"{value}_\w+ = gl\.load\(", mine)
-        ring = re.search(rf"stage_(\d+)\.index\([^\n]*\)\.store\({value}_", mine).group(1)
+        ring = re.search(rf"stage_(\d+)\.index\([^\n]*\)\.store\((?:pf_)?{value}[_)]", mine).group(1)
         alloc = re.search(rf"stage_{ring} = gl\.allocate_shared_memory\(gl\.float16, \[(\d+), ",
                           kernel.source)
         assert int(alloc.group(1)) == depths[n]
@@ -586,9 +586,30 @@ def test_decode_loads_are_issued_by_their_group_and_staged_with_the_schedules_de
         for g in readers - {sched.slots[n].warp_group}:
             assert f"stage_{ring}.index(" in body_of[g] and ").load(" in body_of[g]
     order = sorted(loads, key=lambda n: (sched.slots[n].start % sched.ii, list(sched.slots).index(n)))
-    stored = re.findall(r"stage_\d+\.index\([^\n]*\)\.store\((\w+?)_s\d+\)", _steady(producer))
+    stored = re.findall(r"stage_\d+\.index\([^\n]*\)\.store\((?:pf_)?(\w+?)(?:_s\d+)?\)", _steady(producer))
     names = {py_name_of(lowering.members[n][0].results[0].name): n for n in loads}
     assert [names[s] for s in stored] == order
+
+
+def test_decode_producer_issues_its_loads_a_trip_ahead(decode):
+    """The schedule's streaming loads are issued ``prefetch`` (1) II before their slot (docs/model.md): the
+    producer's steady trip issues every ``gl.load`` of iteration ``t`` first, then stores the registers of
+    iteration ``t - 1`` (carried from the previous trip) into the staging slots, so two iterations' loads
+    are in flight while the stores wait; the last iteration's are stored after the loop."""
+    graph, sched, _lowering, kernel = decode
+    assert sched.problem.options.prefetch >= 1
+    loads = [op.name for op in graph.ops if op.kind == "load"]
+    producer = next(b for f, b in _functions(kernel.source).items()
+                    if f.startswith("_part") and int(re.match(r"_part\d+_g(\d+)", f).group(1))
+                    == sched.slots[loads[0]].warp_group)
+    steady = _steady(producer)
+    issued = [m.start() for m in re.finditer(r"= gl\.load\(", steady)]
+    stores = [m.start() for m in re.finditer(r"\.store\(pf_", steady)]
+    assert len(issued) == len(stores) == len(loads)
+    assert max(issued) < min(stores)
+    assert all("index((((t) - 1) % " in line for line in steady.splitlines() if ".store(pf_" in line)
+    after = producer.split("for t in range(", 1)[1].split("\n    else:", 1)[0]
+    assert after.count(".store(pf_") == 2 * len(loads)      # in the loop, and once more after it
 
 
 def py_name_of(ttgir_name):

@@ -7,7 +7,86 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 
 @gluon.jit
-def _part0_g1(Q_ptr, K_ptr, V_ptr, Out_ptr, softmax_scale, N, H, D, stride_qh, stride_kn, stride_kh, stride_vn, stride_vh, stride_oh, stage_0, sready_0, sempty_0, stage_1, sready_1, sempty_1):
+def _part0_g0(Q_ptr, K_ptr, V_ptr, Out_ptr, softmax_scale, N, H, D, stride_qh, stride_kn, stride_kh, stride_vn, stride_vh, stride_oh, stage_0, sready_0, sempty_0, stage_1, sready_1, sempty_1):
+    # warp group 0 (producer): 4 warps, setmaxnreg 160; trip order: k, v
+    c0_i32_o = 0
+    c64_i32_o = 64
+    n_iter = gl.cdiv(N - c0_i32_o, c64_i32_o)
+    k_7_o = K_ptr
+    n_range_o = gl.arange(0, 64, gl.SliceLayout(1, gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[2, 16], warps_per_cta=[4, 1], order=[1, 0])))
+    k_o = stride_kn
+    pid_h_o = gl.program_id(0)
+    k_8_o = (pid_h_o * stride_kh)
+    k_9_o = k_8_o
+    k_10_o = gl.arange(0, 128, gl.SliceLayout(0, gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[2, 16], warps_per_cta=[4, 1], order=[1, 0])))
+    k_11_o = gl.expand_dims(k_10_o, 0)
+    k_12_o = k_11_o
+    mask_o = N
+    v_13_o = V_ptr
+    v_o = stride_vn
+    v_14_o = (pid_h_o * stride_vh)
+    v_15_o = v_14_o
+    # first trip, written out: its loads start the ones carried to the next trip
+    n_range_22_f01 = (c0_i32_o + (0) * c64_i32_o)
+    n_range_23_f02 = (n_range_22_f01 + n_range_o)
+    k_26_f03 = gl.expand_dims(n_range_23_f02, 1)
+    k_27_f04 = (k_26_f03 * k_o)
+    k_28_f05 = (k_7_o + k_27_f04)
+    k_29_f06 = (k_28_f05 + k_9_o)
+    k_30_f07 = k_29_f06
+    k_31_f08 = (k_30_f07 + k_12_o)
+    mask_24_f09 = (n_range_23_f02 < mask_o)
+    k_25_f010 = gl.expand_dims(mask_24_f09, 1)
+    k_32_f011 = k_25_f010
+    k_33_f012 = gl.load(k_31_f08, mask=k_32_f011, other=0.0)
+    v_34_f013 = (k_26_f03 * v_o)
+    v_35_f014 = (v_13_o + v_34_f013)
+    v_36_f015 = (v_35_f014 + v_15_o)
+    v_37_f016 = v_36_f015
+    v_38_f017 = (v_37_f016 + k_12_o)
+    v_39_f018 = gl.load(v_38_f017, mask=k_32_f011, other=0.0)
+    pf_k_33 = k_33_f012
+    pf_v_39 = v_39_f018
+    for t in range(1, n_iter):
+        n_range_22_s19 = (c0_i32_o + (t) * c64_i32_o)
+        n_range_23_s20 = (n_range_22_s19 + n_range_o)
+        k_26_s21 = gl.expand_dims(n_range_23_s20, 1)
+        k_27_s22 = (k_26_s21 * k_o)
+        k_28_s23 = (k_7_o + k_27_s22)
+        k_29_s24 = (k_28_s23 + k_9_o)
+        k_30_s25 = k_29_s24
+        k_31_s26 = (k_30_s25 + k_12_o)
+        mask_24_s27 = (n_range_23_s20 < mask_o)
+        k_25_s28 = gl.expand_dims(mask_24_s27, 1)
+        k_32_s29 = k_25_s28
+        k_33_s30 = gl.load(k_31_s26, mask=k_32_s29, other=0.0)
+        v_34_s31 = (k_26_s21 * v_o)
+        v_35_s32 = (v_13_o + v_34_s31)
+        v_36_s33 = (v_35_s32 + v_15_o)
+        v_37_s34 = v_36_s33
+        v_38_s35 = (v_37_s34 + k_12_o)
+        v_39_s36 = gl.load(v_38_s35, mask=k_32_s29, other=0.0)
+        mbarrier.wait(sempty_0.index((((t) - 1) % 1)), ((((t) - 1) // 1) & 1) ^ 1)
+        stage_0.index((((t) - 1) % 1)).store(pf_k_33)
+        fence_async_shared()
+        mbarrier.arrive(sready_0.index((((t) - 1) % 1)))
+        mbarrier.wait(sempty_1.index((((t) - 1) % 1)), ((((t) - 1) // 1) & 1) ^ 1)
+        stage_1.index((((t) - 1) % 1)).store(pf_v_39)
+        fence_async_shared()
+        mbarrier.arrive(sready_1.index((((t) - 1) % 1)))
+        pf_k_33 = k_33_s30
+        pf_v_39 = v_39_s36
+    mbarrier.wait(sempty_0.index((((n_iter + 0) - 1) % 1)), ((((n_iter + 0) - 1) // 1) & 1) ^ 1)
+    stage_0.index((((n_iter + 0) - 1) % 1)).store(pf_k_33)
+    fence_async_shared()
+    mbarrier.arrive(sready_0.index((((n_iter + 0) - 1) % 1)))
+    mbarrier.wait(sempty_1.index((((n_iter + 0) - 1) % 1)), ((((n_iter + 0) - 1) // 1) & 1) ^ 1)
+    stage_1.index((((n_iter + 0) - 1) % 1)).store(pf_v_39)
+    fence_async_shared()
+    mbarrier.arrive(sready_1.index((((n_iter + 0) - 1) % 1)))
+
+@gluon.jit
+def _part1_g1(Q_ptr, K_ptr, V_ptr, Out_ptr, softmax_scale, N, H, D, stride_qh, stride_kn, stride_kh, stride_vn, stride_vh, stride_oh, stage_0, sready_0, sempty_0, stage_1, sready_1, sempty_1):
     # warp group 1 (consumer): 4 warps, setmaxnreg 248; trip order: qk_alu, qk_reduce, qk, m_new, p, pv_sum_alu, l_i_new, pv_sum, acc
     c0_i32_o = 0
     c64_i32_o = 64
@@ -75,54 +154,6 @@ def _part0_g1(Q_ptr, K_ptr, V_ptr, Out_ptr, softmax_scale, N, H, D, stride_qh, s
     gl.store(v_3_o, v_7_e28)
 
 @gluon.jit
-def _part1_g0(Q_ptr, K_ptr, V_ptr, Out_ptr, softmax_scale, N, H, D, stride_qh, stride_kn, stride_kh, stride_vn, stride_vh, stride_oh, stage_0, sready_0, sempty_0, stage_1, sready_1, sempty_1):
-    # warp group 0 (producer): 4 warps, setmaxnreg 160; trip order: k, v
-    c0_i32_o = 0
-    c64_i32_o = 64
-    n_iter = gl.cdiv(N - c0_i32_o, c64_i32_o)
-    k_7_o = K_ptr
-    n_range_o = gl.arange(0, 64, gl.SliceLayout(1, gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[2, 16], warps_per_cta=[4, 1], order=[1, 0])))
-    k_o = stride_kn
-    pid_h_o = gl.program_id(0)
-    k_8_o = (pid_h_o * stride_kh)
-    k_9_o = k_8_o
-    k_10_o = gl.arange(0, 128, gl.SliceLayout(0, gl.BlockedLayout(size_per_thread=[1, 8], threads_per_warp=[2, 16], warps_per_cta=[4, 1], order=[1, 0])))
-    k_11_o = gl.expand_dims(k_10_o, 0)
-    k_12_o = k_11_o
-    mask_o = N
-    v_13_o = V_ptr
-    v_o = stride_vn
-    v_14_o = (pid_h_o * stride_vh)
-    v_15_o = v_14_o
-    for t in range(0, n_iter):
-        n_range_22_s1 = (c0_i32_o + (t) * c64_i32_o)
-        n_range_23_s2 = (n_range_22_s1 + n_range_o)
-        k_26_s3 = gl.expand_dims(n_range_23_s2, 1)
-        k_27_s4 = (k_26_s3 * k_o)
-        k_28_s5 = (k_7_o + k_27_s4)
-        k_29_s6 = (k_28_s5 + k_9_o)
-        k_30_s7 = k_29_s6
-        k_31_s8 = (k_30_s7 + k_12_o)
-        mask_24_s9 = (n_range_23_s2 < mask_o)
-        k_25_s10 = gl.expand_dims(mask_24_s9, 1)
-        k_32_s11 = k_25_s10
-        k_33_s12 = gl.load(k_31_s8, mask=k_32_s11, other=0.0)
-        v_34_s13 = (k_26_s3 * v_o)
-        v_35_s14 = (v_13_o + v_34_s13)
-        v_36_s15 = (v_35_s14 + v_15_o)
-        v_37_s16 = v_36_s15
-        v_38_s17 = (v_37_s16 + k_12_o)
-        v_39_s18 = gl.load(v_38_s17, mask=k_32_s11, other=0.0)
-        mbarrier.wait(sempty_0.index(((t) % 1)), (((t) // 1) & 1) ^ 1)
-        stage_0.index(((t) % 1)).store(k_33_s12)
-        fence_async_shared()
-        mbarrier.arrive(sready_0.index(((t) % 1)))
-        mbarrier.wait(sempty_1.index(((t) % 1)), (((t) // 1) & 1) ^ 1)
-        stage_1.index(((t) % 1)).store(v_39_s18)
-        fence_async_shared()
-        mbarrier.arrive(sready_1.index(((t) % 1)))
-
-@gluon.jit
 def decode_attn(Q_ptr, K_ptr, V_ptr, Out_ptr, softmax_scale, N, H, D, stride_qh, stride_qd: gl.constexpr, stride_kn, stride_kh, stride_kd: gl.constexpr, stride_vn, stride_vh, stride_vd: gl.constexpr, stride_oh, stride_od: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr):
     stage_0 = gl.allocate_shared_memory(gl.float16, [1, 64, 128], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
     sready_0 = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
@@ -137,4 +168,4 @@ def decode_attn(Q_ptr, K_ptr, V_ptr, Out_ptr, softmax_scale, N, H, D, stride_qh,
         mbarrier.init(sready_1.index(i), count=1)
         mbarrier.init(sempty_1.index(i), count=1)
     fence_async_shared()
-    gl.warp_specialize([(_part0_g1, (Q_ptr, K_ptr, V_ptr, Out_ptr, softmax_scale, N, H, D, stride_qh, stride_kn, stride_kh, stride_vn, stride_vh, stride_oh, stage_0, sready_0, sempty_0, stage_1, sready_1, sempty_1,)), (_part1_g0, (Q_ptr, K_ptr, V_ptr, Out_ptr, softmax_scale, N, H, D, stride_qh, stride_kn, stride_kh, stride_vn, stride_vh, stride_oh, stage_0, sready_0, sempty_0, stage_1, sready_1, sempty_1,))], [4], [160])
+    gl.warp_specialize([(_part0_g0, (Q_ptr, K_ptr, V_ptr, Out_ptr, softmax_scale, N, H, D, stride_qh, stride_kn, stride_kh, stride_vn, stride_vh, stride_oh, stage_0, sready_0, sempty_0, stage_1, sready_1, sempty_1,)), (_part1_g1, (Q_ptr, K_ptr, V_ptr, Out_ptr, softmax_scale, N, H, D, stride_qh, stride_kn, stride_kh, stride_vn, stride_vh, stride_oh, stage_0, sready_0, sempty_0, stage_1, sready_1, sempty_1,))], [4], [248])

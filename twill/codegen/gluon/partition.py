@@ -56,7 +56,9 @@ class PartitionEmitter:
         self.notes: list[str] = []
         self.invariant_issue: list[tuple[int, dict[str, Any]]] = []
         self.ran: set[int] = set()
-        self.pending: list[tuple[int, Value, str, str]] = []   # pointer loads not yet handed over (_trip)
+        self.pending: list[tuple[int, Value, str, str, int]] = []   # pointer loads not yet handed over
+        self.carried: list[tuple[Value, str, int]] = []   # loads of the previous trip (_carry_writes)
+        self.ahead = False
         self.defined: set[str] = set()
         self.trip_expr = "0"
         self.counter = 0
@@ -504,13 +506,15 @@ class PartitionEmitter:
                   if any(u.key == v.key for u, _d in self.operand_sources(m))]
         return max(stages, default=0)
 
-    def _staged_write(self, v: Value, name: str, j: str) -> None:
-        """Hand ``v`` (just made here) to the partitions that read it."""
+    def _staged_write(self, v: Value, name: str, j: str, value: str | None = None) -> None:
+        """Hand ``v`` (made here, in this trip unless ``value`` names the variable holding it) to the
+        partitions that read it."""
         st = self.k.staging.get(v.key)
         if st is None:
             return
-        self._ensure_complete(self.local[(v.key, "node")], None)
-        value = self.local[(v.key, "node")]
+        if value is None:
+            self._ensure_complete(self.local[(v.key, "node")], None)
+            value = self.local[(v.key, "node")]
         d = st["depth"]
         slot, phase = f"(({j}) % {d})", f"((({j}) // {d}) & 1)"
         self._emit(f"mbarrier.wait(sempty_{st['id']}.index({slot}), {phase} ^ 1)")
@@ -546,7 +550,7 @@ class PartitionEmitter:
                 self._define(m.results[0], name)
                 self.ran.add(id(m))
                 if m.name == "tt.load" and m.results[0].key in self.k.staging:
-                    self.pending.append((self._ready_at(node), m.results[0], name, j))
+                    self.pending.append((self._ready_at(node), m.results[0], name, j, self._stage(node)))
                 else:
                     self._staged_write(m.results[0], name, j)
 
@@ -571,8 +575,43 @@ class PartitionEmitter:
         """Hand over the deferred pointer-load results (in the order they were loaded) that are ready by
         ``until`` (``None``: all of them)."""
         while self.pending and (until is None or self.pending[0][0] <= until):
-            _ready, v, name, j = self.pending.pop(0)
+            _ready, v, name, j, _stage = self.pending.pop(0)
             self._staged_write(v, name, j)
+
+    def _runs_ahead(self) -> bool:
+        """True if this partition issues its loads one trip ahead of handing them over: it is pipelined,
+        the schedule's streaming loads are issued ``prefetch >= 1`` IIs before their slot (the model's
+        streaming rule, docs/model.md), and the partition holds only such loads, pointer loads that wait
+        on nothing and whose results other partitions read (a producer group of ``gl.load``). Iteration
+        ``j``'s registers are then stored into its staging slot in the next trip, after that trip's loads
+        are issued: the loads of two iterations are in flight while the stores wait."""
+        p = self.k.schedule.problem
+        if self.k.plan.sequential or p.options.prefetch < 1 or not self.p.order:
+            return False
+        for n in self.p.order:
+            loads = [m for m in self.k.members[n] if m.name == "tt.load"]
+            if n not in p.streaming or not loads or not self._waits_on_nothing(n):
+                return False
+            if any(m.results[0].key not in self.k.staging for m in loads):
+                return False
+            if any(self.k.plan.part(e.dst, self.k.schedule) == self.p.position
+                   for e in self.k.schedule.problem.out_edges(n) if e.dst != n):
+                return False
+        return True
+
+    def _carry_writes(self) -> None:
+        """Run-ahead mode (:meth:`_runs_ahead`): store the registers loaded in the previous trip (their
+        loop-carried names), then carry this trip's loads to the next trip."""
+        for v, name, stage in self.carried:
+            self._staged_write(v, name, f"(({self.trip_expr}) - 1) - {stage}" if stage else
+                               f"({self.trip_expr}) - 1", value=name)
+        self.carried = []
+        for _ready, v, name, _j, stage in self.pending:
+            slot = f"{self.prefix}pf_{py_name(v)}"
+            self._emit(f"{slot} = {name}")
+            self.kinds[slot] = "tensor"
+            self.carried.append((v, slot, stage))
+        self.pending = []
 
     def _define(self, v: Value, name: str) -> None:
         self.local[(v.key, "node")] = name
@@ -816,10 +855,13 @@ class PartitionEmitter:
             # a pointer load's hand-off store waits for its registers: it is placed when the schedule's
             # latency says they are there, so the partition's later loads of this trip issue before it
             # (keeping several loads in flight); never after code that waits on a barrier
-            self._flush_writes(self.k.plan.offset[node] if self._waits_on_nothing(node) else None)
+            if not self.ahead:
+                self._flush_writes(self.k.plan.offset[node] if self._waits_on_nothing(node) else None)
             if first:
                 self._issue_invariant(self.k.schedule.slots[node].start)
             self._run_node(node, f"({t}) - {self._stage(node)}" if self._stage(node) else t)
+        if self.ahead:
+            self._carry_writes()
         self._flush_writes(None)
         if first:
             self._issue_invariant(None)
@@ -838,6 +880,7 @@ class PartitionEmitter:
     def body(self) -> list[str]:
         """The partition function's source lines."""
         S = self.p.stages
+        self.ahead = self._runs_ahead()
         lb, ub, step = (self._outer_value(self.k.loop.operands[i]) for i in range(3))
         self.pre.append(f"    n_iter = gl.cdiv({ub} - {lb}, {step})")
         # chains of loop-carried values start at their initial values
@@ -856,11 +899,14 @@ class PartitionEmitter:
             self._trip([n for n in self.p.order if self._stage(n) <= t], str(t))
         self.define_carried()
         peeled = 0
-        if self.invariant_issue and S == 1:
-            # the loop-invariant loads go into iteration 0's trip at their place: write that trip out
+        if (self.invariant_issue or self.ahead) and S == 1:
+            # the loop-invariant loads go into iteration 0's trip at their place, and loads issued ahead
+            # start their carried registers there: write that trip out
             self.tag = "f0"
             self.region = ("pro", 0)
-            self._emit("# first trip, written out: the loop-invariant loads are issued in it")
+            self._emit("# first trip, written out: " + ("the loop-invariant loads are issued in it"
+                                                        if self.invariant_issue else
+                                                        "its loads start the ones carried to the next trip"))
             self._trip(list(self.p.order), "0")
             peeled = 1
         adopted = False
@@ -927,6 +973,8 @@ class PartitionEmitter:
             self.pre.append("    tphase = gl.to_tensor(0)")
         self.trip_expr = f"n_iter + {S - 1}"
         self.region = ("after", 0)
+        if self.ahead:
+            self._carry_writes()   # the last trip's loads
         for e in self.outstanding:
             e["age"] += 1
         self._after_loop()

@@ -92,6 +92,8 @@ class Plan:
     stage: dict[str, int]
     offset: dict[str, int]
     notes: list[str] = field(default_factory=list)
+    sequential: bool = False
+    """The plan of :func:`sequential_plan` (no overlap between iterations)."""
 
     def part(self, node: str, schedule: Schedule) -> int:
         """Partition position of a graph op."""
@@ -212,7 +214,7 @@ def sequential_plan(plan: Plan, schedule: Schedule) -> Plan:
         order = sorted(p.order, key=lambda n: (schedule.slots[n].start, topo[n]))
         parts.append(Partition(p.position, p.group, p.warps, p.regs, order, 1, p.role))
     return Plan(parts, dict(plan.part_of_group), dict(plan.rings), {}, {n: 0 for n in plan.stage},
-                {n: s.start for n, s in schedule.slots.items()}, [])
+                {n: s.start for n, s in schedule.slots.items()}, [], sequential=True)
 
 
 def ring_bytes(plan: Plan) -> int:
