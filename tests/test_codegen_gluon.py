@@ -591,6 +591,31 @@ def test_decode_loads_are_issued_by_their_group_and_staged_with_the_schedules_de
     assert [names[s] for s in stored] == order
 
 
+def test_decode_producer_of_two_stages_stores_in_the_trip_and_computes(tmp_path, decode):
+    """Every op but the first load one II later (a two-stage producer, the other load in its second stage;
+    each delay grows or stays, accepted by ``twill.verify``): its loads are not carried across trips (a
+    load of the last stage first runs inside the loop), each trip still issues both loads before its
+    stores, and the kernel computes decode attention."""
+    graph, sched, _lowering, _kernel = decode
+    loads = [op.name for op in graph.ops if op.kind == "load"]
+    first = min(loads, key=lambda n: (sched.slots[n].start, n))
+    slots = {n: o if n == first else OpSlot(n, o.start + sched.ii, o.stage + 1, o.warp_group)
+             for n, o in sched.slots.items()}
+    moved = dataclasses.replace(sched, slots=slots, length=sched.length + sched.ii)
+    s = sched.slots[first]
+    twill.verify(moved)
+    kernel = generate(moved, DECODE, "h200", tmp_path / "out")
+    producer = next(b for f, b in _functions(kernel.source).items()
+                    if f.startswith("_part") and int(re.match(r"_part\d+_g(\d+)", f).group(1))
+                    == s.warp_group)
+    steady = _steady(producer)
+    assert "pf_" not in producer
+    assert max(m.start() for m in re.finditer(r"= gl\.load\(", steady)) < \
+        min(m.start() for m in re.finditer(r"\.store\(", steady))
+    for n in (64, 100, 192, 333):
+        assert _simulate_decode(kernel, n) < 1e-2
+
+
 def test_decode_producer_issues_its_loads_a_trip_ahead(decode):
     """The schedule's streaming loads are issued ``prefetch`` (1) II before their slot (docs/model.md): the
     producer's steady trip issues every ``gl.load`` of iteration ``t`` first, then stores the registers of

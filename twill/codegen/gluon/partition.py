@@ -582,11 +582,14 @@ class PartitionEmitter:
         """True if this partition issues its loads one trip ahead of handing them over: it is pipelined,
         the schedule's streaming loads are issued ``prefetch >= 1`` IIs before their slot (the model's
         streaming rule, docs/model.md), and the partition holds only such loads, pointer loads that wait
-        on nothing and whose results other partitions read (a producer group of ``gl.load``). Iteration
+        on nothing and whose results other partitions read (a producer group of ``gl.load``), all in one
+        stage (its first trip is then written out before the loop, so every load's registers are carried
+        into the loop; with a prologue, the loads of the last stage would first run inside it). Iteration
         ``j``'s registers are then stored into its staging slot in the next trip, after that trip's loads
-        are issued: the loads of two iterations are in flight while the stores wait."""
+        are issued: the loads of two iterations are in flight while the stores wait. Otherwise a load's
+        store is still placed after the trip's later loads (:meth:`_trip`)."""
         p = self.k.schedule.problem
-        if self.k.plan.sequential or p.options.prefetch < 1 or not self.p.order:
+        if self.k.plan.sequential or p.options.prefetch < 1 or not self.p.order or self.p.stages != 1:
             return False
         for n in self.p.order:
             loads = [m for m in self.k.members[n] if m.name == "tt.load"]
