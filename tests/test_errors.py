@@ -447,7 +447,7 @@ JSON_CASES: dict[str, tuple[Any, str]] = {
     "negative reservation": (lambda d: _op(d, "S").update(rrt=[["tc", 0, -1, 1]]),
                              r"problem: op 'S': reservation of unit 'tc' has cycles=-1"),
     "unknown unit": (lambda d: _op(d, "S").update(rrt=[["warp9", 0, 1, 1]]),
-                     r"problem: op 'S' uses unknown unit 'warp9'; the machine has alu, lsu"),
+                     r"problem: op 'S' uses unknown unit 'warp9'; the machine has alu, dram, lsu"),
     "fractional distance": (lambda d: d["problem"]["edges"][0].update(distance=0.5),
                             r"distance=0\.5 must be a non-negative integer"),
     "latency as text": (lambda d: d["problem"]["edges"][0].update(latency="x"),
