@@ -3,8 +3,8 @@
 The Gluon backend (:mod:`twill.codegen.gluon`) executes the schedule exactly: each partition issues its
 ops in the schedule's order, trip by trip. Measured on the H200 (``benchmarks/results/
 h200_gluon_fa_grid.json``), its trips nevertheless take 1.1-4.2x the schedule's II, and the gap is not
-noise: it follows two costs of the code the compiler makes from the schedule, both priced here from first
-principles, with no fitted constant.
+noise: it follows three costs of the code the compiler makes from the schedule, each priced here from
+first principles, with no fitted constant.
 
 * **A serialized wgmma pipeline** (:func:`serialized_gemm_graph`). When ptxas cannot keep the ``wgmma``
   pipeline in flight it says so (C7511 / C7512 / C7515, :func:`twill.tune.triton_model.wgmma_serialized`)
@@ -16,12 +16,19 @@ principles, with no fitted constant.
 * **Bank-conflicted hand-offs** (:func:`staging_conflict`, :func:`conflicted_handoff_graph`). A register
   value handed between warp groups goes through a staging buffer that the backend allocates unswizzled
   (``gl.SwizzledSharedLayout(1, 1, 1)``, row-major), and both sides access it in the value's register
-  layout. In the Hopper MMA layout a warp's store touches 8 rows of 4 lanes each; when a row is a
-  multiple of 128 bytes all 8 rows fall on the same banks, so one request takes 4-8 wavefronts of the
-  SMEM ports where a conflict-free one takes 1-2 (CUDA C Programming Guide, compute capability 9.0,
+  layout. In the Hopper MMA layout a warp's request touches 8 or 16 rows at the same column; when a row
+  is a multiple of 128 bytes they all fall on the same banks, so one request takes 4 times the wavefronts
+  of the SMEM ports that a conflict-free one takes (CUDA C Programming Guide, compute capability 9.0,
   shared memory: 32 banks of 4 bytes, successive words in successive banks; a request that touches
   ``n`` distinct words of one bank is split into ``n`` wavefronts). The P tile of FA 128/64 (16 KB of
-  fp16) moves at an eighth of the port rate.
+  fp16, ``stmatrix``) and of FA 128/128 at 4 warps (64 KB of fp32, ``st.shared.v2``, read twice) move at
+  a quarter of the port rate.
+
+* **Signals between warp groups as mbarriers.** The backend frees a staging or ring slot read by
+  another group, and passes the Tensor Core's turn from one group to the next, with an mbarrier arrive
+  and wait (``handoff.mbarrier``, 75 cycles one way, measured on the H200); the turn is arrived after
+  the GEMM is issued, which for a serialized GEMM is after its last instruction has run, so two groups'
+  serialized GEMMs take turns instead of overlapping.
 
 :func:`trip_terms` applies them to the loop's graph for a given schedule, one at a time, and
 :func:`simulated_trip_cycles` runs the schedule on each graph through
@@ -101,21 +108,39 @@ def mma_v3_accesses(shape: Sequence[int], element_bytes: int, *,
     unswizzled shared buffer of ``shape``: ``(address, bytes)`` per lane.
 
     The wgmma accumulator fragment (PTX ISA, wgmma register fragments, matrix D): lane ``l`` of a warp
-    holds rows ``l // 4`` and ``l // 4 + 8`` of the warp's 16, columns ``2 (l % 4) + {0, 1}`` of each 8;
-    the two adjacent columns are one access (Triton vectorizes over the elements contiguous in both
-    layouts). Every other request of the tile is this one shifted by whole rows or 8 columns, which moves
-    every lane's bank alike, so the first one stands for all. ``sliced``: a ``#ttg.slice<{dim = 1}>`` of
-    that layout (a row vector such as the softmax's row max): lane ``l`` holds element ``l // 4``.
+    holds rows ``l // 4`` and ``l // 4 + 8`` of the warp's 16, columns ``2 (l % 4) + {0, 1}`` of each 8.
+    What Triton 3.6 emits for it (the PTX of the FA grid's Gluon kernels, ``benchmarks/gluon_fa_grid/``):
 
-    >>> mma_v3_accesses([128, 32], 2)[:5]          # fp16 rows of 64 B: lanes 0-3 on row 0, lane 4 on row 1
-    [(0, 4), (4, 4), (8, 4), (12, 4), (64, 4)]
+    * 16-bit elements: ``stmatrix`` / ``ldmatrix .m8n8.x4``, a 16 x 16 block per instruction: lane ``i``
+      gives the address of row ``i % 8`` of 8x8 matrix ``i // 8`` (rows ``0-7`` / ``8-15`` x columns
+      ``0-7`` / ``8-15``), 16 bytes each;
+    * 32-bit elements: ``st.shared.v2`` / ``ld.shared.v2`` of the two adjacent columns (8 bytes);
+    * ``sliced``, a ``#ttg.slice<{dim = 1}>`` of the layout (a row vector such as the softmax's row max):
+      lane ``l`` holds element ``l // 4``, one element per access.
+
+    Every other request of the tile is the first shifted by whole rows or 8 columns, which moves every
+    lane's bank alike, so the first one stands for all.
+
+    >>> mma_v3_accesses([128, 32], 2)[7:10]    # fp16 rows of 64 B: row 7 of matrix 0, rows 8-9 of matrix 1
+    [(448, 16), (512, 16), (576, 16)]
+    >>> mma_v3_accesses([128, 128], 4)[:5]     # fp32 rows of 512 B: lanes 0-3 on row 0, lane 4 on row 1
+    [(0, 8), (8, 8), (16, 8), (24, 8), (512, 8)]
+
+    Raises
+    ------
+    ValueError
+        A tile that is not 2-D, or elements neither 16- nor 32-bit.
     """
     if sliced:
         return [((lane // 4) * element_bytes, element_bytes) for lane in range(32)]
     if len(shape) != 2:
         raise ValueError(f"an MMA-layout tile is 2-D, got shape {list(shape)}")
     row = int(shape[1]) * element_bytes
-    return [((lane // 4) * row + 2 * (lane % 4) * element_bytes, 2 * element_bytes) for lane in range(32)]
+    if element_bytes == 2:
+        return [((8 * ((i // 8) % 2) + i % 8) * row + 16 * (i // 16), 16) for i in range(32)]
+    if element_bytes == 4:
+        return [((lane // 4) * row + 2 * (lane % 4) * element_bytes, 2 * element_bytes) for lane in range(32)]
+    raise ValueError(f"MMA-layout staging of {8 * element_bytes}-bit elements is not modelled (16 or 32)")
 
 
 def staging_conflict(encoding: str, shape: Sequence[int], element: str) -> float | None:
@@ -130,10 +155,10 @@ def staging_conflict(encoding: str, shape: Sequence[int], element: str) -> float
 
     >>> mma = ("#ttg.nvidia_mma<{versionMajor = 3, versionMinor = 0, warpsPerCTA = [4, 1], "
     ...        "instrShape = [16, 32, 16]}>")
-    >>> staging_conflict(mma, [128, 32], "f16")    # rows of 64 B: 8 rows on 2 bank offsets, 4 wavefronts
+    >>> staging_conflict(mma, [128, 32], "f16")    # rows of 64 B: 8 rows per bank offset, 8 wavefronts
+    2.0
+    >>> staging_conflict(mma, [128, 64], "f16")    # rows of 128 B: 16 rows on the same banks
     4.0
-    >>> staging_conflict(mma, [128, 64], "f16")    # rows of 128 B: 8 rows on the same 4 banks
-    8.0
     >>> staging_conflict(mma, [128, 128], "f32")   # 8 B per lane, rows of 512 B: 8 wavefronts for 256 B
     4.0
     >>> staging_conflict("#blocked", [128], "f32") is None
@@ -144,6 +169,8 @@ def staging_conflict(encoding: str, shape: Sequence[int], element: str) -> float
         return None
     sliced = encoding.lstrip().startswith("#ttg.slice")
     if sliced and not re.match(r"#ttg\.slice<\{dim = 1,", encoding.strip()):
+        return None
+    if not sliced and eb not in (2, 4):
         return None
     accesses = mma_v3_accesses(shape, eb, sliced=sliced)
     useful = len({a for a, _ in accesses}) * accesses[0][1]
@@ -222,10 +249,10 @@ def conflicted_handoff_graph(graph: Graph, group: Mapping[str, int], encodings: 
     >>> _ = g.add_edge("p", "o")
     >>> g2, found = conflicted_handoff_graph(g, {"p": 1, "o": 2}, {"p": (mma, "f16")},
     ...                                      CostModel(load_machine("h200")))
-    >>> found[0].factor, found[0].store_extra       # 16 KB at 128 B/cycle = 128 cycles, 8x: 7 x 128 more
-    (8.0, 896.0)
+    >>> found[0].factor, found[0].store_extra       # 16 KB at 128 B/cycle = 128 cycles, 4x: 3 x 128 more
+    (4.0, 384.0)
     >>> g2.op("p").issue_cycles, g2.op("o").latency
-    (904, 904)
+    (392, 392)
     """
     rate = float(cm.machine.const("cost.smem_bytes_per_cycle"))
     store: dict[str, float] = {}
@@ -269,15 +296,18 @@ def _shape(op: Any) -> list[int]:
     return [int(d) for d in dims if d.isdigit()]
 
 
-def simulated_trip_cycles(schedule: Any, graph: Graph, trips: int, *, tma_latency: float) -> float:
+def simulated_trip_cycles(schedule: Any, graph: Graph, trips: int, *, tma_latency: float,
+                          barrier_cycles: float | None = None) -> float:
     """Cycles per steady-state trip of ``schedule`` run on ``graph`` (raw cycles) by
-    :func:`twill.analysis.simulate.simulate`, every TMA load taking ``tma_latency`` cycles, over
-    :func:`twill.tune.triton_model.trips_needed` trips (at most 64 more than the stages need)."""
+    :func:`twill.analysis.simulate.simulate`, every TMA load taking ``tma_latency`` cycles, the signals
+    between groups as mbarriers of ``barrier_cycles`` when given (the simulator's ``barrier_cycles``),
+    over :func:`twill.tune.triton_model.trips_needed` trips (at most 64 more than the stages need)."""
     from twill.analysis.simulate import simulate
     from twill.tune.triton_model import trips_needed
 
     n = trips_needed(schedule, min(max(1, trips), 64))
-    result = simulate(schedule, n, {"tma_load": float(tma_latency)}, graph=graph)
+    result = simulate(schedule, n, {"tma_load": float(tma_latency)}, graph=graph,
+                      barrier_cycles=barrier_cycles)
     if result.cycles_per_iteration is None:
         return float(schedule.ii_cycles)
     return float(result.cycles_per_iteration)
@@ -305,8 +335,14 @@ def trip_terms(schedule: Any, graph: Graph, operands: Mapping[str, tuple[int, in
     * ``simulated``: the schedule simulated on the loop's raw-cycle graph (:func:`simulated_trip_cycles`;
       each group in the schedule's order, TMA loads at ``cost.tma_latency``);
     * ``serialized``: with the GEMMs serialized when ptxas says so (:func:`serialized_gemm_graph`);
-    * ``conflicts``: and the hand-offs' bank conflicts (:func:`conflicted_handoff_graph`).
+    * ``conflicts``: and the hand-offs' bank conflicts (:func:`conflicted_handoff_graph`);
+    * ``signals``: and the signals between warp groups as the kernel's mbarriers make them
+      (``handoff.mbarrier``, 75 cycles measured on the H200): a staging or ring slot freed by a reader on
+      another group, and the Tensor Core turn, which the backend passes with an arrive after the GEMM's
+      issue (after all its instructions when ptxas serialized it) and a wait before the next
+      (:func:`twill.analysis.simulate.simulate` ``barrier_cycles``). This is the kernel's trip.
 
+    ``conflicts_alone`` is the last without the serialization (each term's share in either order).
     Also ``handoffs`` (:class:`HandoffConflict` ``to_dict`` of each staged value) and ``serialized_wgmma``.
     """
     tma = float(cm.machine.const("cost.tma_latency"))
@@ -320,6 +356,11 @@ def trip_terms(schedule: Any, graph: Graph, operands: Mapping[str, tuple[int, in
     conflicted, found = conflicted_handoff_graph(serial, group, encodings, cm)
     out["conflicts"] = simulated_trip_cycles(schedule, conflicted, trips, tma_latency=tma) if any(
         h.store_extra for h in found) else out["serialized"]
+    alone, _ = conflicted_handoff_graph(graph, group, encodings, cm)
+    out["conflicts_alone"] = simulated_trip_cycles(schedule, alone, trips, tma_latency=tma) if any(
+        h.store_extra for h in found) else out["simulated"]
+    out["signals"] = simulated_trip_cycles(schedule, conflicted, trips, tma_latency=tma,
+                                           barrier_cycles=float(cm.machine.const("handoff.mbarrier")))
     out["handoffs"] = [h.to_dict() for h in found]
     out["serialized_wgmma"] = bool(serialized)
     return out
