@@ -222,6 +222,19 @@ def test_a_shallow_buffer_between_groups_is_only_slower(streaming):
     assert shallow.balanced
 
 
+def test_an_mbarrier_release_across_groups_lengthens_the_buffer_cycle_by_its_latency(streaming):
+    # With one copy of L the loop's only cycle is C(i-1) releases the copy -> L(i) -> C(i): the release
+    # reaches L's group barrier_cycles later, so each iteration takes exactly that much longer.
+    shallow = simulate(streaming, 30, latencies=200, buffers={"L": 1})
+    signalled = simulate(streaming, 30, latencies=200, buffers={"L": 1}, barrier_cycles=50)
+    tick = shallow.cycles_per_tick
+    assert abs(signalled.cycles_per_iteration - shallow.cycles_per_iteration - 50) <= tick
+    # deep enough, the release is off the critical cycle and costs nothing
+    deep = simulate(streaming, 30, latencies=200)
+    assert simulate(streaming, 30, latencies=200, barrier_cycles=50).cycles_per_iteration == pytest.approx(
+        deep.cycles_per_iteration, abs=tick)
+
+
 def test_bad_arguments(two_op):
     with pytest.raises(TwillError):
         simulate(two_op, -1)
