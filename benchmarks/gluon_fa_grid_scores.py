@@ -14,6 +14,11 @@ measured time of each term's pick against the best)::
     # predictions only (before the grid is measured):
     python benchmarks/gluon_fa_grid_scores.py --shape 4,32,4096,64 \\
         --out benchmarks/results/h200_gluon_fa_grid_d64_predicted.json
+    # once measured, score the committed predictions as they are (nothing recomputed):
+    python benchmarks/gluon_fa_grid_scores.py --shape 4,32,4096,64 \\
+        --predicted benchmarks/results/h200_gluon_fa_grid_d64_predicted.json \\
+        --measured benchmarks/results/h200_gluon_fa_grid_d64.json \\
+        --out benchmarks/results/h200_gluon_fa_grid_d64_scores.json
 """
 
 from __future__ import annotations
@@ -117,10 +122,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shape", type=parse_shape, default=None, help="B,H,N,D (default 4,32,8192,128)")
     p.add_argument("--measured", type=Path, help="an H200 timing file of benchmarks/gluon_fa_grid.py time")
+    p.add_argument("--predicted", type=Path, help="score this committed prediction file (no new prediction)")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
     shape = args.shape or (4, 32, 8192, 128)
-    rows = predict_folder(shape_folder(args.shape), shape)
+    if args.predicted:
+        rows = json.loads(args.predicted.read_text())["rows"]
+    else:
+        rows = predict_folder(shape_folder(args.shape), shape)
     out: dict[str, Any] = {"shape": dict(zip("BHND", shape, strict=True)), "machine": "h200",
                            "terms": list(TERMS),
                            "fitted": "nothing: every term is priced from machines/h200.toml",

@@ -147,3 +147,19 @@ def test_committed_fa_grid_scores_are_recomputed_by_the_script(tmp_path):
     committed = json.loads((ROOT / "benchmarks" / "results" / "h200_gluon_fa_grid_scores.json").read_text())
     assert fresh["scores"] == committed["scores"]
     assert fresh["rows"] == committed["rows"]
+
+
+def test_result_encodings_reads_the_last_ttgir_op_of_each_chain():
+    from types import SimpleNamespace as NS
+
+    from twill.tune.gluon_terms import result_encodings
+
+    def op(kind: str, encoding: str, element: str = "f32") -> NS:
+        return NS(results=(NS(type=NS(kind=kind, encoding=encoding, element=element)),))
+
+    lowering = NS(members={
+        "p": [op("tensor", "#a"), op("tensor", "#b", "f16")],   # the chain's value is its last op's
+        "k": [op("memdesc", "#shared")],                        # shared memory: not a register value
+        "s": [NS(results=())],                                  # no result
+    })
+    assert result_encodings(lowering) == {"p": ("#b", "f16")}
