@@ -14,7 +14,9 @@ the order, outputs preallocated).
 ``--shape B,H,N,D`` (both commands) takes another problem: ``HEAD_DIM`` = D in the generated kernels,
 the timing at N, the check at N = 1024 and N; its kernels go to
 ``benchmarks/gluon_fa_grid_b{B}_h{H}_n{N}_d{D}/`` (the default shape 4,32,8192,128 keeps
-``benchmarks/gluon_fa_grid/``).
+``benchmarks/gluon_fa_grid/``). ``generate --only fa_128_32_w8,... --time-limit S`` (re)makes some configs
+with a solver time limit, keeping the other entries of ``index.json``; a config the generator refuses is
+kept in ``index.json`` with its ``error`` and skipped by ``time``.
 """
 
 from __future__ import annotations
@@ -55,8 +57,11 @@ def shape_folder(shape: tuple[int, int, int, int] | None) -> Path:
     return ROOT / "benchmarks" / f"gluon_fa_grid_b{b}_h{h}_n{n}_d{d}"
 
 
-def generate(shape: tuple[int, int, int, int] | None = None) -> None:
-    """Solve, generate and compile each config (CPU); writes ``index.json`` with the schedules' numbers."""
+def generate(shape: tuple[int, int, int, int] | None = None, *, only: set[str] | None = None,
+             time_limit: float | None = None) -> None:
+    """Solve, generate and compile each config (CPU); ``index.json`` gets the schedules' numbers, written
+    after every config (entries of configs not in ``only`` are kept). ``time_limit``: the solver's, per
+    phase (None: none; a schedule it leaves unproven says so in its entry)."""
     from twill.codegen.gluon import CodegenError
     from twill.codegen.gluon import generate as gen
     from twill.frontend.compile import compile_to_ttgir, load_kernel, target_for
@@ -69,8 +74,13 @@ def generate(shape: tuple[int, int, int, int] | None = None) -> None:
     machine = load_machine("h200")
     here = shape_folder(shape)
     d = (shape or DEFAULT_SHAPE)[3]
-    index = []
+    order = [f"fa_{bm}_{bn}_w{w}" for bm, bn, w in GRID]
+    path = here / "index.json"
+    index = {e["name"]: e for e in json.loads(path.read_text())} if path.is_file() else {}
     for bm, bn, w in GRID:
+        name = f"fa_{bm}_{bn}_w{w}"
+        if only is not None and name not in only:
+            continue
         spec = load_kernel(str(FA))
         problem = load_tune_problem(spec.fn.__globals__.get("TWILL_TUNE"), spec.name, source=spec.source)
         consts = {**spec.constexprs, "BLOCK_M": bm, "BLOCK_N": bn, "HEAD_DIM": d}
@@ -79,23 +89,25 @@ def generate(shape: tuple[int, int, int, int] | None = None) -> None:
                                   num_stages=2)
         snaps = compile_to_ttgir(cfg, target=target_for(machine))
         graph = lower_loop(parse_ttgir(snaps.pre_swp), machine, name=cfg.name).graph
-        sched = schedule(graph, machine, prefetch=1)
-        name = f"fa_{bm}_{bn}_w{w}"
+        sched = schedule(graph, machine, prefetch=1, time_limit=time_limit)
+        entry = {"name": name, "BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": 2, "ii": sched.ii}
+        if time_limit is not None:
+            entry["proven_optimal"] = sched.certificate.proven_optimal
         try:
             rep = gen(sched, cfg, machine, here / name).report
         except CodegenError as exc:  # recorded, not timed; the other configs go on
-            index.append({"name": name, "BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": 2,
-                          "ii": sched.ii, "error": f"CodegenError: {exc}"})
+            index[name] = {**entry, "error": f"CodegenError: {exc}"}
             print(name, "CodegenError:", str(exc)[:200], flush=True)
-            continue
-        for ptx in (here / name).glob("*.ptx"):
-            ptx.unlink()
-        index.append({"name": name, "BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": 2,
-                      "ii": sched.ii, "ii_cycles": sched.ii_cycles, "length": sched.length,
-                      "stages": sched.stages, "spills": rep.spill_store_bytes + rep.spill_load_bytes,
-                      "shared": rep.shared_compiled})
-        print(name, sched.ii, rep.shared_compiled, flush=True)
-    (here / "index.json").write_text(json.dumps(index, indent=1) + "\n", encoding="utf-8")
+        else:
+            for ptx in (here / name).glob("*.ptx"):
+                ptx.unlink()
+            index[name] = {**entry, "ii_cycles": sched.ii_cycles, "length": sched.length,
+                           "stages": sched.stages, "spills": rep.spill_store_bytes + rep.spill_load_bytes,
+                           "shared": rep.shared_compiled}
+            print(name, sched.ii, rep.shared_compiled, flush=True)
+        here.mkdir(parents=True, exist_ok=True)
+        rows = [index[n] for n in order if n in index]
+        path.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
 
 
 def time_all(out_path: Path, shape: tuple[int, int, int, int] | None = None) -> None:
@@ -188,12 +200,15 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("generate")
     g.add_argument("--shape", type=parse_shape, default=None, help="B,H,N,D (default 4,32,8192,128)")
+    g.add_argument("--only", default=None, help="comma-separated config names (fa_128_32_w8, ...)")
+    g.add_argument("--time-limit", type=float, default=None, help="solver seconds per phase (default none)")
     t = sub.add_parser("time")
     t.add_argument("--out", type=Path, required=True)
     t.add_argument("--shape", type=parse_shape, default=None, help="B,H,N,D (default 4,32,8192,128)")
     args = p.parse_args(argv)
     if args.cmd == "generate":
-        generate(args.shape)
+        generate(args.shape, only=None if args.only is None else set(args.only.split(",")),
+                 time_limit=args.time_limit)
     else:
         time_all(args.out, args.shape)
     return 0
