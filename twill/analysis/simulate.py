@@ -39,6 +39,11 @@ The machine model, in order of the checks made before an op of iteration ``i`` m
   before its op's issue), so a schedule bound by the SMEM ports can settle above its II even with the
   model's latencies.
 
+**Signals as mbarriers** (``barrier_cycles``, off by default). A code generator signals between warp groups
+with mbarriers: a buffer copy freed by a reader on another group, and a unit's turn passed to another
+group (arrived once the predecessor is issued), then reach the other group ``barrier_cycles`` later.
+``twill tune --backend gluon`` simulates its kernels so (:func:`twill.tune.gluon_terms.trip_terms`).
+
 **Time.** By default (``graph=None``) durations are the schedule problem's normalized units times
 ``cycles_per_unit``: the exact model the solver proved its II on, so with the model's latencies the
 simulated steady state can be compared with ``Schedule.ii_cycles``. Normalization may merge costs (the
