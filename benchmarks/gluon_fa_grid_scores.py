@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "benchmarks" / "calibrate"))
 
-TERMS = ("ii", "simulated", "serialized", "conflicts", "signals", "conflicts_alone")
+TERMS = ("ii", "simulated", "serialized", "conflicts", "signals", "arrives", "conflicts_alone")
 
 
 def predict_folder(folder: Path, shape: tuple[int, int, int, int]) -> list[dict[str, Any]]:

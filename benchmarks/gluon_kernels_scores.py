@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "benchmarks" / "calibrate"))
 
-TERMS = ("ii", "simulated", "serialized", "conflicts", "signals")
+TERMS = ("ii", "simulated", "serialized", "conflicts", "signals", "arrives")
 GEMM = {"M": 8192, "N": 8192, "K": 8192}
 FA = {"B": 4, "H": 32, "N": 16384}
 

@@ -79,7 +79,8 @@ def test_gluon_configs_are_predicted_from_the_schedule_the_kernel_executes(gluon
         cpu = sched.problem.cycles_per_unit
         bounds = sched.bounds_cycles
         assert terms["signals"] >= terms["conflicts"] - 1e-9   # an mbarrier signal only adds time
-        per_trip = max(terms["signals"], k * bounds["res_mii"])
+        assert terms["arrives"] >= terms["signals"] - 1e-9     # so does a barrier before an arrive
+        per_trip = max(terms["arrives"], k * bounds["res_mii"])
         tma = machine.const("cost.tma_latency")
         per_cta = trips * per_trip + (sched.stages - 1) * per_trip + (sched.length - sched.ii) * cpu + 2 * tma
         waves = math.ceil(ctas / (machine.const("chip.sms") * k))

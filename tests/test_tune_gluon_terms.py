@@ -163,3 +163,36 @@ def test_result_encodings_reads_the_last_ttgir_op_of_each_chain():
         "s": [NS(results=())],                                  # no result
     })
     assert result_encodings(lowering) == {"p": ("#b", "f16")}
+
+
+GRIDS = ("gluon_fa_grid", "gluon_fa_grid_b4_h32_n4096_d64")
+
+
+@pytest.mark.parametrize("name", sorted(f"{g}/{p.name}" for g in GRIDS
+                                        for p in (ROOT / "benchmarks" / g).iterdir() if p.is_dir()))
+def test_barrier_arrives_match_the_committed_kernels_steady_loops(name):
+    """The arrives the rule counts per trip = the ``mbarrier.arrive(`` calls in the steady loops of the
+    committed generated kernel (the text the backend wrote, not twill's model)."""
+    import re
+    from types import SimpleNamespace as NS
+
+    from twill.schedule import Schedule
+    from twill.tune.gluon_terms import barrier_arrives
+
+    folder = ROOT / "benchmarks" / name
+    sched = Schedule.from_json((folder / "schedule.json").read_text())
+    text = (folder / "kernel.py").read_text()
+    # each partition's steady loop runs to its "# epilogue trip 0" (the sequential body of a short loop,
+    # after "else:", has none)
+    loops = re.findall(r"for t in range\(\d+, n_iter\):\n((?:(?!else:|@gluon\.jit).)*?)# epilogue trip 0",
+                       text, re.S)
+    assert loops
+    in_source = sum(body.count("mbarrier.arrive(") for body in loops)
+    # the producer's expect-tx arrives (mbarrier.expect) are not bar.sync'd arrives and are not counted
+    graph = NS(ops=[NS(name=n, variable_latency=n in ("k", "v"),
+                       rrt=[NS(unit="tc")] if n in ("qk", "out") else [NS(unit="alu")])
+                    for n in sched.problem.names],
+               edges=[NS(src=e.src, dst=e.dst, carrier=e.carrier) for e in sched.problem.edges])
+    graph.out_edges = lambda name: [e for e in graph.edges if e.src == name]
+    counts = barrier_arrives(graph, sched)
+    assert sum(counts.values()) == in_source

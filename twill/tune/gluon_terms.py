@@ -3,7 +3,7 @@
 The Gluon backend (:mod:`twill.codegen.gluon`) executes the schedule exactly: each partition issues its
 ops in the schedule's order, trip by trip. Measured on the H200 (``benchmarks/results/
 h200_gluon_fa_grid.json``), its trips nevertheless take 1.1-4.2x the schedule's II, and the gap is not
-noise: it follows three costs of the code the compiler makes from the schedule, each priced here from
+noise: it follows four costs of the code the compiler makes from the schedule, each priced here from
 first principles, with no fitted constant.
 
 * **A serialized wgmma pipeline** (:func:`serialized_gemm_graph`). When ptxas cannot keep the ``wgmma``
@@ -29,6 +29,11 @@ first principles, with no fitted constant.
   and wait (``handoff.mbarrier``, 75 cycles one way, measured on the H200); the turn is arrived after
   the GEMM is issued, which for a serialized GEMM is after its last instruction has run, so two groups'
   serialized GEMMs take turns instead of overlapping.
+* **A partition barrier before every arrive.** Each ``mbarrier.arrive`` of a partition is preceded by a
+  ``bar.sync`` of its warps (seen in the PTX of every FA grid kernel), so the group pays a named barrier
+  (``handoff.named_barrier``, 34 cycles measured on the H200 for a bar.sync hand-off of 256 threads; an
+  estimate for one group's own warps) per arrive: ring slots released, staged values published and
+  consumed, Tensor Core turns passed (:func:`barrier_arrives`, :func:`arrive_graph`).
 
 :func:`trip_terms` applies them to the loop's graph for a given schedule, one at a time, and
 :func:`simulated_trip_cycles` runs the schedule on each graph through
@@ -49,7 +54,9 @@ from twill.ir.graph import Graph, Reservation
 
 __all__ = [
     "HandoffConflict",
+    "arrive_graph",
     "bank_wavefronts",
+    "barrier_arrives",
     "conflicted_handoff_graph",
     "mma_v3_accesses",
     "result_encodings",
@@ -313,6 +320,92 @@ def simulated_trip_cycles(schedule: Any, graph: Graph, trips: int, *, tma_latenc
     return float(result.cycles_per_iteration)
 
 
+def barrier_arrives(graph: Graph, schedule: Any) -> dict[str, int]:
+    """The ``mbarrier.arrive`` s the Gluon backend emits per trip, by the graph op after which each is made
+    (the rules of :mod:`twill.codegen.gluon`):
+
+    * a ring slot (a TMA load's SMEM value) is released by each group that reads it, after that group's
+      last reader (by start time);
+    * a register value handed between groups is published once by its producer (``sready``) and released
+      by each other group that reads it, after that group's last reader (``sempty``);
+    * the Tensor Core's turn (GEMMs in the order of their start times modulo II, cyclically) is passed
+      after each GEMM whose successor sits on another group.
+
+    >>> from twill.ir.graph import Graph
+    >>> from types import SimpleNamespace as NS
+    >>> g = Graph("t")
+    >>> _ = g.add_op("k", "tma_load", busy={"tma": 4}, latency=100, issue_cycles=1, variable_latency=True)
+    >>> _ = g.add_op("qk", "gemm", busy={"tc": 64}, latency=80, issue_cycles=2)
+    >>> _ = g.add_op("p", "alu", busy={"alu": 8})
+    >>> _ = g.add_op("pv", "gemm", busy={"tc": 64}, latency=80, issue_cycles=2)
+    >>> for a, b, c in (("k", "qk", "smem"), ("qk", "p", "register"), ("p", "pv", "register")):
+    ...     _ = g.add_edge(a, b, carrier=c)
+    >>> groups = (NS(index=0, ops=("k",)), NS(index=1, ops=("qk", "p")), NS(index=2, ops=("pv",)))
+    >>> s = NS(warp_groups=groups, ii=100, start={"k": 0, "qk": 10, "p": 80, "pv": 150})
+    >>> sorted(barrier_arrives(g, s).items())   # qk: ring + turn; p: publishes; pv: releases p + turn
+    [('p', 1), ('pv', 2), ('qk', 2)]
+    """
+    group = {name: g.index for g in schedule.warp_groups for name in g.ops}
+    start = schedule.start
+    count: dict[str, int] = {}
+
+    def add(name: str) -> None:
+        count[name] = count.get(name, 0) + 1
+
+    for op in graph.ops:
+        if not op.variable_latency:
+            continue
+        readers: dict[int, list[str]] = {}
+        for e in graph.out_edges(op.name):
+            if e.carrier == "smem" and e.dst != op.name:
+                readers.setdefault(group[e.dst], []).append(e.dst)
+        for names in readers.values():
+            add(max(names, key=lambda n: (start[n], n)))
+    staged: dict[str, dict[int, list[str]]] = {}
+    for e in graph.edges:
+        if e.carrier != "register" or e.src == e.dst or group[e.src] == group[e.dst]:
+            continue
+        staged.setdefault(e.src, {}).setdefault(group[e.dst], []).append(e.dst)
+    for src, groups in staged.items():
+        add(src)
+        for names in groups.values():
+            add(max(names, key=lambda n: (start[n], n)))
+    ii = max(1, int(schedule.ii))
+    gemms = sorted((op.name for op in graph.ops if any(r.unit == "tc" for r in op.rrt)),
+                   key=lambda n: (start[n] % ii, n))
+    if len({group[n] for n in gemms}) > 1:
+        for a, b in zip(gemms, gemms[1:] + gemms[:1], strict=True):
+            if group[a] != group[b]:
+                add(a)
+    return count
+
+
+def arrive_graph(graph: Graph, arrives: Mapping[str, int], cycles: float) -> Graph:
+    """The graph with ``cycles`` of issue time added to an op per arrive made after it (the partition's
+    ``bar.sync`` before the arrive): its warps wait that much longer before the group's next op, and a
+    synchronous op's result is that much later.
+
+    >>> from twill.ir.graph import Graph
+    >>> g = Graph("t")
+    >>> _ = g.add_op("a", "alu", busy={"alu": 8})
+    >>> _ = g.add_op("m", "gemm", busy={"tc": 64}, latency=80, issue_cycles=2)
+    >>> g2 = arrive_graph(g, {"a": 1, "m": 2}, 34)
+    >>> (g2.op("a").issue_cycles, g2.op("a").latency), (g2.op("m").issue_cycles, g2.op("m").latency)
+    ((42, 42), (70, 80))
+    """
+
+    def fix(op: Any) -> Any:
+        extra = round(arrives.get(op.name, 0) * cycles)
+        if extra <= 0:
+            return op
+        synchronous = op.issue_cycles >= op.busy_cycles
+        issue = op.issue_cycles + extra
+        return replace(op, issue_cycles=issue, completion=max(op.cycles, issue),
+                       latency=op.latency + (extra if synchronous else 0))
+
+    return graph.map_ops(fix)
+
+
 def result_encodings(lowering: Any) -> dict[str, tuple[str, str]]:
     """Per graph op of a :class:`twill.frontend.Lowering`: ``(encoding, element)`` of its result's TTGIR
     type (the last TTGIR op of the op's chain: the value another warp group would receive); ops whose
@@ -340,10 +433,13 @@ def trip_terms(schedule: Any, graph: Graph, operands: Mapping[str, tuple[int, in
       (``handoff.mbarrier``, 75 cycles measured on the H200): a staging or ring slot freed by a reader on
       another group, and the Tensor Core turn, which the backend passes with an arrive after the GEMM's
       issue (after all its instructions when ptxas serialized it) and a wait before the next
-      (:func:`twill.analysis.simulate.simulate` ``barrier_cycles``). This is the kernel's trip.
+      (:func:`twill.analysis.simulate.simulate` ``barrier_cycles``);
+    * ``arrives``: and the partition barrier before each arrive (:func:`barrier_arrives`,
+      :func:`arrive_graph`, ``handoff.named_barrier``). This is the kernel's trip.
 
     ``conflicts_alone`` is the last without the serialization (each term's share in either order).
-    Also ``handoffs`` (:class:`HandoffConflict` ``to_dict`` of each staged value) and ``serialized_wgmma``.
+    Also ``arrive_counts`` (:func:`barrier_arrives`), ``handoffs`` (:class:`HandoffConflict` ``to_dict``
+    of each staged value) and ``serialized_wgmma``.
     """
     tma = float(cm.machine.const("cost.tma_latency"))
     group = {name: g.index for g in schedule.warp_groups for name in g.ops}
@@ -361,6 +457,11 @@ def trip_terms(schedule: Any, graph: Graph, operands: Mapping[str, tuple[int, in
         h.store_extra for h in found) else out["simulated"]
     out["signals"] = simulated_trip_cycles(schedule, conflicted, trips, tma_latency=tma,
                                            barrier_cycles=float(cm.machine.const("handoff.mbarrier")))
+    arrives = barrier_arrives(conflicted, schedule)
+    fenced = arrive_graph(conflicted, arrives, float(cm.machine.const("handoff.named_barrier")))
+    out["arrives"] = simulated_trip_cycles(schedule, fenced, trips, tma_latency=tma,
+                                           barrier_cycles=float(cm.machine.const("handoff.mbarrier")))
+    out["arrive_counts"] = dict(sorted(arrives.items()))
     out["handoffs"] = [h.to_dict() for h in found]
     out["serialized_wgmma"] = bool(serialized)
     return out

@@ -9,10 +9,10 @@ the schedule's, since the Gluon kernel issues each partition's ops in the schedu
 
 * one trip of the kernel takes ``T`` cycles: the schedule simulated on the loop's raw-cycle graph with the
   costs the compiled kernel adds: a serialized wgmma pipeline when ptxas reports one, the bank
-  conflicts of the hand-offs through the backend's unswizzled staging buffers, and its mbarrier signals
-  between warp groups (:func:`twill.tune.gluon_terms.trip_terms`, the ``signals`` row; on the 12 H200
-  Gluon FA kernels these take Spearman from -0.61 with ``T = II`` to 0.93, nothing fitted:
-  ``benchmarks/results/tune_scores.md``);
+  conflicts of the hand-offs through the backend's unswizzled staging buffers, its mbarrier signals
+  between warp groups and the partition barrier before each arrive
+  (:func:`twill.tune.gluon_terms.trip_terms`, the ``arrives`` row; on the 12 H200 Gluon FA kernels these
+  take Spearman from -0.61 with ``T = II`` to 0.95, nothing fitted: ``benchmarks/results/tune_scores.md``);
 * per CTA: ``trips x T`` cycles, plus the prologue's ``(stages - 1) x T`` and the drain's ``L - II``
   (the epilogue trips end ``L - II`` after the last start), plus one TMA round trip in and one out
   (``cost.tma_latency``: the first tile's load, the last store), as the Triton path charges;
@@ -161,7 +161,7 @@ def tune_gluon(task: Any, spec: Any, machine: Any, *, ctas: int, trips: int, flo
     terms = trip_terms(sched, graph, gemm_operands(lowering), result_encodings(lowering), cm,
                        serialized=wgmma_serialized(report.not_kept, spill > 0), trips=trips)
     details["trip_terms"] = terms
-    pred = gluon_prediction(ii_cycles=terms["signals"], drain_cycles=(sched.length - sched.ii) * cpu,
+    pred = gluon_prediction(ii_cycles=terms["arrives"], drain_cycles=(sched.length - sched.ii) * cpu,
                             stages=sched.stages,
                             res_mii_cycles=float(sched.bounds_cycles.get("res_mii", 0.0)), ctas_per_sm=k,
                             trips=trips, ctas=ctas, sms=int(machine.const("chip.sms")),
