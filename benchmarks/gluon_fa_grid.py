@@ -10,6 +10,13 @@ examples/flash_attention_fwd.py --grid BLOCK_M=64,128 --grid BLOCK_N=32,64,128 -
 ``time`` checks each kernel against an fp32 reference (two heads, N = 1024 and 4096, output pre-filled with
 NaN), then times it and the JIT at B 4, H 32, N 8192, D 128 fp16 (``do_bench`` median, 3 rounds alternating
 the order, outputs preallocated).
+
+``--shape B,H,N,D`` (both commands) takes another problem: ``HEAD_DIM`` = D in the generated kernels,
+the timing at N, the check at N = 1024 and N; its kernels go to
+``benchmarks/gluon_fa_grid_b{B}_h{H}_n{N}_d{D}/`` (the default shape 4,32,8192,128 keeps
+``benchmarks/gluon_fa_grid/``). ``generate --only fa_128_32_w8,... --time-limit S`` (re)makes some configs
+with a solver time limit, keeping the other entries of ``index.json``; a config the generator refuses is
+kept in ``index.json`` with its ``error`` and skipped by ``time``.
 """
 
 from __future__ import annotations
@@ -26,10 +33,36 @@ HERE = ROOT / "benchmarks" / "gluon_fa_grid"
 FA = ROOT / "examples" / "flash_attention_fwd.py"
 GRID = [(bm, bn, w) for w in (4, 8) for bm in (64, 128) for bn in (32, 64, 128)]
 B, H, D = 4, 32, 128
+DEFAULT_SHAPE = (B, H, 8192, D)
 
 
-def generate() -> None:
-    """Solve, generate and compile each config (CPU); writes ``index.json`` with the schedules' numbers."""
+def parse_shape(text: str) -> tuple[int, int, int, int]:
+    """``"B,H,N,D"`` -> four positive ints; ``argparse.ArgumentTypeError`` naming what is wrong."""
+    import argparse
+
+    parts = text.split(",")
+    if len(parts) != 4 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(f"--shape wants four positive integers B,H,N,D, got {text!r}")
+    b, h, n, d = (int(p) for p in parts)
+    if n % 128:
+        raise argparse.ArgumentTypeError(f"--shape: N = {n} must be a multiple of 128 (the largest tile)")
+    return b, h, n, d
+
+
+def shape_folder(shape: tuple[int, int, int, int] | None) -> Path:
+    """Where the kernels of ``shape`` live (the default shape: ``benchmarks/gluon_fa_grid``)."""
+    if shape is None or tuple(shape) == DEFAULT_SHAPE:
+        return HERE
+    b, h, n, d = shape
+    return ROOT / "benchmarks" / f"gluon_fa_grid_b{b}_h{h}_n{n}_d{d}"
+
+
+def generate(shape: tuple[int, int, int, int] | None = None, *, only: set[str] | None = None,
+             time_limit: float | None = None) -> None:
+    """Solve, generate and compile each config (CPU); ``index.json`` gets the schedules' numbers, written
+    after every config (entries of configs not in ``only`` are kept). ``time_limit``: the solver's, per
+    phase (None: none; a schedule it leaves unproven says so in its entry)."""
+    from twill.codegen.gluon import CodegenError
     from twill.codegen.gluon import generate as gen
     from twill.frontend.compile import compile_to_ttgir, load_kernel, target_for
     from twill.frontend.lower import lower_loop
@@ -39,30 +72,45 @@ def generate() -> None:
     from twill.tune.grid import load_tune_problem
 
     machine = load_machine("h200")
-    index = []
+    here = shape_folder(shape)
+    d = (shape or DEFAULT_SHAPE)[3]
+    order = [f"fa_{bm}_{bn}_w{w}" for bm, bn, w in GRID]
+    path = here / "index.json"
+    index = {e["name"]: e for e in json.loads(path.read_text())} if path.is_file() else {}
     for bm, bn, w in GRID:
+        name = f"fa_{bm}_{bn}_w{w}"
+        if only is not None and name not in only:
+            continue
         spec = load_kernel(str(FA))
         problem = load_tune_problem(spec.fn.__globals__.get("TWILL_TUNE"), spec.name, source=spec.source)
-        consts = {**spec.constexprs, "BLOCK_M": bm, "BLOCK_N": bn}
+        consts = {**spec.constexprs, "BLOCK_M": bm, "BLOCK_N": bn, "HEAD_DIM": d}
         sig = problem.signature(spec.signature, consts)
         cfg = dataclasses.replace(spec, signature={**spec.signature, **sig}, constexprs=consts, num_warps=w,
                                   num_stages=2)
         snaps = compile_to_ttgir(cfg, target=target_for(machine))
         graph = lower_loop(parse_ttgir(snaps.pre_swp), machine, name=cfg.name).graph
-        sched = schedule(graph, machine, prefetch=1)
-        name = f"fa_{bm}_{bn}_w{w}"
-        rep = gen(sched, cfg, machine, HERE / name).report
-        for ptx in (HERE / name).glob("*.ptx"):
-            ptx.unlink()
-        index.append({"name": name, "BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": 2,
-                      "ii": sched.ii, "ii_cycles": sched.ii_cycles, "length": sched.length,
-                      "stages": sched.stages, "spills": rep.spill_store_bytes + rep.spill_load_bytes,
-                      "shared": rep.shared_compiled})
-        print(name, sched.ii, rep.shared_compiled, flush=True)
-    (HERE / "index.json").write_text(json.dumps(index, indent=1) + "\n", encoding="utf-8")
+        sched = schedule(graph, machine, prefetch=1, time_limit=time_limit)
+        entry = {"name": name, "BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": 2, "ii": sched.ii}
+        if time_limit is not None:
+            entry["proven_optimal"] = sched.certificate.proven_optimal
+        try:
+            rep = gen(sched, cfg, machine, here / name).report
+        except CodegenError as exc:  # recorded, not timed; the other configs go on
+            index[name] = {**entry, "error": f"CodegenError: {exc}"}
+            print(name, "CodegenError:", str(exc)[:200], flush=True)
+        else:
+            for ptx in (here / name).glob("*.ptx"):
+                ptx.unlink()
+            index[name] = {**entry, "ii_cycles": sched.ii_cycles, "length": sched.length,
+                           "stages": sched.stages, "spills": rep.spill_store_bytes + rep.spill_load_bytes,
+                           "shared": rep.shared_compiled}
+            print(name, sched.ii, rep.shared_compiled, flush=True)
+        here.mkdir(parents=True, exist_ok=True)
+        rows = [index[n] for n in order if n in index]
+        path.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
 
 
-def time_all(out_path: Path) -> None:
+def time_all(out_path: Path, shape: tuple[int, int, int, int] | None = None) -> None:
     """Check and time every generated kernel beside the JIT (GPU)."""
     import torch
     import triton
@@ -78,7 +126,9 @@ def time_all(out_path: Path) -> None:
 
     ldr = load(ROOT / "twill/codegen/gluon/loader.py", "twill_gluon_loader")
     fa = load(FA, "fa_example")
-    index = json.loads((HERE / "index.json").read_text())
+    here = shape_folder(shape)
+    B, H, n_time, D = shape or DEFAULT_SHAPE
+    index = json.loads((here / "index.json").read_text())
     out = {"env": {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
                    "triton": triton.__version__, "B": B, "H": H, "D": D}, "rows": []}
 
@@ -88,7 +138,7 @@ def time_all(out_path: Path) -> None:
 
     def launches(e: dict, q, k, v, o1, o2):
         n, bm, bn = q.shape[2], e["BLOCK_M"], e["BLOCK_N"]
-        launcher = ldr.load(HERE / e["name"])
+        launcher = ldr.load(here / e["name"])
         blocks = launcher.manifest["descriptors"]
         descs = [TensorDescriptor.from_tensor(t.reshape(B * H * n, D), blocks[name]["block_shape"])
                  for t, name in ((q, "q_desc"), (k, "k_desc"), (v, "v_desc"), (o1, "o_desc"))]
@@ -103,8 +153,11 @@ def time_all(out_path: Path) -> None:
 
     for e in index:
         row = dict(e)
+        if "error" in e:  # the generator refused this config (index.json says why)
+            out["rows"].append(row)
+            continue
         try:
-            for n in (1024, 4096):
+            for n in sorted({1024, 4096 if shape is None else n_time}):
                 q, k, v = inputs(n)
                 o1, o2 = torch.full_like(q, float("nan")), torch.full_like(q, float("nan"))
                 gluon, _ = launches(e, q, k, v, o1, o2)
@@ -116,7 +169,7 @@ def time_all(out_path: Path) -> None:
                     ref = torch.softmax(s, -1) @ v[b, h].float()
                     errs.append(float((o1[b, h].float() - ref).abs().max() / ref.abs().max()))
                 row[f"rel_err_{n}"] = max(errs)
-            n = 8192
+            n = n_time
             q, k, v = inputs(n)
             gluon, jit = launches(e, q, k, v, torch.empty_like(q), torch.empty_like(q))
             gluon()
@@ -135,7 +188,9 @@ def time_all(out_path: Path) -> None:
             row["error"] = f"{type(exc).__name__}: {str(exc)[:400]}"
         out["rows"].append(row)
         print(json.dumps(row), flush=True)
+    out["env"]["N"] = n_time
     out_path.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+
 
 def main(argv: list[str] | None = None) -> int:
     """``generate`` (CPU) or ``time --out FILE`` (GPU)."""
@@ -143,14 +198,19 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("generate")
+    g = sub.add_parser("generate")
+    g.add_argument("--shape", type=parse_shape, default=None, help="B,H,N,D (default 4,32,8192,128)")
+    g.add_argument("--only", default=None, help="comma-separated config names (fa_128_32_w8, ...)")
+    g.add_argument("--time-limit", type=float, default=None, help="solver seconds per phase (default none)")
     t = sub.add_parser("time")
     t.add_argument("--out", type=Path, required=True)
+    t.add_argument("--shape", type=parse_shape, default=None, help="B,H,N,D (default 4,32,8192,128)")
     args = p.parse_args(argv)
     if args.cmd == "generate":
-        generate()
+        generate(args.shape, only=None if args.only is None else set(args.only.split(",")),
+                 time_limit=args.time_limit)
     else:
-        time_all(args.out)
+        time_all(args.out, args.shape)
     return 0
 
 

@@ -112,6 +112,26 @@ def test_units_serve_ops_in_the_schedules_order():
         simulate(s, 3, unit_order="random")
 
 
+def test_mbarrier_turns_wait_for_the_predecessors_issue_and_the_hand_off():
+    # As above, but B is a synchronous GEMM whose group is busy issuing it for 5 cycles (its ALU share;
+    # the Tensor Cores only for 1) and the Tensor Core's turn passes between groups through an mbarrier
+    # of 10 cycles: the arrive follows B's issue (2 + 5), A's wait ends 10 later, at 17. Without
+    # barrier_cycles A takes its turn at 3, once B has started and finished on the Tensor Cores.
+    g = Graph("turns")
+    g.add_op("C", "alu", busy={"alu": 2})
+    g.add_op("B", "gemm", busy={"tc": 1, "alu": 5})
+    g.add_op("A", "gemm", busy={"tc": 1})
+    g.add_edge("C", "B")
+    s = hand_schedule(g, 8, 8, {"C": 0, "B": 2, "A": 3}, {"C": 0, "B": 0, "A": 1})
+    plain = {(x.name, x.iteration): x for x in simulate(s, 3).trace}
+    turns = {(x.name, x.iteration): x for x in simulate(s, 3, barrier_cycles=10).trace}
+    assert plain[("A", 0)].issue == 3
+    assert turns[("B", 0)].issue == 2 and turns[("A", 0)].issue == 2 + 5 + 10
+    assert turns[("A", 0)].reason == "unit"
+    with pytest.raises(TwillError, match="barrier_cycles"):
+        simulate(s, 3, barrier_cycles=-1)
+
+
 # ------------------------------------------------------------------------------- trip counts
 @pytest.mark.parametrize(("n", "total"), [(0, 0), (1, 9), (2, 12), (3, 15)])
 def test_short_loops_run_and_balance_their_barriers(two_op, n, total):
@@ -200,6 +220,19 @@ def test_a_shallow_buffer_between_groups_is_only_slower(streaming):
     assert shallow.cycles_per_iteration > deep.cycles_per_iteration
     assert shallow.stalls["buffer"] > deep.stalls["buffer"]
     assert shallow.balanced
+
+
+def test_an_mbarrier_release_across_groups_lengthens_the_buffer_cycle_by_its_latency(streaming):
+    # With one copy of L the loop's only cycle is C(i-1) releases the copy -> L(i) -> C(i): the release
+    # reaches L's group barrier_cycles later, so each iteration takes exactly that much longer.
+    shallow = simulate(streaming, 30, latencies=200, buffers={"L": 1})
+    signalled = simulate(streaming, 30, latencies=200, buffers={"L": 1}, barrier_cycles=50)
+    tick = shallow.cycles_per_tick
+    assert abs(signalled.cycles_per_iteration - shallow.cycles_per_iteration - 50) <= tick
+    # deep enough, the release is off the critical cycle and costs nothing
+    deep = simulate(streaming, 30, latencies=200)
+    assert simulate(streaming, 30, latencies=200, barrier_cycles=50).cycles_per_iteration == pytest.approx(
+        deep.cycles_per_iteration, abs=tick)
 
 
 def test_bad_arguments(two_op):

@@ -63,13 +63,24 @@ def test_gluon_configs_are_predicted_from_the_schedule_the_kernel_executes(gluon
         k = CostModel(machine).ctas_per_sm(report["threads"], report["registers_ptxas"],
                                            report["shared_compiled"])
         assert d["ctas_per_sm"] == k >= 1
-        # time: II x trips + prologue (stages - 1 trips) + drain (L - II) + a TMA round trip each side
+        # the trip T: the schedule's II, then the kernel's costs (twill/tune/gluon_terms.py, tested there);
+        # a GEMM hands no register value between groups, so no staging conflicts; the wgmma pipeline is
+        # serialized exactly when ptxas says so
+        terms = d["trip_terms"]
+        assert terms["ii"] == pytest.approx(sched.ii_cycles, abs=0.05)
+        assert terms["handoffs"] == [] and terms["conflicts"] == terms["serialized"]
+        serialized = any("serialized" in n or "C7511" in n for n in report["not_kept"])
+        assert terms["serialized_wgmma"] == serialized
+        assert (terms["serialized"] > terms["simulated"]) == serialized
+        # time: T x trips + prologue (stages - 1 trips) + drain (L - II) + a TMA round trip each side
         bn = r["constexprs"]["BLOCK_N"]
         ctas = (8192 // 128) * (8192 // bn)
         trips = 8192 // 64
         cpu = sched.problem.cycles_per_unit
         bounds = sched.bounds_cycles
-        per_trip = max(sched.ii * cpu, bounds["res_mii"], bounds["rec_mii"], k * bounds["res_mii"])
+        assert terms["signals"] >= terms["conflicts"] - 1e-9   # an mbarrier signal only adds time
+        assert terms["arrives"] >= terms["signals"] - 1e-9     # so does a barrier before an arrive
+        per_trip = max(terms["arrives"], k * bounds["res_mii"])
         tma = machine.const("cost.tma_latency")
         per_cta = trips * per_trip + (sched.stages - 1) * per_trip + (sched.length - sched.ii) * cpu + 2 * tma
         waves = math.ceil(ctas / (machine.const("chip.sms") * k))

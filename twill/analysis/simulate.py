@@ -39,6 +39,11 @@ The machine model, in order of the checks made before an op of iteration ``i`` m
   before its op's issue), so a schedule bound by the SMEM ports can settle above its II even with the
   model's latencies.
 
+**Signals as mbarriers** (``barrier_cycles``, off by default). A code generator signals between warp groups
+with mbarriers: a buffer copy freed by a reader on another group, and a unit's turn passed to another
+group (arrived once the predecessor is issued), then reach the other group ``barrier_cycles`` later.
+``twill tune --backend gluon`` simulates its kernels so (:func:`twill.tune.gluon_terms.trip_terms`).
+
 **Time.** By default (``graph=None``) durations are the schedule problem's normalized units times
 ``cycles_per_unit``: the exact model the solver proved its II on, so with the model's latencies the
 simulated steady state can be compared with ``Schedule.ii_cycles``. Normalization may merge costs (the
@@ -460,6 +465,7 @@ def simulate(
     machine: Any = None,
     buffers: Mapping[str, int] | None = None,
     unit_order: str = "schedule",
+    barrier_cycles: float | None = None,
 ) -> SimResult:
     """Simulate ``iterations`` iterations of ``schedule`` on one SM.
 
@@ -486,6 +492,15 @@ def simulate(
     unit_order : str
         ``"schedule"`` (each unit serves its ops in the schedule's order) or ``"greedy"`` (first come,
         first served); see the module docstring, **Units**.
+    barrier_cycles : float, optional
+        Simulate the signals between warp groups as a code generator's mbarriers do them, each taking
+        this many cycles from the arrive to the waiter (``handoff.mbarrier``, 75 measured on the H200):
+        a buffer copy released by a reader on another group reaches the producer's empty barrier that
+        much later, and with ``unit_order="schedule"`` an op whose predecessor on a unit sits on another
+        group waits for the predecessor's turn arrive, which its group makes once it has finished issuing
+        the predecessor (all of a serialized GEMM's instructions), plus the hand-off. None (the
+        default): the solver's model, both instantaneous and a turn taken as soon as the predecessor has
+        started on the unit.
 
     Returns
     -------
@@ -504,6 +519,8 @@ def simulate(
         raise TwillError(f"iterations must be an integer >= 0, got {iterations!r}")
     if unit_order not in UNIT_ORDERS:
         raise TwillError(f"unit_order must be one of {', '.join(UNIT_ORDERS)}, got {unit_order!r}")
+    if barrier_cycles is not None and not barrier_cycles >= 0:
+        raise TwillError(f"barrier_cycles must be >= 0, got {barrier_cycles!r}")
     timing = _timing(schedule, graph, machine)
     depths = _depths(schedule)
     for name, depth in (buffers or {}).items():
@@ -514,7 +531,8 @@ def simulate(
         depths[name] = depth
     rng = random.Random(seed)
     samplers = _latency_sampler(schedule, timing, latencies, rng)
-    engine = _Engine(schedule, timing, depths, samplers, iterations, unit_order == "schedule")
+    engine = _Engine(schedule, timing, depths, samplers, iterations, unit_order == "schedule",
+                     None if barrier_cycles is None else round(barrier_cycles / timing.cycles_per_tick))
     return engine.run()
 
 
@@ -522,9 +540,11 @@ class _Engine:
     """State of one run; :meth:`run` is the event loop."""
 
     def __init__(self, schedule: Schedule, timing: _Timing, depths: dict[str, int],
-                 samplers: Mapping[str, Callable[[int], float]], n: int, ordered: bool) -> None:
+                 samplers: Mapping[str, Callable[[int], float]], n: int, ordered: bool,
+                 barrier: int | None = None) -> None:
         self.s, self.tm, self.n = schedule, timing, n
         self.ordered = ordered
+        self.barrier = barrier  # ticks of a cross-group mbarrier signal (None: the solver's model)
         self.sp = schedule.problem  # static (schedule) problem: order and waits
         p = timing.problem  # durations
         self.p = p
@@ -600,7 +620,8 @@ class _Engine:
     def release(self, e: Edge, k: int) -> int:
         """Ticks at which consumer ``e.dst`` of iteration ``k`` releases its copy of ``e.src``."""
         hold = _hold(self.p, e)
-        return self.issued[(e.dst, k)] + self.tm.t(hold)
+        cross = self.barrier if self.barrier and self.group[e.src] != self.group[e.dst] else 0
+        return self.issued[(e.dst, k)] + self.tm.t(hold) + cross
 
     def bounds(self, g: int, v: str, i: int, base: int) -> tuple[int, str | None] | _Blocked:
         """Earliest issue time ignoring units, and the reason that set it; or why it cannot be known."""
@@ -619,6 +640,8 @@ class _Engine:
             if prev not in self.issued:
                 return _Blocked("unit", f"its turn on unit {unit!r}", prev, f"schedule order of {unit!r}")
             t = self.issued[prev] + prev_offset - offset
+            if self.barrier is not None and self.group[prev[0]] != g:  # the turn's mbarrier
+                t = max(t, self.issued[prev] + self.issue_len[prev[0]] + self.barrier)
             if t > best:
                 best, why = t, "unit"
         if v in self.depth and i >= self.depth[v]:

@@ -7,13 +7,18 @@ for it (``metadata.shared``), the registers ptxas gives every thread (the kernel
 warp-specialized kernel, the partitions' ``setmaxnreg`` budgets within it) and its spills. The time is
 the schedule's, since the Gluon kernel issues each partition's ops in the schedule's order, trip by trip:
 
-* per CTA: ``trips x II`` cycles (II in cycles, :attr:`twill.schedule.Schedule.ii_cycles`: never below
-  the unnormalized MII), plus the prologue's ``(stages - 1) x II`` and the drain's ``L - II``
+* one trip of the kernel takes ``T`` cycles: the schedule simulated on the loop's raw-cycle graph with the
+  costs the compiled kernel adds: a serialized wgmma pipeline when ptxas reports one, the bank
+  conflicts of the hand-offs through the backend's unswizzled staging buffers, its mbarrier signals
+  between warp groups and the partition barrier before each arrive
+  (:func:`twill.tune.gluon_terms.trip_terms`, the ``arrives`` row; on the 12 H200 Gluon FA kernels these
+  take Spearman from -0.61 with ``T = II`` to 0.95, nothing fitted: ``benchmarks/results/tune_scores.md``);
+* per CTA: ``trips x T`` cycles, plus the prologue's ``(stages - 1) x T`` and the drain's ``L - II``
   (the epilogue trips end ``L - II`` after the last start), plus one TMA round trip in and one out
   (``cost.tma_latency``: the first tile's load, the last store), as the Triton path charges;
 * ``k`` co-resident CTAs (from the compiled registers, threads and shared memory,
   :meth:`twill.ir.costmodel.CostModel.ctas_per_sm`) share the SM's units: a trip of each takes at least
-  ``k x ResMII`` cycles of the busiest unit, so the cycles per trip are ``max(II, k x ResMII)``;
+  ``k x ResMII`` cycles of the busiest unit, so the cycles per trip are ``max(T, k x ResMII)``;
 * ``waves = ceil(ctas / (sms x k))``, time ``waves x per-CTA cycles / clock``
   (:func:`twill.tune.worker.predict_from_parts`).
 
@@ -50,8 +55,9 @@ def gluon_folder(task: Any) -> Path:
 def gluon_prediction(*, ii_cycles: float, drain_cycles: float, stages: int, res_mii_cycles: float,
                      ctas_per_sm: int, trips: int, ctas: int, sms: int, clock_ghz: float, edge: float,
                      flops: float) -> dict[str, float]:
-    """The Gluon kernel's time from its schedule (see the module docstring): ``ii_cycles`` the II in
-    cycles (:attr:`twill.schedule.Schedule.ii_cycles`), ``drain_cycles`` ``(L - II)`` in cycles.
+    """The Gluon kernel's time from its schedule (see the module docstring): ``ii_cycles`` the cycles of one
+    trip (``T``: :func:`twill.tune.gluon_terms.trip_terms`, or the schedule's II in cycles), ``drain_cycles``
+    ``(L - II)`` in cycles.
 
     >>> r = gluon_prediction(ii_cycles=1000, drain_cycles=500, stages=2, res_mii_cycles=600,
     ...                      ctas_per_sm=2, trips=10, ctas=264, sms=132, clock_ghz=1.0, edge=0, flops=1e9)
@@ -99,6 +105,8 @@ def tune_gluon(task: Any, spec: Any, machine: Any, *, ctas: int, trips: int, flo
     from twill.frontend.ttgir import parse_ttgir
     from twill.ir.costmodel import CostModel
     from twill.search import schedule as solve
+    from twill.tune.gluon_terms import result_encodings, trip_terms
+    from twill.tune.triton_model import gemm_operands, wgmma_serialized
     from twill.tune.worker import why_not_proven
 
     config = dataclasses.replace(spec, signature={**spec.signature, **signature},
@@ -107,7 +115,8 @@ def tune_gluon(task: Any, spec: Any, machine: Any, *, ctas: int, trips: int, flo
     details: dict[str, Any] = {"ctas": ctas, "trips": trips, "flops": flops, "backend": "gluon"}
     try:
         snaps = compile_to_ttgir(config, target=target_for(machine))
-        graph = lower_loop(parse_ttgir(snaps.pre_swp), machine, name=spec.name).graph
+        lowering = lower_loop(parse_ttgir(snaps.pre_swp), machine, name=spec.name)
+        graph = lowering.graph
     except FrontendError as exc:
         return result(task, reason=f"Triton rejects this config: {exc}", error="compile", details=details)
     except TwillError as exc:
@@ -149,7 +158,10 @@ def tune_gluon(task: Any, spec: Any, machine: Any, *, ctas: int, trips: int, flo
                                    f"than the {int(machine.const('chip.smem_per_sm'))} B of an SM",
                       schedule=summary, details=details)
     cpu = sched.problem.cycles_per_unit
-    pred = gluon_prediction(ii_cycles=sched.ii_cycles, drain_cycles=(sched.length - sched.ii) * cpu,
+    terms = trip_terms(sched, graph, gemm_operands(lowering), result_encodings(lowering), cm,
+                       serialized=wgmma_serialized(report.not_kept, spill > 0), trips=trips)
+    details["trip_terms"] = terms
+    pred = gluon_prediction(ii_cycles=terms["arrives"], drain_cycles=(sched.length - sched.ii) * cpu,
                             stages=sched.stages,
                             res_mii_cycles=float(sched.bounds_cycles.get("res_mii", 0.0)), ctas_per_sm=k,
                             trips=trips, ctas=ctas, sms=int(machine.const("chip.sms")),
@@ -158,7 +170,8 @@ def tune_gluon(task: Any, spec: Any, machine: Any, *, ctas: int, trips: int, flo
     details.update({"cycles_per_trip": round(pred["cycles_per_trip"], 1), "waves": pred["waves"],
                     "per_cta_cycles": round(pred["per_cta_cycles"], 1)})
     if spill:
-        details["note"] = f"ptxas spills {spill} B (the time assumes none)"
+        details["note"] = (f"ptxas spills {spill} B (priced as a serialized wgmma pipeline; the local-memory "
+                           "traffic itself is not priced)")
     return result(task, fits=True, predicted_ms=pred["ms"], predicted_tflops=pred["tflops"],
                   schedule=summary, details=details)
 
