@@ -253,7 +253,8 @@ def test_problem_json_round_trip_keeps_features() -> None:
     assert replace(back.op("t")).cycles == 9
 
 
-@pytest.mark.parametrize("where,field", [("edge", "blocking"), ("edge", "inplace"), ("op", "variable_latency")])
+@pytest.mark.parametrize("where,field",
+                         [("edge", "blocking"), ("edge", "inplace"), ("op", "variable_latency")])
 def test_a_flag_given_as_text_is_refused_not_read_as_true(where: str, field: str) -> None:
     """``"false"`` in a graph JSON is not true: a flag must be a JSON boolean, named with its op or edge."""
     g = twill.Graph("flags")
