@@ -145,3 +145,17 @@ def test_library_modules_carry_no_argparse():
             found += [f"{path.relative_to(ROOT)}:{node.lineno}" for n in names
                       if n.split(".")[0] == "argparse"]
     assert not found, found
+
+
+def test_ruff_is_clean():
+    """``ruff check`` (its configuration in ``pyproject.toml``) finds nothing in the checkout. Without ruff
+    the test skips, except in CI, where the test extra installs it."""
+    if importlib.util.find_spec("ruff") is None:
+        if os.environ.get("CI"):
+            pytest.fail("ruff is not installed in CI: the test extra must install it")
+        pytest.skip("ruff is not installed (pip install -e '.[test]')")
+    from ruff.__main__ import find_ruff_bin
+
+    proc = subprocess.run([find_ruff_bin(), "check", "--no-cache", "."], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
