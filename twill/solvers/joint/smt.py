@@ -39,10 +39,12 @@ PROBE_ORDER = {"length": "climb"}
   the first model of a goal is often already its least (SMEM, barriers, hand-off bytes on the FA
   forwards): one refuted probe proves it where bisection from the goal's weak lower bound refuted 2-7.
 
-Measured on benchmarks/solve_times.py's FA forward, GEMM and synthetic 30 cases (the same answers, 6-34
-% fewer checks; benchmarks/results/solve_times_changes.md). The value found is the least either way:
-every probe is ``term <= mid`` for some ``mid`` in ``[lo, hi)``, SAT lowers ``hi`` to a model's value and
-UNSAT raises ``lo`` past ``mid`` (bisection's own argument), whatever ``mid`` is."""
+Measured with benchmarks/solve_times.py (benchmarks/results/solve_times_changes.md): the same answers
+everywhere, 19-38 % fewer checks on the FA forwards but the plain Blackwell one, GEMM b200 and synthetic
+30 (1-2 more there and on Figure 1); the sub-tiled Blackwell forward's CPU time halved. The value found
+is the least either way: every probe is ``term <= mid`` for some ``mid`` in ``[lo, hi)``, SAT lowers
+``hi`` to a model's value and UNSAT raises ``lo`` past ``mid`` (bisection's own argument), whatever
+``mid`` is."""
 
 def solve_joint(
     problem: Problem,
