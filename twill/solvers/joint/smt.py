@@ -7,7 +7,8 @@ fewest warp groups, least
 hand-off latency between groups, fewest registers (threads x ``setmaxnreg`` budget), least shared memory
 allocated (bytes x ring depth), then the tie-breaks (:data:`~twill.solvers.joint.result.TIEBREAKS`:
 fewest mbarrier pairs, fewest hand-off bytes; each in its own time slice). Each step bisects
-between a lower bound and the best model and is proven by an UNSAT answer unless the deadline stops it.
+between a lower bound and the best model and is proven by an UNSAT answer unless the deadline stops it;
+where the probes fall (:data:`PROBE_ORDER`) changes how many checks that takes, never the value found.
 """
 
 from __future__ import annotations
@@ -24,7 +25,26 @@ from twill.solvers.joint.result import GOAL_KEYS, GOALS, TIEBREAKS, JointResult,
 from twill.solvers.smt import BuildDeadline, SmtSession
 from twill.solvers.status import CheckResult
 
-__all__ = ["RangeResult", "check_lazily", "solve_joint", "solve_range"]
+__all__ = ["PROBE_ORDER", "RangeResult", "check_lazily", "solve_joint", "solve_range"]
+
+PROBE_ORDER = {"length": "climb"}
+"""Where :func:`_tighten` probes a goal first, besides bisection (each goal not named: ``"top"``).
+
+* ``"climb"``: after a probe is refuted, the next asks for the new lower bound itself (the value just
+  above the refuted one). The first model of a window lands anywhere in it, the least length near the
+  refuted part: on the sub-tiled Blackwell FA forward at II 94 the first model has L 282, the window's
+  bisection refutes L <= 235 and L <= 236 is a schedule; plain bisection took 9 checks there (8 of them
+  SAT, 1-4 s each under load), climbing 2.
+* ``"top"``: the first probe asks for one step below the best model (then bisection). After the length
+  the first model of a goal is often already its least (SMEM, barriers, hand-off bytes on the FA
+  forwards): one refuted probe proves it where bisection from the goal's weak lower bound refuted 2-7.
+
+Measured with benchmarks/solve_times.py (benchmarks/results/solve_times_changes.md): the same answers
+everywhere, 19-38 % fewer checks on the FA forwards but the plain Blackwell one, GEMM b200 and synthetic
+30 (1-2 more there and on Figure 1); the sub-tiled Blackwell forward's CPU time halved. The value found
+is the least either way: every probe is ``term <= mid`` for some ``mid`` in ``[lo, hi)``, SAT lowers
+``hi`` to a model's value and UNSAT raises ``lo`` past ``mid`` (bisection's own argument), whatever
+``mid`` is."""
 
 def solve_joint(
     problem: Problem,
@@ -281,16 +301,23 @@ def _tighten(enc: Encoder, sess: SmtSession, goal: str, best: dict[str, Any],
     term, step, least = _goal(enc, goal)
     low = least if low is None else max(low, least)
     key = GOAL_KEYS[goal]
-    best, low, status = _bisect(enc, sess, term, step, low, best, key, deadline)
+    order = PROBE_ORDER.get(goal, "top")
+    best, low, status = _bisect(enc, sess, term, step, low, best, key, deadline, top=order == "top",
+                                climb=order == "climb")
     if status == CheckResult.SAT:
         sess.add(enc.m.Equals(term, enc.int_(best[key])))
     return best, status == CheckResult.SAT, low
 
 
 def _bisect(enc: Encoder, sess: SmtSession, term: Any, step: int, low: int, best: dict[str, Any], key: str,
-            deadline: float | None) -> tuple[dict[str, Any], int, CheckResult]:
+            deadline: float | None, *, top: bool = False,
+            climb: bool = False) -> tuple[dict[str, Any], int, CheckResult]:
     """Least value of ``term`` (a multiple of ``step``, at least ``low``) over the models, by bisection
     between ``low`` and the model ``best`` (whose value is ``best[key]``).
+
+    ``top``: the first probe is one step below ``best``; ``climb``: after an UNSAT probe the next is the
+    new lower bound itself (:data:`PROBE_ORDER`). Otherwise, and when such a probe is out of range, the
+    probe is the midpoint.
 
     Each probe asserts ``term <= mid`` inside a push/pop: SAT lowers the upper end to the model's value,
     UNSAT proves the least value is above ``mid``; lazily found liveness checks hold everywhere and are
@@ -299,8 +326,10 @@ def _bisect(enc: Encoder, sess: SmtSession, term: Any, step: int, low: int, best
     is then spent).
     """
     lo, hi = low // step, best[key] // step  # in units of step; the least value lies in [lo, hi]
+    ahead = hi - 1 if top else None  # the next probe, when it is not the midpoint
     while lo < hi:
-        mid = (lo + hi) // 2
+        mid = ahead if ahead is not None and lo <= ahead < hi else (lo + hi) // 2
+        ahead = None
         sess.push()
         mark = len(enc.scoped)
         sess.add(enc.m.LE(term, enc.int_(mid * step)))
@@ -310,6 +339,8 @@ def _bisect(enc: Encoder, sess: SmtSession, term: Any, step: int, low: int, best
             hi = best[key] // step
         elif status == CheckResult.UNSAT:
             lo = mid + 1
+            if climb:
+                ahead = lo
         else:
             return best, lo * step, status
         sess.pop()
