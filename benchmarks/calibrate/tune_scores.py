@@ -349,6 +349,9 @@ def study(grid: Path = MEASURED) -> dict[str, Any]:
         models["all terms, fitted on gemm"] = lambda r: model_ms(r, machine, **fitted["on gemm"])
         models["all terms, fitted on fa_fwd"] = lambda r: model_ms(r, machine, **fitted["on fa_fwd"])
     models["all terms, machine file"] = lambda r: model_ms(r, machine, **cfg)
+    for term in TERMS:  # each term taken out of the final model
+        rest = tuple(t for t in TERMS if t != term)
+        models[f"machine file without {term}"] = lambda r, rest=rest: model_ms(r, machine, **cfg, terms=rest)
     models["as twill tune predicts"] = lambda r: r["predicted"]["predicted_ms"]
     table = {name: {f: scores(fr, fn) for f, fr in by_family.items()} for name, fn in models.items()}
     per_config = []
