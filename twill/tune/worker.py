@@ -34,7 +34,8 @@ CACHE_VERSION = 3
 """Bumped when what the compile cache holds changes (2: the main-loop SASS count skips retry paths; 3: the
 main loop's local-memory bytes)."""
 SOLVE_CACHE_VERSION = 1
-"""Bumped when what a cached twill solve holds changes (``solve-*.json`` beside the compiles)."""
+"""Bumped when what a cached twill solve holds changes (``solve-*.json`` beside the compiles; the key also
+holds the graph, the machine's constants, the prefetch, the time limit and a hash of twill's source)."""
 ITERATIONS = 16
 """Loop trips simulated per config (the steady state is read over the middle half; 16 and 48 give the
 same cycles per trip on the FA forward configs, and 16 is 3x faster)."""
@@ -224,13 +225,24 @@ def _twill_schedule(graph: Any, machine: Any, task: Task) -> tuple[Any, list[str
             return None, notes
 
 
-def _solve_key(graph: Any, machine: Any, task: Task) -> str:
+@functools.lru_cache(maxsize=1)
+def _code_hash() -> str:
+    """A hash of twill's own source files: a cached solve is only reused by the code that made it."""
     import twill
 
+    digest = hashlib.sha256()
+    root = Path(twill.__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _solve_key(graph: Any, machine: Any, task: Task) -> str:
     blob = json.dumps({"solve": SOLVE_CACHE_VERSION, "graph": graph.to_dict(),
                        "machine": {k: c.value for k, c in sorted(machine.constants.items())},
                        "prefetch": max(0, task.num_stages - 1), "time_limit": task.time_limit,
-                       "twill": getattr(twill, "__version__", "")}, sort_keys=True, default=str)
+                       "twill": _code_hash()}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
