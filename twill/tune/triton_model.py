@@ -329,6 +329,12 @@ def kernel_rate_loads(graph: Graph, cm: CostModel) -> Graph:
     H200 a 128x128x64 GEMM at one CTA per SM moves its 32 KB per trip in 724-769 cycles (42-45 B/cycle,
     ``benchmarks/results/tune_scores.md``) where 36 B/cycle makes the simulated trip 912. A load's
     latency stays at least ``cost.tma_latency``; a reservation keeps at least the op's issue cycles.
+    Ops without a ``tma`` reservation are returned as they are.
+
+    Raises
+    ------
+    ValueError
+        Either rate is not positive.
     """
     raw = float(cm.machine.const("cost.tma_bytes_per_cycle"))
     kernel = float(cm.machine.const("cost.tma_kernel_bytes_per_cycle"))
