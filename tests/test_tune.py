@@ -122,7 +122,13 @@ def test_feasible_configs_follow_the_occupancy_and_wave_arithmetic(fa_small):
         ctas = (8192 // 128) * 4 * 32
         assert d["ctas"] == ctas and d["trips"] == 8192 // r["constexprs"]["BLOCK_N"]
         assert d["waves"] == math.ceil(ctas / (sms * d["ctas_per_sm"]))
-        assert r["predicted_ms"] == pytest.approx(d["waves"] * d["per_cta_cycles"] / (clock * 1e6), rel=1e-6)
+        # the last wave's CTAs spread over the SMs, at the occupancy they have
+        left = ctas - (d["waves"] - 1) * sms * d["ctas_per_sm"]
+        assert d["tail_ctas_per_sm"] == min(d["ctas_per_sm"], math.ceil(left / sms))
+        edge = 2 * float(H200.const("cost.tma_latency"))
+        last = edge + d["trips"] * d["tail_cycles_per_trip"]
+        assert r["predicted_ms"] == pytest.approx(((d["waves"] - 1) * d["per_cta_cycles"] + last)
+                                                  / (clock * 1e6), rel=1e-5)
         flops = 4 * 4 * 32 * 8192 * 8192 * 128
         assert r["predicted_tflops"] == pytest.approx(flops / (r["predicted_ms"] * 1e-3) / 1e12, rel=1e-6)
         # the trip is at least the issue slots of its SASS: instructions x warps / 4 schedulers
@@ -308,3 +314,22 @@ def test_an_unwritable_json_path_is_refused_before_any_work(tmp_path, capsys, mo
     assert code == 2
     err = capsys.readouterr().err
     assert "nothing was tuned" in err or "does not exist" in err
+
+
+def test_a_solved_config_comes_back_from_the_solve_cache_unchanged(tmp_path):
+    grid = {"BLOCK_M": [128], "BLOCK_N": [128], "BLOCK_K": [64]}
+    first = tune(GEMM, "h200", grid, num_warps=[4], num_stages=[3], jobs=1, cache_dir=str(tmp_path),
+                 time_limit=3.0)
+    second = tune(GEMM, "h200", grid, num_warps=[4], num_stages=[3], jobs=1, cache_dir=str(tmp_path),
+                  time_limit=3.0)
+    (a,), (b,) = first.results, second.results
+    assert a["schedule"] is not None and not a["details"]["solve_cached"]
+    assert b["details"]["solve_cached"] and b["details"]["compile_cached"]
+    assert b["schedule"] == a["schedule"] and b["predicted_ms"] == a["predicted_ms"]
+    assert len(list(tmp_path.glob("solve-*.json"))) == 1
+    # another time limit is another solve
+    third = tune(GEMM, "h200", grid, num_warps=[4], num_stages=[3], jobs=1, cache_dir=str(tmp_path),
+                 time_limit=2.5)
+    assert not third.results[0]["details"]["solve_cached"]
+    phases = b["details"]["cpu_seconds"]
+    assert set(phases) == {"compile", "tools", "model", "solve"} and min(phases.values()) >= 0

@@ -7,6 +7,7 @@ Each expected value is derived here from the PTX ISA shapes, the machine file's 
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -145,3 +146,79 @@ def test_any_ptxas_serialization_note_serializes_the_wgmma():
     assert wgmma_serialized((c7515,), False)
     assert wgmma_serialized((), True)
     assert not wgmma_serialized(("ptxas info    : Used 90 registers",), False)
+
+
+# ------------------------------------------------------------------------------ L2 rate in the simulation
+def _load_graph(nbytes: int):
+    from twill.ir.graph import Graph
+
+    g = Graph("loads")
+    g.add_op("K", "tma_load", **CM.tma_load(nbytes).op_kwargs(), smem=nbytes)
+    g.add_op("S", "gemm", **CM.gemm(64, 64, 64).op_kwargs(), regs=32, result_bytes=64 * 64 * 4)
+    g.add_edge("K", "S", blocking=True, carrier="smem")
+    return g
+
+
+def test_simulated_loads_hold_the_tma_unit_at_the_kernel_rate():
+    from twill.tune.triton_model import kernel_rate_loads
+
+    raw = float(H200.const("cost.tma_bytes_per_cycle"))
+    kernel = float(H200.const("cost.tma_kernel_bytes_per_cycle"))
+    floor = int(H200.const("cost.tma_latency"))
+    for nbytes in (32768, 65536):
+        busy_raw = math.ceil(nbytes / raw)
+        g = kernel_rate_loads(_load_graph(nbytes), CM)
+        k = g.op("K")
+        (res,) = [r for r in k.rrt if r.unit == "tma"]
+        assert res.cycles == round(busy_raw * raw / kernel)
+        # a load's latency: the longer of its transfer and the measured L2 latency
+        assert k.latency == max(res.cycles, floor)
+        # the GEMM is not a TMA op: untouched
+        assert g.op("S").rrt == _load_graph(nbytes).op("S").rrt
+
+
+# ------------------------------------------------------------------------------------------ spill reload
+def test_spilled_registers_reload_on_the_chain():
+    from twill.tune.triton_model import spill_reload_cycles
+
+    lat = float(H200.const("cost.tma_latency"))
+    # 160 KB per trip on the L2 path: its transfer and one L2 latency on the chain
+    l2_cycles = 128 * 1248 / float(H200.const("cost.tma_kernel_bytes_per_cycle"))
+    assert spill_reload_cycles("tma", l2_cycles, CM) == pytest.approx(l2_cycles + lat)
+    # in L1: the transfer only
+    assert spill_reload_cycles("smem", 292.0, CM) == 292.0
+    assert spill_reload_cycles("tma", 0.0, CM) == 0.0
+    with pytest.raises(ValueError, match="local-memory cycles"):
+        spill_reload_cycles("tma", -1.0, CM)
+
+
+def test_reload_lengthens_the_compute_chain_not_the_latency_bound():
+    from dataclasses import replace
+
+    t = replace(_terms(tc=1024, issue=272, tma=4975), reload=3803 + 872)
+    # one CTA: C + r beats L and the throughput bound 4975
+    assert effective_cycles(1383, t, 1, 1383) == 1383 + 3803 + 872
+    # two CTAs: 2 x 4975 is the bound (C + r + D = 6058 + 1296 < 9950)
+    assert effective_cycles(1417, t, 2, 1416) == 2 * 4975
+
+
+# ------------------------------------------------------------------------------------------ last wave
+def test_last_wave_runs_at_its_own_occupancy():
+    from twill.tune.triton_model import tail_ctas_per_sm
+    from twill.tune.worker import predict_from_parts
+
+    # 4096^3 GEMM, 64 x 128 tiles: 2048 CTAs, 3 per SM: 5 waves of 396, then 68 CTAs, one per SM
+    assert tail_ctas_per_sm(2048, 132, 3) == 1
+    # 1024 CTAs at 2 per SM: 3 waves of 264, 232 left: 2 on 100 SMs, so 2
+    assert tail_ctas_per_sm(1024, 132, 2) == 2
+    assert tail_ctas_per_sm(132, 132, 1) == 1
+    with pytest.raises(ValueError):
+        tail_ctas_per_sm(0, 132, 1)
+    # 6 waves; the last one's trips at 700 cycles instead of 1800: (5 x (2 + 64 x 1800) + 2 + 64 x 700)
+    r = predict_from_parts(per_trip_cycles=1800, trips=64, ctas=2048, ctas_per_sm=3, sms=132, clock_ghz=1.0,
+                           prologue=1, epilogue=1, flops=1e9, tail_per_trip_cycles=700)
+    assert r["waves"] == 6
+    assert r["ms"] == pytest.approx((5 * (2 + 64 * 1800) + 2 + 64 * 700) / 1e9 * 1e3)
+    same = predict_from_parts(per_trip_cycles=1800, trips=64, ctas=2048, ctas_per_sm=3, sms=132,
+                              clock_ghz=1.0, prologue=1, epilogue=1, flops=1e9)
+    assert same["ms"] == pytest.approx(6 * (2 + 64 * 1800) / 1e9 * 1e3)

@@ -170,24 +170,38 @@ def tma_latencies() -> dict[str, float]:
             "HBM median": cases["32KB_all_sms_hbm"]["median"]}
 
 
-def loop_instructions(block_n: int, stages: int, warps: int) -> int | None:
-    """Warp instructions per trip of the compiled main loop (ptxas + cuobjdump on the CPU,
-    :func:`twill.calibrate.regs.parse_sass_loop`)."""
-    from twill.calibrate.regs import compile_registers
+def tune_terms(block_n: int, stages: int, warps: int,
+               problem: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """``twill tune``'s prediction for one configuration (:func:`twill.tune.worker.tune_config`, no cache):
+    its cycles per CTA trip, CTAs per SM and hardware terms. The rank study scores exactly what ``twill
+    tune`` predicts, so the two cannot diverge (they did: the study once fed the ``k``-copy simulation,
+    which already shares the SM's units between the CTAs, to the in-step term, which charges the other
+    CTAs' Tensor Core time and issue slots again)."""
+    from twill.tune.worker import Task, tune_config
 
-    report = compile_registers(str(ROOT / KERNEL), target="sm_90", constexprs={"BLOCK_N": block_n},
-                               signature=_signature(block_n), num_warps=warps, num_stages=stages, sass=True)
-    return report.loop_sass_instructions
+    path, name = KERNEL.split("::")
+    task = Task(kernel=f"{ROOT / path}::{name}", machine=MACHINE,
+                constexprs={"BLOCK_M": 128, "BLOCK_N": block_n, "HEAD_DIM": 128}, num_warps=warps,
+                num_stages=stages, problem=dict(problem or {}), time_limit=0.5)
+    out = tune_config(task)
+    if not out["fits"]:
+        return {"fits": False, "reason": out["reason"]}
+    d = out["details"]
+    return {"fits": True, "cycles_per_trip": d["cycles_per_trip"], "ctas_per_sm": d["ctas_per_sm"],
+            "terms": d["terms"]}
 
 
-def predict(block_n: int, stages: int, warps: int, *, ctas: int) -> dict[str, Any]:
+def predict(block_n: int, stages: int, warps: int, *, ctas: int,
+            problem: Mapping[str, int] | None = None) -> dict[str, Any]:
     """The model's prediction for one configuration of ``ctas`` CTAs (module docstring, steps 1-6).
 
     Cycles are SM clock cycles; ``per_cta_cycles`` is one CTA's steady-state cycles per loop iteration,
     ``cycles_per_iteration`` the SM cycles per CTA iteration over the whole grid (with the waves).
-    ``with_terms`` adds the costs the hardware pays that the tile model leaves out
-    (:func:`twill.tune.triton_model.hardware_terms`: issue slots from the compiled loop's SASS, wgmma
-    operand reads from shared memory, barrier waits; docs/calibration.md §7).
+    ``with_terms`` is ``twill tune``'s prediction of the same config (:func:`tune_terms`): the costs the
+    hardware pays that the tile model leaves out (:func:`twill.tune.triton_model.hardware_terms`) on
+    the single-CTA simulation, co-resident CTAs in step (:func:`twill.tune.triton_model.effective_cycles`;
+    docs/calibration.md §7). ``problem`` (``batch``, ``heads``, ``seq_len``) only sets the sizes ``twill
+    tune`` is given; its cycles per trip do not depend on them.
 
     A configuration that cannot run says why instead of a prediction: ``{"fits": False, "reason": ...}``
     (its shared memory exceeds what a CTA may have, so no CTA fits on an SM). At ``num_stages`` = 1
@@ -223,9 +237,11 @@ def predict(block_n: int, stages: int, warps: int, *, ctas: int) -> dict[str, An
     sensitivity = {label: round(run(final, stages, lat).cycles_per_iteration, 1)
                    for label, lat in tma_latencies().items()}
     sms = int(machine.const("chip.sms"))
-    terms = tm.hardware_terms(model_graph, operands, warps, cm,
-                              loop_instructions=loop_instructions(block_n, stages, warps), num_stages=stages)
-    with_terms = tm.effective_cycles(shared.cycles_per_iteration, terms, k)
+    tuned = tune_terms(block_n, stages, warps, problem)
+    if not tuned["fits"]:
+        raise SystemExit(f"twill tune says BLOCK_N {block_n}, {stages} stages, {warps} warps cannot run "
+                         f"where the study's model says it can: {tuned['reason']}")
+    with_terms, k_tune = tuned["cycles_per_trip"], tuned["ctas_per_sm"]
 
     def per_iteration(cycles: float, copies: int) -> float:
         """SM cycles per CTA iteration: waves x iterations x cycles, spread over the CTAs' iterations."""
@@ -243,8 +259,9 @@ def predict(block_n: int, stages: int, warps: int, *, ctas: int) -> dict[str, An
         "cycles_per_iteration_before": round(per_iteration(plain.cycles_per_iteration, 1), 1),
         "cycles_per_iteration": round(per_iteration(shared.cycles_per_iteration, k), 1),
         "per_cta_cycles_at_fixed_tma_latency": sensitivity,
-        "with_terms": {"per_cta_cycles": round(with_terms, 1),
-                       "cycles_per_iteration": round(per_iteration(with_terms, k), 1), **terms.to_dict()},
+        "with_terms": {"per_cta_cycles": round(with_terms, 1), "ctas_per_sm": k_tune,
+                       "cycles_per_iteration": round(per_iteration(with_terms, k_tune), 1),
+                       **tuned["terms"]},
     }
 
 
@@ -267,7 +284,8 @@ def study() -> dict[str, Any]:
     rows = []
     for rec in sorted(data["configs"], key=lambda c: (c["BLOCK_N"], c["num_stages"], c["num_warps"])):
         meas = measured(rec, clock, sms)
-        pred = predict(rec["BLOCK_N"], rec["num_stages"], rec["num_warps"], ctas=meas["ctas"])
+        pred = predict(rec["BLOCK_N"], rec["num_stages"], rec["num_warps"], ctas=meas["ctas"],
+                       problem={"batch": rec["batch"], "heads": rec["heads"], "seq_len": rec["seq"]})
         rows.append({"BLOCK_N": rec["BLOCK_N"], "num_stages": rec["num_stages"],
                      "num_warps": rec["num_warps"], "measured": meas, "predicted": pred,
                      "ptxas": {"registers": rec["n_regs"], "spilled_registers": rec["n_spills"],

@@ -11,23 +11,28 @@ of the grid's ``"problems"`` entry: ``fa_fwd`` ``batch`` / ``heads`` / ``seq`` (
 The predicted time of a config is rebuilt from the parts ``twill tune`` records, so each term can be
 switched off and the estimated constants varied without compiling again (per CTA trip, ``k`` CTAs per SM)::
 
-    per_trip = max(L + f, C + f + (k - 1) D, R, k T)                       (triton_model.effective_cycles)
+    per_trip = max(L + f, C + r + f + (k - 1) D, R, k T)                   (triton_model.effective_cycles)
+    r = spilled-register reload on the chain: local cycles (+ tma_latency on the L2 path)
     f = waits * barrier_wait + stretch,  stretch = sum over GEMMs of max(0, reads - tc)
     reads = smem_bytes / wgmma_smem_bytes_per_cycle (each GEMM's wgmma operand bytes in its layout)
     T = max(issue, tc', smem', l2', mufu, alu)      tc' = sum of max(tc, reads), smem' = smem + reads
     l2' = (TMA bytes + spilled-register bytes when they leave L1) / tma_kernel_bytes_per_cycle
     D = tc' + issue                                 (co-resident CTAs in lock-step)
     R = (tma_latency + TMA busy) / (num_stages - 1)
-    time = waves * (2 * tma_latency + trips * per_trip) / clock
+    time = ((waves - 1) * (2 * tma_latency + trips * per_trip(k))
+            + 2 * tma_latency + trips * per_trip(k_tail)) / clock     k_tail: the last wave's CTAs per SM
 
-``L`` is Triton's schedule simulated for one CTA, ``C`` the same with loads that arrive at once.
+``L`` is Triton's schedule simulated for one CTA with the TMA unit at the kernel's L2 rate, ``C`` the same
+with loads that arrive at once.
 
 Terms, added one at a time (the score table): the layout of each wgmma (``warpsPerCTA`` / ``instrShape``:
 replicated rows and per-instruction operand reads), local-memory traffic of spilled registers, co-resident
-CTAs in lock-step. Constants fitted (least mean absolute log error of the time) on the committed grid only:
-on GEMM (scored on FA), on FA (scored on GEMM), on both (the machine file), and leave-one-tile-out. A grid
-given with ``--grid`` other than the committed one is scored with the machine file's constants: nothing is
-fitted to it.
+CTAs in lock-step, the simulation's TMA unit at the kernel's L2 rate (``sim_rate``), spilled registers
+reloaded on the chain (``reload``), the last wave at its own occupancy (``tail``). Constants fitted (least
+mean absolute log error of the time): on the committed grid per family (fit on GEMM, score FA; fit on FA,
+score GEMM) and leave-one-tile-out; across grids (fit on the committed grid, score the held-out one, and
+the other way round); on both grids (the machine file: both grids have now been seen). A grid given with
+``--grid`` other than the committed one is scored with the machine file's constants.
 
     python benchmarks/calibrate/tune_scores.py                   # writes results/tune_scores.json
     python benchmarks/calibrate/tune_scores.py --predict         # first re-run twill tune on both grids
@@ -58,7 +63,11 @@ L2_RATES = (30, 33, 36, 39, 42, 45, 48)
 """Around the measured 35.9 B/cycle/SM of the all-SM 32 KB TMA stream from L2 (results/microbench.json)."""
 ESTIMATES = {"barrier_wait": 34.0, "wgmma_rate": 128.0, "l2_rate": 36.0}
 """The terms' values before any fit: the h100.toml estimates and the measured all-SM L2 TMA rate."""
-TERMS = ("layout", "local", "lockstep")
+TERMS = ("layout", "local", "lockstep", "sim_rate", "reload", "tail")
+HELDOUT = RESULTS / "h200_tune_heldout.json"
+"""The second measured grid (FA N 4096 D 64, GEMM 4096^3 with two more tiles): scored once, held out, by
+the model of its day; now a second grid to fit on and to cross-validate with (fit on one, score the
+other)."""
 
 
 def problem_sizes(family: str, problems: Mapping[str, Any]) -> dict[str, int]:
@@ -151,9 +160,15 @@ def model_ms(row: Mapping[str, Any], machine: Any, *, barrier_wait: float, wgmma
     Without ``layout`` every GEMM is priced as the default split (its Tensor Core time ``2 m n k /
     tc_flops`` once, operand bytes as the old model: rows replicated by the layout removed from ``L`` and
     ``C`` by their Tensor Core time); without ``local`` spilled registers cost nothing; without
-    ``lockstep`` ``D`` is 0 (the co-resident CTAs only share throughput).
+    ``lockstep`` ``D`` is 0 (the co-resident CTAs only share throughput); without ``sim_rate`` ``L`` and
+    ``C`` are the simulations with the TMA unit at the microbenchmark's ``cost.tma_bytes_per_cycle``
+    instead of the kernel rate (both are recorded; the simulations are at the machine file's kernel
+    rate whatever ``l2_rate`` is, which moves only the throughput and spill terms); without ``reload``
+    spilled registers are traffic only, not on the chain (:func:`twill.tune.triton_model.
+    spill_reload_cycles`); without ``tail`` the last wave runs at the kernel's CTAs per SM.
     """
     from twill.ir.costmodel import CostModel
+    from twill.tune.triton_model import spill_reload_cycles, tail_ctas_per_sm
 
     p = row["predicted"]
     if not p["fits"]:
@@ -164,6 +179,8 @@ def model_ms(row: Mapping[str, Any], machine: Any, *, barrier_wait: float, wgmma
     const = machine.const
     file_l2 = float(const("cost.tma_kernel_bytes_per_cycle"))
     lat, comp = d["simulated_cycles_per_trip"], d["compute_cycles_per_trip"]
+    if "sim_rate" not in terms and d.get("raw_rate_cycles_per_trip"):
+        lat, comp = d["raw_rate_cycles_per_trip"]
     units = dict(t["raw_units"])
     gemms = [dict(g) for g in t["gemms"]]
     if "layout" not in terms and d.get("default_gemms"):
@@ -176,11 +193,16 @@ def model_ms(row: Mapping[str, Any], machine: Any, *, barrier_wait: float, wgmma
     trip_floor = 0.0
     if p["num_stages"] >= 2 and units.get("tma"):
         trip_floor = (float(const("cost.tma_latency")) + units["tma"]) / (p["num_stages"] - 1)
+    reload = 0.0
     if "local" in terms and t.get("local_bytes"):
-        unit, cycles = CostModel(machine).local_memory_cycles(
+        cm = CostModel(machine)
+        unit, cycles = cm.local_memory_cycles(
             t["local_bytes"], working_set=int(d["stack_frame_bytes"] or 0) * d["threads"] * k,
-            l1_free=CostModel(machine).l1_free_bytes(d["shared_bytes"], k))
-        units[unit] = units.get(unit, 0.0) + cycles * (file_l2 / l2_rate if unit == "tma" else 1.0)
+            l1_free=cm.l1_free_bytes(d["shared_bytes"], k))
+        cycles *= file_l2 / l2_rate if unit == "tma" else 1.0
+        units[unit] = units.get(unit, 0.0) + cycles
+        if "reload" in terms:
+            reload = spill_reload_cycles(unit, cycles, cm)
     reads = [g["smem_bytes"] / wgmma_rate for g in gemms]
     stretch = sum(max(0.0, r - g["tc"]) for r, g in zip(reads, gemms, strict=True))
     units["tc"] = units.get("tc", 0.0) + stretch
@@ -188,10 +210,17 @@ def model_ms(row: Mapping[str, Any], machine: Any, *, barrier_wait: float, wgmma
     extra_f = t["waits"] * barrier_wait + stretch
     throughput = max([t["issue"], *units.values()])
     coresident = units["tc"] + t["issue"] if "lockstep" in terms else 0.0
-    per_trip = max(lat + extra_f, min(comp, lat) + extra_f + (k - 1) * coresident, trip_floor, k * throughput)
+
+    def trip(ctas_per_sm: int) -> float:
+        return max(lat + extra_f, min(comp, lat) + reload + extra_f + (ctas_per_sm - 1) * coresident,
+                   trip_floor, ctas_per_sm * throughput)
+
     edge = float(const("cost.tma_latency"))
-    per_cta = 2 * edge + d["trips"] * per_trip
-    return d["waves"] * per_cta / (float(const("chip.clock_ghz")) * 1e9) * 1e3
+    per_cta = 2 * edge + d["trips"] * trip(k)
+    last = per_cta
+    if "tail" in terms:
+        last = 2 * edge + d["trips"] * trip(tail_ctas_per_sm(d["ctas"], int(const("chip.sms")), k))
+    return ((d["waves"] - 1) * per_cta + last) / (float(const("chip.clock_ghz")) * 1e9) * 1e3
 
 
 def scores(rows: Sequence[Mapping[str, Any]], predict: Callable[[Mapping[str, Any]], float | None]) -> dict:
@@ -276,6 +305,24 @@ def cross_validation(rows: Sequence[Mapping[str, Any]], machine: Any) -> dict[st
     return out
 
 
+def grid_cross_validation(rows: Sequence[Mapping[str, Any]], other: Sequence[Mapping[str, Any]],
+                          machine: Any) -> dict[str, Any]:
+    """Fit on the committed grid and score the held-out one, the other way round, and fit on both (the
+    constants of the machine file): each family scored with the constants fitted on the rows named."""
+    out: dict[str, Any] = {}
+    grids = {"committed grid": rows, "held-out grid": other}
+    for train, test in (("committed grid", "held-out grid"), ("held-out grid", "committed grid")):
+        c = fit(grids[train], machine)
+        out[f"fit {train} -> score {test}"] = {"constants": c, "scores": {
+            f: scores([r for r in grids[test] if r["family"] == f], lambda r, c=c: model_ms(r, machine, **c))
+            for f in ("fa_fwd", "gemm")}}
+    c = fit([*rows, *other], machine)
+    out["fit both grids"] = {"constants": c, "scores": {
+        g: {f: scores([r for r in gr if r["family"] == f], lambda r, c=c: model_ms(r, machine, **c))
+            for f in ("fa_fwd", "gemm")} for g, gr in grids.items()}}
+    return out
+
+
 def study(grid: Path = MEASURED) -> dict[str, Any]:
     """Every score of the page (fits only when ``grid`` is the committed grid)."""
     from twill.ir.machine import load_machine
@@ -302,6 +349,9 @@ def study(grid: Path = MEASURED) -> dict[str, Any]:
         models["all terms, fitted on gemm"] = lambda r: model_ms(r, machine, **fitted["on gemm"])
         models["all terms, fitted on fa_fwd"] = lambda r: model_ms(r, machine, **fitted["on fa_fwd"])
     models["all terms, machine file"] = lambda r: model_ms(r, machine, **cfg)
+    for term in TERMS:  # each term taken out of the final model
+        rest = tuple(t for t in TERMS if t != term)
+        models[f"machine file without {term}"] = lambda r, rest=rest: model_ms(r, machine, **cfg, terms=rest)
     models["as twill tune predicts"] = lambda r: r["predicted"]["predicted_ms"]
     table = {name: {f: scores(fr, fn) for f, fr in by_family.items()} for name, fn in models.items()}
     per_config = []
@@ -319,6 +369,9 @@ def study(grid: Path = MEASURED) -> dict[str, Any]:
             "predictions": {f: str(prediction_path(f, grid)) for f in families},
             "machine_constants": cfg, "estimates": ESTIMATES, "fitted": fitted,
             "cross_validation": None if held_out else cross_validation(rows, machine),
+            "grid_cross_validation": None if held_out or not all(
+                prediction_path(f, HELDOUT).is_file() for f in families) else grid_cross_validation(
+                rows, load_rows(HELDOUT), machine),
             "feasibility": {f: feasibility(fr) for f, fr in by_family.items()},
             "scores": table, "per_config": per_config}
 
@@ -373,6 +426,11 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     print(render(result))
     print(group_errors(result, "all terms, machine file"))
+    for name, cv in (result.get("grid_cross_validation") or {}).items():
+        flat = cv["scores"] if "fa_fwd" in cv["scores"] else {f"{g} {f}": v for g, fs in cv["scores"].items()
+                                                               for f, v in fs.items()}
+        print(name, cv["constants"], {k: (v.get("spearman"), v.get("top_pick_vs_best"),
+                                          v.get("mean_log_error")) for k, v in flat.items()})
     print(json.dumps({"fitted": result["fitted"], "feasibility": result["feasibility"]}, indent=1))
     return 0
 

@@ -52,7 +52,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--time-limit", type=float, default=5.0, metavar="S",
                    help="seconds for twill's solve of each config (default 5)")
     p.add_argument("--cache-dir", metavar="DIR", help="compile cache (default ~/.cache/twill/tune)")
-    p.add_argument("--no-cache", action="store_true", help="compile every config again")
+    p.add_argument("--no-cache", action="store_true", help="compile and solve every config again")
     p.set_defaults(func=run)
     return p
 

@@ -32,11 +32,14 @@ __all__ = [
     "gemm_layouts",
     "gemm_operands",
     "hardware_terms",
+    "kernel_rate_loads",
     "layout_gemms",
     "register_demand",
     "replicate",
     "serialize_gemms",
     "simulate_triton",
+    "spill_reload_cycles",
+    "tail_ctas_per_sm",
     "trips_needed",
     "triton_schedule",
     "triton_slots",
@@ -316,6 +319,46 @@ def serialize_gemms(graph: Graph, operands: Mapping[str, tuple[int, int, int, bo
     return graph.map_ops(fix)
 
 
+def kernel_rate_loads(graph: Graph, cm: CostModel) -> Graph:
+    """The graph with every TMA op's reservation on the ``tma`` unit at the L2 rate the kernel's loads get
+    (``cost.tma_kernel_bytes_per_cycle``) instead of the microbenchmark's all-SM stream
+    (``cost.tma_bytes_per_cycle``), for the simulations of Triton's schedule.
+
+    One resource, one rate: :func:`hardware_terms` prices the loads' throughput at the kernel rate, so the
+    simulated trip (``L``, ``C`` of :func:`effective_cycles`) must not hold the TMA unit longer. On the
+    H200 a 128x128x64 GEMM at one CTA per SM moves its 32 KB per trip in 724-769 cycles (42-45 B/cycle,
+    ``benchmarks/results/tune_scores.md``) where 36 B/cycle makes the simulated trip 912. A load's
+    latency stays at least ``cost.tma_latency``; a reservation keeps at least the op's issue cycles.
+    Ops without a ``tma`` reservation are returned as they are.
+
+    Raises
+    ------
+    ValueError
+        Either rate is not positive.
+    """
+    raw = float(cm.machine.const("cost.tma_bytes_per_cycle"))
+    kernel = float(cm.machine.const("cost.tma_kernel_bytes_per_cycle"))
+    if kernel <= 0 or raw <= 0:
+        raise ValueError(f"TMA rates must be > 0 (cost.tma_bytes_per_cycle {raw}, "
+                         f"cost.tma_kernel_bytes_per_cycle {kernel})")
+    scale = raw / kernel
+    floor = int(cm.machine.const("cost.tma_latency"))
+
+    def fix(op: Any) -> Any:
+        if not any(r.unit == "tma" for r in op.rrt):
+            return op
+        rrt = tuple(replace(r, cycles=max(1, op.issue_cycles, round(r.cycles * scale))) if r.unit == "tma"
+                    else r for r in op.rrt)
+        old = sum(r.cycles * r.count for r in op.rrt if r.unit == "tma")
+        new = sum(r.cycles * r.count for r in rrt if r.unit == "tma")
+        latency = op.latency  # a TMA copy's latency is max(busy, tma_latency) (+ what comes before it)
+        if latency >= max(old, floor):
+            latency = latency - max(old, floor) + max(new, floor)
+        return replace(op, rrt=rrt, latency=latency)
+
+    return graph.map_ops(fix)
+
+
 @dataclass(frozen=True)
 class HardwareTerms:
     """Per-trip costs of one CTA that the tile model does not price (cycles per loop trip).
@@ -360,6 +403,11 @@ class HardwareTerms:
     coresident : float
         Cycles one more co-resident CTA adds to this CTA's trip: its Tensor Core time plus its issue
         slots (:func:`effective_cycles`).
+    reload : float
+        Cycles the spilled registers add to the trip's compute chain: an in-order warp reloads what it
+        spilled before it uses it, so the ``LDL`` bytes' transfer (``local``) and, on the L2 path, one
+        load latency (``cost.tma_latency``, the measured latency of an L2 load with every SM loading) lie
+        on the chain; 0 without spills.
     """
 
     issue: float
@@ -377,6 +425,7 @@ class HardwareTerms:
     local_unit: str = "tma"
     local: float = 0.0
     coresident: float = 0.0
+    reload: float = 0.0
 
     @property
     def throughput(self) -> float:
@@ -393,7 +442,8 @@ class HardwareTerms:
                 "raw_units": {u: round(c, 1) for u, c in sorted(self.raw_units.items())},
                 "gemms": [{"name": n, "tc": round(c, 1), "smem_bytes": b} for n, c, b in self.gemms],
                 "local_bytes": round(self.local_bytes, 1), "local_unit": self.local_unit,
-                "local": round(self.local, 1), "coresident": round(self.coresident, 1)}
+                "local": round(self.local, 1), "coresident": round(self.coresident, 1),
+                "reload": round(self.reload, 1)}
 
 
 def hardware_terms(graph: Graph, operands: Mapping[str, tuple[int, int, int, bool, str]], warps: int,
@@ -470,16 +520,38 @@ def hardware_terms(graph: Graph, operands: Mapping[str, tuple[int, int, int, boo
     else:
         per_warp, source = estimated, "model"
     issue = cm.issue_cycles(per_warp, warps)
+    reload = spill_reload_cycles(local_unit, local, cm) if local_bytes > 0 else 0.0
     return HardwareTerms(issue, per_warp, source, units, reads, waits,
                          cm.iteration_fixed_cycles(waits), stretch, round_trip, raw, tuple(gemms),
-                         local_bytes, local_unit, local, units.get("tc", 0.0) + issue)
+                         local_bytes, local_unit, local, units.get("tc", 0.0) + issue, reload)
+
+
+def spill_reload_cycles(unit: str, cycles: float, cm: CostModel) -> float:
+    """Cycles a trip's spilled-register reloads add to its compute chain (:attr:`HardwareTerms.reload`).
+
+    ``cycles``: the local-memory traffic's busy cycles on ``unit`` (:meth:`CostModel.local_memory_cycles`).
+    On the L2 path (``unit == "tma"``) one load latency, ``cost.tma_latency``, is added: the values come
+    back before the instruction that reads them issues (an estimate: the latency of an ``LDL`` that
+    misses L1 is taken to be the measured all-SM L2 load latency). In L1 (``"smem"``) only the transfer.
+
+    Raises
+    ------
+    ValueError
+        Negative ``cycles``.
+    """
+    if cycles < 0:
+        raise ValueError(f"local-memory cycles must be >= 0, got {cycles}")
+    if cycles == 0:
+        return 0.0
+    return cycles + (float(cm.machine.const("cost.tma_latency")) if unit == "tma" else 0.0)
 
 
 def effective_cycles(latency_cycles: float, terms: HardwareTerms, ctas_per_sm: int,
                      compute_cycles: float | None = None) -> float:
     """Cycles one CTA's loop trip takes with ``ctas_per_sm`` CTAs sharing the SM.
 
-    ``max(L + f, C + f + (k - 1) D, R, k T)`` with ``f = terms.fixed + terms.stretch``:
+    ``max(L + f, C + r + f + (k - 1) D, R, k T)`` with ``f = terms.fixed + terms.stretch`` and ``r =
+    terms.reload`` (spilled registers reloaded on the chain, :func:`spill_reload_cycles`):
 
     * ``L`` = ``latency_cycles``, the CTA's own simulated cycles per trip (loads at their latency over
       ``num_stages`` buffers); a trip is never shorter, whatever the other CTAs do;
@@ -506,10 +578,31 @@ def effective_cycles(latency_cycles: float, terms: HardwareTerms, ctas_per_sm: i
         raise ValueError(f"ctas_per_sm must be >= 1, got {ctas_per_sm}")
     extra = terms.fixed + terms.stretch
     compute = latency_cycles if compute_cycles is None else min(compute_cycles, latency_cycles)
-    return max(latency_cycles + extra, compute + extra + (ctas_per_sm - 1) * terms.coresident,
+    return max(latency_cycles + extra, compute + terms.reload + extra + (ctas_per_sm - 1) * terms.coresident,
                terms.round_trip, ctas_per_sm * terms.throughput)
 
 
 def waves(ctas: int, sms: int, ctas_per_sm: int) -> int:
     """``ceil(ctas / (sms * ctas_per_sm))``."""
     return math.ceil(ctas / (sms * ctas_per_sm))
+
+
+def tail_ctas_per_sm(ctas: int, sms: int, ctas_per_sm: int) -> int:
+    """CTAs per SM in the last wave: its ``r = ctas - (waves - 1) sms k`` CTAs spread over the SMs,
+    ``ceil(r / sms)`` on each (the block scheduler hands each CTA to the least-loaded SM), so a last wave
+    of few CTAs runs at the occupancy it has, not the kernel's (its CTAs share an SM with fewer others).
+
+    >>> tail_ctas_per_sm(2048, 132, 3)   # 5 full waves of 396, 68 CTAs left: one per SM
+    1
+    >>> tail_ctas_per_sm(1056, 132, 4)   # 2 full waves, none left over: the last is full
+    4
+
+    Raises
+    ------
+    ValueError
+        ``ctas``, ``sms`` or ``ctas_per_sm`` < 1.
+    """
+    if ctas < 1 or sms < 1 or ctas_per_sm < 1:
+        raise ValueError(f"ctas, sms and ctas_per_sm must be >= 1, got {ctas}, {sms}, {ctas_per_sm}")
+    left = ctas - (waves(ctas, sms, ctas_per_sm) - 1) * sms * ctas_per_sm
+    return min(ctas_per_sm, math.ceil(left / sms))

@@ -33,6 +33,9 @@ __all__ = ["ITERATIONS", "Task", "default_cache_dir", "predict_from_parts", "tun
 CACHE_VERSION = 3
 """Bumped when what the compile cache holds changes (2: the main-loop SASS count skips retry paths; 3: the
 main loop's local-memory bytes)."""
+SOLVE_CACHE_VERSION = 1
+"""Bumped when what a cached twill solve holds changes (``solve-*.json`` beside the compiles; the key also
+holds the graph, the machine's constants, the prefetch, the time limit and a hash of twill's source)."""
 ITERATIONS = 16
 """Loop trips simulated per config (the steady state is read over the middle half; 16 and 48 give the
 same cycles per trip on the FA forward configs, and 16 is 3x faster)."""
@@ -172,11 +175,15 @@ def _fits(report: dict[str, Any], machine: Any, cm: Any) -> tuple[str | None, in
 
 
 def predict_from_parts(*, per_trip_cycles: float, trips: int, ctas: int, ctas_per_sm: int, sms: int,
-                       clock_ghz: float, prologue: float, epilogue: float, flops: float) -> dict[str, float]:
+                       clock_ghz: float, prologue: float, epilogue: float, flops: float,
+                       tail_per_trip_cycles: float | None = None) -> dict[str, float]:
     """Kernel time from one CTA's cycles per trip (already shared with the co-resident CTAs).
 
     ``waves = ceil(ctas / (sms * ctas_per_sm))``; per CTA ``prologue + trips * per_trip_cycles +
-    epilogue`` cycles; time ``waves * per_cta / clock``; TFLOP/s ``flops / time``.
+    epilogue`` cycles; time ``waves * per_cta / clock``; TFLOP/s ``flops / time``. With
+    ``tail_per_trip_cycles`` (a CTA's trip at the last wave's occupancy,
+    :func:`twill.tune.triton_model.tail_ctas_per_sm`) the last wave takes ``prologue + trips *
+    tail_per_trip_cycles + epilogue`` instead.
 
     >>> r = predict_from_parts(per_trip_cycles=1000, trips=128, ctas=264, ctas_per_sm=1, sms=132,
     ...                        clock_ghz=1.6, prologue=0, epilogue=0, flops=1e12)
@@ -187,7 +194,8 @@ def predict_from_parts(*, per_trip_cycles: float, trips: int, ctas: int, ctas_pe
 
     w = waves(ctas, sms, ctas_per_sm)
     per_cta = prologue + trips * per_trip_cycles + epilogue
-    ms = w * per_cta / (clock_ghz * 1e9) * 1e3
+    tail = per_cta if tail_per_trip_cycles is None else prologue + trips * tail_per_trip_cycles + epilogue
+    ms = ((w - 1) * per_cta + tail) / (clock_ghz * 1e9) * 1e3
     return {"waves": w, "per_cta_cycles": per_cta, "ms": ms, "tflops": flops / (ms * 1e-3) / 1e12}
 
 
@@ -215,6 +223,72 @@ def _twill_schedule(graph: Any, machine: Any, task: Task) -> tuple[Any, list[str
         except InfeasibleError as exc:
             notes.append(f"twill: no schedule within {task.time_limit:g} s ({str(exc)[:200]})")
             return None, notes
+
+
+@functools.lru_cache(maxsize=1)
+def _code_hash() -> str:
+    """A hash of twill's own source files: a cached solve is only reused by the code that made it."""
+    import twill
+
+    digest = hashlib.sha256()
+    root = Path(twill.__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _solve_key(graph: Any, machine: Any, task: Task) -> str:
+    blob = json.dumps({"solve": SOLVE_CACHE_VERSION, "graph": graph.to_dict(),
+                       "machine": {k: c.value for k, c in sorted(machine.constants.items())},
+                       "prefetch": max(0, task.num_stages - 1), "time_limit": task.time_limit,
+                       "twill": _code_hash()}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+def _solve(graph: Any, machine: Any, task: Task) -> tuple[dict[str, Any] | None, list[str], bool]:
+    """twill's schedule of the config as plain data (None when there is none) and its notes, from the
+    solve cache when there; the last item says whether it came from the cache.
+
+    Only a solve whose outcome does not depend on the machine's speed is kept: one that found a schedule
+    with no II left undecided by the time limit (a timeout, or a refusal that names the time limit, is
+    solved again next time, so a loaded machine never fixes a worse answer in the cache)."""
+    path = Path(task.cache_dir) / f"solve-{_solve_key(graph, machine, task)}.json" if task.cache_dir else None
+    if path is not None and path.is_file():
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            return data["schedule"], list(data["notes"]), True
+        except (OSError, ValueError, KeyError):
+            pass  # a torn cache file: solve again and overwrite it
+    sched, notes = _twill_schedule(graph, machine, task)
+    core = None
+    timed_out = sched is None and any("no schedule within" in n for n in notes)
+    if sched is not None:
+        cert = sched.certificate
+        timed_out = any(a.status == "timeout" for a in cert.attempts)
+        core = {"strategy": sched.strategy, "ii": sched.ii, "ii_cycles": round(sched.ii_cycles, 1),
+                "length": sched.length, "cycles_per_unit": round(sched.problem.cycles_per_unit, 4),
+                "stages": sched.stages, "proven_optimal": cert.proven_optimal,
+                "not_proven": None if cert.proven_optimal else why_not_proven(sched, task),
+                "warp_groups": [{"index": g.index, "ops": list(g.ops), "warps": g.warps,
+                                 "registers": g.registers, "role": g.role} for g in sched.warp_groups],
+                "epilogue_cycles": max(0.0, (sched.length - sched.ii) * sched.problem.cycles_per_unit)}
+    if path is not None and not timed_out:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"schedule": core, "notes": notes}), encoding="utf-8")
+        os.replace(tmp, path)
+    return core, notes, False
+
+
+def _cpu() -> tuple[float, float]:
+    """CPU seconds of this process and of its finished children (ptxas, cuobjdump)."""
+    try:
+        import resource
+    except ImportError:  # not on a Unix: children are not counted
+        return time.process_time(), 0.0
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
 
 
 def why_not_proven(sched: Any, task: Task) -> str:
@@ -268,10 +342,13 @@ def _tune(task: Task) -> dict[str, Any]:
     if task.backend != "triton":
         return _result(task, reason=f"backend {task.backend!r} is not supported (use triton or gluon)",
                        error="input")
+    cpu0 = _cpu()
     try:
         built = _compile(task, spec, signature, target_for(machine))
     except FrontendError as exc:
         return _result(task, reason=f"Triton rejects this config: {exc}", error="compile")
+    cpu1 = _cpu()
+    cpu_seconds = {"compile": round(cpu1[0] - cpu0[0], 3), "tools": round(cpu1[1] - cpu0[1], 3)}
     report = built["report"]
     cm = CostModel(machine)
     details: dict[str, Any] = {
@@ -280,7 +357,7 @@ def _tune(task: Task) -> dict[str, Any]:
         "shared_bytes": report["shared_bytes"],
         "loop_sass_instructions": report.get("loop_sass_instructions"),
         "ptxas_notes": report["ptxas_notes"], "ctas": ctas, "trips": trips, "flops": flops,
-        "compile_cached": built["cached"]}
+        "compile_cached": built["cached"], "cpu_seconds": cpu_seconds}
     reason, k = _fits(report, machine, cm)
     details["ctas_per_sm"] = k
     if reason is not None:
@@ -297,9 +374,14 @@ def _tune(task: Task) -> dict[str, Any]:
     model_graph = tm.layout_gemms(graph, operands, layouts, cm)
     model_graph = tm.serialize_gemms(model_graph, operands, warps, cm) if serialized else model_graph
     slots = tm.triton_slots(lowering)
-    one = tm.triton_schedule(model_graph, slots, warps, machine)
+    # Simulated with the loads at the kernel's L2 rate (the rate the throughput term prices them at);
+    # at the microbenchmark's rate too, as the model had it (tune_scores.py scores both).
+    one = tm.triton_schedule(tm.kernel_rate_loads(model_graph, cm), slots, warps, machine)
     single = tm.simulate_triton(one, task.num_stages, ITERATIONS)
     compute = tm.simulate_triton(one, task.num_stages, ITERATIONS, latency=1)  # loads arrive at once
+    at_raw = tm.triton_schedule(model_graph, slots, warps, machine)
+    raw_single = tm.simulate_triton(at_raw, task.num_stages, ITERATIONS)
+    raw_compute = tm.simulate_triton(at_raw, task.num_stages, ITERATIONS, latency=1)
     local = report.get("loop_local_bytes") or (0, 0)
     terms = tm.hardware_terms(model_graph, operands, warps, cm, loop_instructions=report.get(
         "loop_sass_instructions"), num_stages=task.num_stages, layouts=layouts,
@@ -308,36 +390,43 @@ def _tune(task: Task) -> dict[str, Any]:
         smem_bytes=int(report["shared_bytes"]), ctas_per_sm=k)
     per_trip = tm.effective_cycles(single.cycles_per_iteration, terms, k, compute.cycles_per_iteration)
     sms = int(machine.const("chip.sms"))
+    k_tail = tm.tail_ctas_per_sm(ctas, sms, k)
+    tail_trip = tm.effective_cycles(single.cycles_per_iteration, terms, k_tail, compute.cycles_per_iteration)
     clock = float(machine.const("chip.clock_ghz"))
     edge = float(machine.const("cost.tma_latency"))  # one TMA round trip in (Q, first K/V) and one out (O)
     pred = predict_from_parts(per_trip_cycles=per_trip, trips=trips, ctas=ctas, ctas_per_sm=k, sms=sms,
-                              clock_ghz=clock, prologue=edge, epilogue=edge, flops=flops)
+                              clock_ghz=clock, prologue=edge, epilogue=edge, flops=flops,
+                              tail_per_trip_cycles=tail_trip)
+    cpu2 = _cpu()
+    cpu_seconds["model"] = round(cpu2[0] - cpu1[0], 3)
     details.update({
         "triton_pipelined": slots.pipelined, "triton_stages": slots.stages, "wgmma_serialized": serialized,
         "model_register_demand": tm.register_demand(one, single, ITERATIONS),
         "simulated_cycles_per_trip": round(single.cycles_per_iteration, 1),
         "compute_cycles_per_trip": round(compute.cycles_per_iteration, 1),
+        "raw_rate_cycles_per_trip": [round(raw_single.cycles_per_iteration, 1),
+                                     round(raw_compute.cycles_per_iteration, 1)],
+        "tail_ctas_per_sm": k_tail, "tail_cycles_per_trip": round(tail_trip, 1),
         "gemm_layouts": {n: list(v) for n, v in sorted(layouts.items())},
         "loop_local_bytes": list(local), "stack_frame_bytes": report.get("stack_frame_bytes"),
         "default_gemms": tm.default_gemm_parts(
             tm.serialize_gemms(graph, operands, warps, cm) if serialized else graph, operands, warps, cm),
         "cycles_per_trip": round(per_trip, 1), "waves": pred["waves"],
         "per_cta_cycles": round(pred["per_cta_cycles"], 1), "terms": terms.to_dict()})
-    sched, notes = _twill_schedule(model_graph, machine, task)
+    core, notes, solve_cached = _solve(model_graph, machine, task)
+    cpu3 = _cpu()
+    cpu_seconds["solve"] = round(cpu3[0] - cpu2[0], 3)
+    details["solve_cached"] = solve_cached
     summary = None
-    if sched is not None:
-        cpu = sched.problem.cycles_per_unit
-        twill_trip = tm.effective_cycles(sched.ii_cycles, terms, k)
+    if core is not None:
+        core = dict(core)
+        epilogue_cycles = core.pop("epilogue_cycles")
+        twill_trip = tm.effective_cycles(core["ii_cycles"], terms, k)
         twill = predict_from_parts(per_trip_cycles=twill_trip, trips=trips, ctas=ctas, ctas_per_sm=k,
-                                   sms=sms, clock_ghz=clock, prologue=(sched.stages - 1) * twill_trip + edge,
-                                   epilogue=max(0.0, (sched.length - sched.ii) * cpu) + edge, flops=flops)
-        summary = {"strategy": sched.strategy, "ii": sched.ii, "ii_cycles": round(sched.ii_cycles, 1),
-                   "length": sched.length, "cycles_per_unit": round(cpu, 4), "stages": sched.stages,
-                   "proven_optimal": sched.certificate.proven_optimal,
-                   "not_proven": None if sched.certificate.proven_optimal else why_not_proven(sched, task),
-                   "warp_groups": [{"index": g.index, "ops": list(g.ops), "warps": g.warps,
-                                    "registers": g.registers, "role": g.role} for g in sched.warp_groups],
-                   "predicted_ms_if_applied": round(twill["ms"], 5), "notes": notes}
+                                   sms=sms, clock_ghz=clock,
+                                   prologue=(core["stages"] - 1) * twill_trip + edge,
+                                   epilogue=epilogue_cycles + edge, flops=flops)
+        summary = {**core, "predicted_ms_if_applied": round(twill["ms"], 5), "notes": notes}
     elif notes:
         details["twill_notes"] = notes
     return _result(task, fits=True, predicted_ms=pred["ms"], predicted_tflops=pred["tflops"],
