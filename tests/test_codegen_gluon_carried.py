@@ -66,31 +66,37 @@ def _lag_reference(a: np.ndarray, b: np.ndarray, bn: int) -> np.ndarray:
     return acc
 
 
-def _on_own_group(sched, op: str, warps: int = 4):
-    """``sched`` with ``op`` moved to a new consumer warp group of ``warps`` warps (same start and stage:
-    a relabelling of the groups that adds hand-offs)."""
+def _on_own_group(sched, op: str, warps: int = 4, later: int = 0):
+    """``sched`` with ``op`` moved to a new consumer warp group of ``warps`` warps (a relabelling of the
+    groups that adds hand-offs), ``later`` IIs later (``later`` stages more; the length grows with it)."""
     new = max(g.index for g in sched.warp_groups) + 1
-    slots = {n: (OpSlot(n, s.start, s.stage, new) if n == op else s) for n, s in sched.slots.items()}
+    start = sched.slots[op].start + later * sched.ii
+    slots = {n: (OpSlot(n, start, start // sched.ii, new) if n == op else s) for n, s in sched.slots.items()}
     groups = [dataclasses.replace(g, ops=tuple(o for o in g.ops if o != op),
                                   registers=g.registers if g.role == "producer" else 160)
               for g in sched.warp_groups]
     groups.append(WarpGroup(new, (op,), warps, 160, 96, "consumer"))
-    return dataclasses.replace(sched, slots=slots, warp_groups=tuple(groups))
+    length = max(sched.length, start + sched.problem.op(op).cycles)
+    return dataclasses.replace(sched, slots=slots, warp_groups=tuple(groups), length=length)
 
 
-def test_a_value_read_two_iterations_later_on_another_group_is_handed_through_a_ring(tmp_path: Path):
+@pytest.mark.parametrize("later", [0, 2])
+def test_a_value_read_two_iterations_later_on_another_group_is_handed_through_a_ring(tmp_path: Path,
+                                                                                      later: int):
     """``acc`` reads ``y`` two iterations back; with ``acc`` on its own warp group that edge (distance 2)
     is the only register value crossing groups. The kernel stages ``y`` in a ring of the model's depth for
     the edge, ``ceil((start(acc) + 2 II + 1 - end(y)) / II)`` (the last two iterations, never read, are not
     stored), so its shared memory is the model's buffers (plus the epilogue's store staging and the
     barriers), compiles for sm_90 within the H200's, and computes the loop at one to six iterations (the
-    reader's first two take the two initial values) in the CPU simulation."""
+    reader's first two take the two initial values) in the CPU simulation. ``later`` 2: ``acc`` two stages
+    later (a prologue of two trips, the first steady trip reading iteration 0, a sequential body for one
+    iteration; every dependence still holds: the move only delays the reader)."""
     path = tmp_path / "lag.py"
     path.write_text(LAG)
     graph = twill.graph_from_kernel(str(path), machine="h200")
     carried = [e for e in graph.edges if e.src == "y" and e.dst == "acc"]
     assert [e.distance for e in carried] == [2]
-    sched = _on_own_group(twill.schedule(graph, "h200"), "acc")
+    sched = _on_own_group(twill.schedule(graph, "h200"), "acc", later=later)
     group = {n: s.warp_group for n, s in sched.slots.items()}
     assert group["acc"] != group["y"]
     kernel = generate(sched, str(path), "h200", tmp_path / "out")
