@@ -46,9 +46,15 @@ from twill.search.certificate import (
 )
 from twill.search.checks import check_apart, check_numbers, check_pool
 from twill.search.decide import decide_ii
-from twill.search.fallback import FALLBACK_S, fallback_budget, heuristic_fallback, heuristic_schedule
+from twill.search.fallback import (
+    FALLBACK_S,
+    HEURISTIC_SHARE,
+    fallback_budget,
+    heuristic_fallback,
+    heuristic_schedule,
+)
 from twill.search.prefetch import with_prefetch
-from twill.search.probe import PROBE_SHARE, joint_probes
+from twill.search.probe import joint_probes
 from twill.search.progress import EventKind, Progress
 from twill.search.ranges import RANGE_FIRST, closing_phase, range_query
 from twill.search.reasons import budget_sum, register_floor
@@ -262,8 +268,8 @@ def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp
         lo = least_open_ii(run)
         budget = fallback_budget(FALLBACK_S if deadline is None else deadline - started)
         until = time.monotonic() + budget
-        # the heuristic's IIs walk up until one verifies: at most PROBE_SHARE of the budget
-        fallback = heuristic_fallback(run, lo, limit_ii, until - budget * PROBE_SHARE)
+        # the heuristic's IIs walk up until one verifies: at most HEURISTIC_SHARE of the budget
+        fallback = heuristic_fallback(run, lo, limit_ii, until - budget * (1 - HEURISTIC_SHARE))
         # the fallback's seconds left go to joint probes below the heuristic's II (twill.search.probe)
         top = limit_ii if fallback is None else fallback[1] - 1
         better = joint_probes(run, lo, top, until, solver, modulo, ilp,

@@ -30,8 +30,8 @@ from twill.solvers.normalize import Normalization
 from twill.solvers.status import CheckResult
 from twill.verify import violations
 
-__all__ = ["FALLBACK_FRACTION", "FALLBACK_MIN_S", "FALLBACK_S", "fallback_budget", "heuristic_fallback",
-           "heuristic_schedule"]
+__all__ = ["FALLBACK_FRACTION", "FALLBACK_MIN_S", "FALLBACK_S", "HEURISTIC_SHARE", "fallback_budget",
+           "heuristic_fallback", "heuristic_schedule"]
 
 FALLBACK_S = 30.0
 """Most seconds the fallback heuristic (:func:`heuristic_fallback`) may take once the time limit has ended
@@ -41,6 +41,13 @@ verification per split, well under a second on the FA loops)."""
 FALLBACK_FRACTION = 0.1
 """The fallback's share of the time limit: a search with limit ``T`` returns within about ``1.1 T`` (the
 time-limit contract of ``benchmarks/solve_times.py --overshoot``)."""
+
+HEURISTIC_SHARE = 0.25
+"""The share of :func:`fallback_budget` the heuristic's walk over IIs may take before the joint probes
+(:func:`twill.search.probe.joint_probes`) get the rest: a tuning choice. The walk ends at once where the
+iterative modulo scheduler's split verifies (milliseconds on the FA forwards); where none does (the
+sub-tiled FA backward on the H100) it used the whole budget to end with a list schedule at II 330, and
+the probes, given the seconds, found II 114-116 in 30-60 s at a load of 8 (solve_times_changes.md)."""
 
 FALLBACK_MIN_S = 1.0
 """The fallback's least budget, for limits under 10 s (a heuristic schedule of a small loop takes
@@ -250,7 +257,9 @@ def heuristic_schedule(run: Run, found: tuple, norm: Normalization | None, raw_b
     note = (f"heuristic: the time limit ended the search before any joint schedule was found; this is "
             f"{found[0]} at II {ii}{split} ({len(sched.warp_groups)} "
             f"groups), verified but not proven optimal: every II below {reached} was refuted, so the "
-            f"optimal II lies in [{reached}, {ii}]")
+            f"optimal II lies in [{reached}, {ii}]"
+            + (" (so this II is optimal; its length and the later goals are not proven minimal)"
+               if ii == reached else ""))
     notes = (*(n for n in sched.certificate.notes if not n.startswith("Twill-SWP:")), note)
     cert = dataclasses.replace(sched.certificate, proven_optimal=False, notes=notes, heuristic=True,
                                ii_bound=reached)
