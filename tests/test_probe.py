@@ -159,3 +159,19 @@ def test_the_sub_tiled_fa_backward_has_a_schedule_at_its_mii() -> None:
     budgets = sorted(grp.registers for grp in s.warp_groups)
     assert sum(grp.registers * grp.warps * 32 for grp in s.warp_groups) <= prob.resources.register_file
     assert budgets[-1] <= 256 and len(budgets) >= 3  # a producer and at least two consumer groups
+
+
+def test_asserted_groups_keep_a_schedule_and_refuse_a_group_an_op_cannot_take() -> None:
+    # Figure 1 (optimum II 2, L 4, one group: test_oracle.test_figure1_by_hand): its own groups asserted
+    # give a schedule; a group outside the pool leaves none (the assertion is FALSE, nothing relaxed).
+    from twill.ir.paper import figure1_graph
+    from twill.solvers.joint.smt import solve_joint
+
+    prob = cases.problem_of(figure1_graph(), cases.machine())
+    free = solve_joint(prob, 2, 2, first=1, optimize=False)
+    assert free.status.value == "sat"
+    kept = solve_joint(prob, 2, 2, first=1, optimize=False, groups=free.group)
+    assert kept.status.value == "sat" and kept.group == free.group
+    name = prob.ops[0].name
+    gone = solve_joint(prob, 2, 2, first=1, optimize=False, groups={name: 99})
+    assert gone.status.value == "unsat"

@@ -54,7 +54,7 @@ from twill.search.fallback import (
     heuristic_schedule,
 )
 from twill.search.prefetch import with_prefetch
-from twill.search.probe import joint_probes
+from twill.search.probe import PROBE_MARGIN, joint_probes
 from twill.search.progress import EventKind, Progress
 from twill.search.ranges import RANGE_FIRST, closing_phase, range_query
 from twill.search.reasons import budget_sum, register_floor
@@ -272,7 +272,7 @@ def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp
         fallback = heuristic_fallback(run, lo, limit_ii, until - budget * (1 - HEURISTIC_SHARE))
         # the fallback's seconds left go to joint probes below the heuristic's II (twill.search.probe)
         top = limit_ii if fallback is None else fallback[1] - 1
-        better = joint_probes(run, lo, top, until, solver, modulo, ilp,
+        better = joint_probes(run, lo, top, until - budget * PROBE_MARGIN, solver, modulo, ilp,
                               None if fallback is None else fallback[2].group)
         fallback = better if better is not None else fallback
         if fallback is not None:
