@@ -175,3 +175,22 @@ def test_asserted_groups_keep_a_schedule_and_refuse_a_group_an_op_cannot_take() 
     name = prob.ops[0].name
     gone = solve_joint(prob, 2, 2, first=1, optimize=False, groups={name: 99})
     assert gone.status.value == "unsat"
+
+
+def test_ctrl_c_in_a_probe_returns_the_heuristic_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
+    import twill.search.algorithm1 as algorithm1
+    from twill.errors import InterruptedSolveError
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(algorithm1, "joint_probes", interrupted)
+    g = twill.graph_from_kernel(str(ROOT / "examples" / "flash_attention_fwd.py") + "::attn_fwd",
+                                machine="h100")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(InterruptedSolveError, match="joint probes") as info:
+            twill.schedule(g, "h100", time_limit=0.3)
+    s = info.value.schedule
+    assert s is not None and s.certificate.heuristic and not s.certificate.proven_optimal
+    assert not violations(s)

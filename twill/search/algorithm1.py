@@ -272,8 +272,15 @@ def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp
         fallback = heuristic_fallback(run, lo, limit_ii, until - budget * (1 - HEURISTIC_SHARE))
         # the fallback's seconds left go to joint probes below the heuristic's II (twill.search.probe)
         top = limit_ii if fallback is None else fallback[1] - 1
-        better = joint_probes(run, lo, top, until - budget * PROBE_MARGIN, solver, modulo, ilp,
-                              None if fallback is None else fallback[2].group)
+        try:
+            better = joint_probes(run, lo, top, until - budget * PROBE_MARGIN, solver, modulo, ilp,
+                                  None if fallback is None else fallback[2].group)
+        except KeyboardInterrupt as exc:  # Ctrl-C in a probe: the heuristic's schedule, if any, is the best
+            if fallback is None:
+                raise InterruptedSolveError("interrupted before any schedule was found") from exc
+            raise InterruptedSolveError(
+                "interrupted during the fallback's joint probes; the heuristic schedule is the best found",
+                schedule=heuristic_schedule(run, fallback, norm, raw_bounds)) from exc
         fallback = better if better is not None else fallback
         if fallback is not None:
             return heuristic_schedule(run, fallback, norm, raw_bounds)
