@@ -1,12 +1,13 @@
 """Joint probes above the bound: a better any-time answer for a search the time limit stopped.
 
-When the search runs out of time in the first windows of its least II (the sub-tiled FA backward on the
-H100 stalls at its MII 100, whose windows need registers, blocking waits and the saturated Tensor Core
-together to refute), the fallback heuristic's schedule can sit far above the optimum (II 330 there, where
-the joint solver finds a schedule at II 115 in about 25 s, benchmarks/results/solve_times_changes.md).
-A joint question whose answer is *a* schedule is much easier than one whose answer is UNSAT, so the
-fallback's remaining seconds go to asking the joint solver for any schedule at IIs between the least II
-not refuted and the heuristic's, by bisection.
+When the search runs out of time in the first windows of its least II, the fallback heuristic's
+schedule can sit far above the optimum: the sub-tiled FA backward on the H100 stalls in the first window
+of its MII 100, which has a schedule (found with the warp groups of an II 115 schedule asserted, in about
+40 s), and the heuristic's answer was II 330 (benchmarks/results/solve_times_changes.md). With free
+groups the joint solver finds schedules quickly far above the bound and slowly near it; with the groups
+of a known schedule asserted only the start times are searched, which is much faster. So the fallback's
+remaining seconds go to asking for any schedule at IIs between the least II not refuted and the
+heuristic's, by bisection: free groups until a schedule is found, then its groups asserted.
 
 Soundness: a probe proves nothing about the IIs below it. Its schedule comes from the same joint encoding
 as the search's and passes :func:`twill.verify.violations` before it is returned; the caller marks it
