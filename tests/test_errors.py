@@ -337,6 +337,9 @@ def test_time_limit_before_any_schedule_without_a_heuristic_one_is_an_infeasible
         monkeypatch.setattr(module, "iterative_modulo_schedule", lambda problem, ii: None)
     monkeypatch.setattr(fallback, "_no_overlap", lambda p, group, hi: None)
     monkeypatch.setattr(fallback, "_list_schedule", lambda p, group, hi: None)
+    import twill.search.algorithm1 as algorithm1
+
+    monkeypatch.setattr(algorithm1, "joint_probes", lambda *args, **kwargs: None)  # no probe schedule either
     with pytest.raises(InfeasibleError, match=r"fa_like: time limit reached") as info:
         twill.schedule(fa_like_graph(), "h100", time_limit=0.001)
     assert info.value.certificate is not None

@@ -46,8 +46,15 @@ from twill.search.certificate import (
 )
 from twill.search.checks import check_apart, check_numbers, check_pool
 from twill.search.decide import decide_ii
-from twill.search.fallback import heuristic_fallback, heuristic_schedule
+from twill.search.fallback import (
+    FALLBACK_S,
+    HEURISTIC_SHARE,
+    fallback_budget,
+    heuristic_fallback,
+    heuristic_schedule,
+)
 from twill.search.prefetch import with_prefetch
+from twill.search.probe import PROBE_MARGIN, joint_probes
 from twill.search.progress import EventKind, Progress
 from twill.search.ranges import RANGE_FIRST, closing_phase, range_query
 from twill.search.reasons import budget_sum, register_floor
@@ -123,7 +130,9 @@ def schedule(
         proven optimal; with none found (strategy ``"joint"``), a verified heuristic schedule
         (``certificate.heuristic``, with the proven lower bound ``certificate.ii_bound``; the fallback
         takes up to :func:`~twill.search.fallback.fallback_budget` more seconds: a tenth of the limit,
-        1 to 30 s), else :class:`InfeasibleError` says which IIs were decided.
+        1 to 30 s; what the heuristic leaves of them goes to joint probes for any schedule at a smaller
+        II, :func:`~twill.search.probe.joint_probes`), else :class:`InfeasibleError` says which IIs were
+        decided.
     max_groups, register_limit, register_plan, cross_group, max_stages, stage_slack, max_ii :
         See :class:`twill.problem.Options`.
     prefetch : int, optional
@@ -256,7 +265,23 @@ def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp
             raise InterruptedSolveError("interrupted before any schedule was found") from exc
         found, run.interrupted = run.found, True
     if found is None and run.timed_out and strategy == "joint":
-        fallback = heuristic_fallback(run, least_open_ii(run), limit_ii)
+        lo = least_open_ii(run)
+        budget = fallback_budget(FALLBACK_S if deadline is None else deadline - started)
+        until = time.monotonic() + budget
+        # the heuristic's IIs walk up until one verifies: at most HEURISTIC_SHARE of the budget
+        fallback = heuristic_fallback(run, lo, limit_ii, until - budget * (1 - HEURISTIC_SHARE))
+        # the fallback's seconds left go to joint probes below the heuristic's II (twill.search.probe)
+        top = limit_ii if fallback is None else fallback[1] - 1
+        try:
+            better = joint_probes(run, lo, top, until - budget * PROBE_MARGIN, solver, modulo, ilp,
+                                  None if fallback is None else fallback[2].group)
+        except KeyboardInterrupt as exc:  # Ctrl-C in a probe: the heuristic's schedule, if any, is the best
+            if fallback is None:
+                raise InterruptedSolveError("interrupted before any schedule was found") from exc
+            raise InterruptedSolveError(
+                "interrupted during the fallback's joint probes; the heuristic schedule is the best found",
+                schedule=heuristic_schedule(run, fallback, norm, raw_bounds)) from exc
+        fallback = better if better is not None else fallback
         if fallback is not None:
             return heuristic_schedule(run, fallback, norm, raw_bounds)
     if found is None:

@@ -20,6 +20,7 @@ from twill.schedule import (
     Schedule,
 )
 from twill.search.certificate import finish, least_open_ii
+from twill.search.probe import PROBE_HOW
 from twill.search.reasons import budget_sum
 from twill.search.run import Run, with_note
 from twill.search.swp import needed_budgets
@@ -29,8 +30,8 @@ from twill.solvers.normalize import Normalization
 from twill.solvers.status import CheckResult
 from twill.verify import violations
 
-__all__ = ["FALLBACK_FRACTION", "FALLBACK_MIN_S", "FALLBACK_S", "fallback_budget", "heuristic_fallback",
-           "heuristic_schedule"]
+__all__ = ["FALLBACK_FRACTION", "FALLBACK_MIN_S", "FALLBACK_S", "HEURISTIC_SHARE", "fallback_budget",
+           "heuristic_fallback", "heuristic_schedule"]
 
 FALLBACK_S = 30.0
 """Most seconds the fallback heuristic (:func:`heuristic_fallback`) may take once the time limit has ended
@@ -40,6 +41,13 @@ verification per split, well under a second on the FA loops)."""
 FALLBACK_FRACTION = 0.1
 """The fallback's share of the time limit: a search with limit ``T`` returns within about ``1.1 T`` (the
 time-limit contract of ``benchmarks/solve_times.py --overshoot``)."""
+
+HEURISTIC_SHARE = 0.25
+"""The share of :func:`fallback_budget` the heuristic's walk over IIs may take before the joint probes
+(:func:`twill.search.probe.joint_probes`) get the rest: a tuning choice. The walk ends at once where the
+iterative modulo scheduler's split verifies (milliseconds on the FA forwards); where none does (the
+sub-tiled FA backward on the H100) it used the whole budget to end with a list schedule at II 330, and
+the probes, given the seconds, found II 114-116 in 30-60 s at a load of 8 (solve_times_changes.md)."""
 
 FALLBACK_MIN_S = 1.0
 """The fallback's least budget, for limits under 10 s (a heuristic schedule of a small loop takes
@@ -88,19 +96,21 @@ def _splits(p: Problem) -> list[dict[str, int]]:
     return out
 
 
-def heuristic_fallback(run: Run, lo: int, hi: int) -> tuple | None:
+def heuristic_fallback(run: Run, lo: int, hi: int, until: float | None = None) -> tuple | None:
     """A valid schedule without a proof, for a search the time limit stopped with none found: at IIs from
     ``lo`` (the least II not refuted) upward in growing steps (1, 2, 4, ... up to ``hi``), the iterative
     modulo schedule of the problem with each :func:`_splits` assignment's crossing delays on the edges it
     makes cross, kept at the first II and split that pass :func:`twill.verify.violations`; then the IIs
     between the last one that failed and it are bisected for a smaller one that passes. Takes at most
-    :func:`fallback_budget` seconds of the search's time limit; None if nothing passed (or a register plan
-    is given: its budgets belong to the pool's groups, which these splits do not follow)."""
+    :func:`fallback_budget` seconds of the search's time limit, or until the ``time.monotonic()`` value
+    ``until`` when given; None if nothing passed (or a register plan is given: its budgets belong to the
+    pool's groups, which these splits do not follow)."""
     p = run.problem
     if p.options.register_plan is not None:
         return None
-    limit = FALLBACK_S if run.deadline is None else run.deadline - run.started
-    until = time.monotonic() + fallback_budget(limit)
+    if until is None:
+        limit = FALLBACK_S if run.deadline is None else run.deadline - run.started
+        until = time.monotonic() + fallback_budget(limit)
     splits = _splits(p)
 
     def attempt(ii: int) -> tuple | None:
@@ -243,10 +253,13 @@ def heuristic_schedule(run: Run, found: tuple, norm: Normalization | None, raw_b
     reached = least_open_ii(run)
     sched = finish(run, found, norm, raw_bounds, "swp")
     ii = sched.ii
+    split = "" if found[0] == PROBE_HOW else " with a fixed warp-group split"
     note = (f"heuristic: the time limit ended the search before any joint schedule was found; this is "
-            f"{found[0]} at II {ii} with a fixed warp-group split ({len(sched.warp_groups)} "
-            f"groups), verified but not optimal: every II below {reached} was refuted, so the optimal II "
-            f"lies in [{reached}, {ii}]")
+            f"{found[0]} at II {ii}{split} ({len(sched.warp_groups)} "
+            f"groups), verified but not proven optimal: every II below {reached} was refuted, so the "
+            f"optimal II lies in [{reached}, {ii}]"
+            + (" (so this II is optimal; its length and the later goals are not proven minimal)"
+               if ii == reached else ""))
     notes = (*(n for n in sched.certificate.notes if not n.startswith("Twill-SWP:")), note)
     cert = dataclasses.replace(sched.certificate, proven_optimal=False, notes=notes, heuristic=True,
                                ii_bound=reached)
