@@ -46,7 +46,7 @@ from twill.search.certificate import (
 )
 from twill.search.checks import check_apart, check_numbers, check_pool
 from twill.search.decide import decide_ii
-from twill.search.fallback import heuristic_fallback, heuristic_schedule
+from twill.search.fallback import fallback_budget, heuristic_fallback, heuristic_schedule
 from twill.search.prefetch import with_prefetch
 from twill.search.progress import EventKind, Progress
 from twill.search.ranges import RANGE_FIRST, closing_phase, range_query
@@ -122,8 +122,9 @@ def schedule(
         Seconds for the whole search. When it runs out the best schedule found comes back marked not
         proven optimal; with none found (strategy ``"joint"``), a verified heuristic schedule
         (``certificate.heuristic``, with the proven lower bound ``certificate.ii_bound``; the fallback
-        takes up to :func:`~twill.search.fallback.fallback_budget` more seconds: a tenth of the limit,
-        1 to 30 s), else :class:`InfeasibleError` says which IIs were decided.
+        ends :func:`~twill.search.fallback.fallback_budget` seconds after the limit: a tenth of it, 0.2 to
+        30 s, so the call returns within max(0.1 T, 0.2 s) of ``T``), else :class:`InfeasibleError` says
+        which IIs were decided.
     max_groups, register_limit, register_plan, cross_group, max_stages, stage_slack, max_ii :
         See :class:`twill.problem.Options`.
     prefetch : int, optional
@@ -209,18 +210,21 @@ def schedule(
                   max_stages=max_stages, stage_slack=stage_slack, max_ii=max_ii, relax=frozenset(relax),
                   apart=apart)
 
+    answer_by = None if time_limit is None else started + time_limit + fallback_budget(time_limit)
+
     def solve(depth: int, limit: float | None) -> Schedule:
         return _schedule(graph, mach, Options(**common, prefetch=depth), solver=solver, ilp=ilp,
                          modulo=modulo, strategy=strategy, time_limit=limit,
                          normalize_upper=normalize_upper, window_limit=window_limit, ranges=ranges,
-                         method=method, progress=progress)
+                         method=method, progress=progress, answer_by=answer_by)
 
     return with_prefetch(solve, prefetch, time_limit, started)
 
 
 def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp: str, modulo: str,
               strategy: str, time_limit: float | None, normalize_upper: int, window_limit: float | None,
-              progress: Progress | None, ranges: bool = True, method: str = "direct") -> Schedule:
+              progress: Progress | None, ranges: bool = True, method: str = "direct",
+              answer_by: float | None = None) -> Schedule:
     """One search at fixed options (:func:`schedule` without the prefetch-depth loop)."""
     started = time.monotonic()
     raw = build_problem(graph, mach, options)
@@ -242,7 +246,7 @@ def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp
     methods = (f"joint problem on {solver}{how}, modulo phase by {modulo}" if strategy == "joint"
                else f"modulo phase by {modulo} (Twill-SWP: no joint problem)")
     run = Run(problem, bound, deadline, progress, started, [], {}, {}, window_limit=window_limit,
-               ranges=ranges, methods=methods, method=method)
+               ranges=ranges, methods=methods, method=method, answer_by=answer_by)
     run.spend("bounds", (t1 - t0) + (time.monotonic() - t2))
     run.spend("normalize", t2 - t1)
     run.emit(EventKind.BOUNDS, res_mii=bound.res_mii, rec_mii=bound.rec_mii, mii=bound.mii)
