@@ -203,6 +203,15 @@ class Smem:
     def permute(self, order: Sequence[int]) -> Smem:
         return Smem(np.transpose(self.data, tuple(order)))
 
+    def _reinterpret(self, dtype: Any, shape: Sequence[int], layout: Any = None) -> Smem:
+        """The first bytes of this buffer seen as a ``dtype`` tile of ``shape`` (they share memory: a
+        write through one is seen through the other)."""
+        flat = self.data.reshape(-1).view(np.uint8)
+        n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        if n > flat.size:
+            raise SimulationError(f"_reinterpret as {list(shape)} needs {n} B; the buffer has {flat.size} B")
+        return Smem(flat[:n].view(dtype).reshape(tuple(int(d) for d in shape)))
+
     def load(self, _layout: Any = None) -> Arr:
         return _arr(self.data.copy())
 
