@@ -31,6 +31,7 @@ from twill.ir.graph import Graph
 from twill.ir.machine import Machine, load_machine
 from twill.model.bounds import bounds
 from twill.model.problem import Options, Problem, build_problem, check_resources
+from twill.model.stagebound import load_lp
 from twill.schedule import (
     STRATEGIES,
     Schedule,
@@ -235,6 +236,8 @@ def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp
         check_swp(raw)
     check_apart(raw, strategy)
     deadline = None if time_limit is None else started + time_limit
+    if deadline is not None:
+        load_lp()  # inside the limit, not at a first use near its end
     t0 = time.monotonic()
     raw_bounds = bounds(raw)
     t1 = time.monotonic()

@@ -127,26 +127,25 @@ def heuristic_fallback(run: Run, lo: int, hi: int) -> tuple | None:
     until = end - FINISH_RESERVE * share  # the rest is for the certificate and its verification
     until = max(until, time.monotonic() + FALLBACK_LAST_S)  # a search that ran over still gets one try
     splits = _splits(p)
+    clock = _Tries(until)
 
-    def attempt(ii: int, by: float) -> tuple | None:
+    def attempt(ii: int) -> tuple | None:
         for group in splits:
-            if time.monotonic() >= by:
+            if not clock.room():
                 return None
             edges = [dataclasses.replace(e, latency=p.crossing_delay(e))
                      if e.src != e.dst and group[e.src] != group[e.dst] else e for e in p.edges]
-            start = iterative_modulo_schedule(p.replace_times(p.ops, edges, p.cycles_per_unit), ii)
-            if start is None:
-                continue
-            found = _split_result(run, ii, start, group)
+            found = clock.timed(_modulo_try, run, p.replace_times(p.ops, edges, p.cycles_per_unit), ii,
+                                group)
             if found is not None:
                 return found
         return None
 
-    resort = _last_resort(run, splits, hi, until)  # an answer in hand first: cheap, and always there
+    resort = _last_resort(run, splits, hi, clock)  # an answer in hand first: cheap, and always there
     top = hi if resort is None else min(hi, resort[1] - 1)  # a modulo schedule must beat it
     ii, step, failed, best = lo, 1, lo - 1, None
-    while ii <= top and time.monotonic() < until:
-        best = attempt(ii, until)
+    while ii <= top and clock.room():
+        best = attempt(ii)
         if best is not None:
             break
         failed, ii, step = ii, min(top, ii + step), step * 2
@@ -157,9 +156,9 @@ def heuristic_fallback(run: Run, lo: int, hi: int) -> tuple | None:
     if best is None:
         return None
     low, high = failed + 1, best[1] - 1
-    while low <= high and time.monotonic() < until:
+    while low <= high and clock.room():
         mid = (low + high) // 2
-        better = attempt(mid, until)
+        better = attempt(mid)
         if better is not None:
             best, high = better, mid - 1
         else:
@@ -167,23 +166,48 @@ def heuristic_fallback(run: Run, lo: int, hi: int) -> tuple | None:
     return best
 
 
-def _last_resort(run: Run, splits: list[dict[str, int]], hi: int, until: float) -> tuple | None:
+class _Tries:
+    """The fallback's end (a ``time.monotonic()`` value) and the longest try so far: a try that would not
+    finish by the end at that length is not started (the first always is)."""
+
+    def __init__(self, until: float) -> None:
+        self.until, self.longest = until, 0.0
+
+    def room(self) -> bool:
+        return time.monotonic() + self.longest < self.until
+
+    def timed(self, fn: Any, *args: Any) -> Any:
+        began = time.monotonic()
+        try:
+            return fn(*args)
+        finally:
+            self.longest = max(self.longest, time.monotonic() - began)
+
+
+def _modulo_try(run: Run, problem: Problem, ii: int, group: dict[str, int]) -> tuple | None:
+    """The iterative modulo schedule of ``problem`` (crossing delays on the edges ``group`` makes cross) at
+    ``ii``, if it verifies with that split."""
+    start = iterative_modulo_schedule(problem, ii)
+    return None if start is None else _split_result(run, ii, start, group)
+
+
+def _last_resort(run: Run, splits: list[dict[str, int]], hi: int, clock: _Tries) -> tuple | None:
     """The schedules without overlap (:func:`_list_schedule`, then :func:`_no_overlap`, for every split),
-    the one of least II (then by how it was made) that verifies; each computed only while ``until`` has
-    not passed."""
+    the one of least II (then by how it was made) that verifies; each made and checked only while
+    ``clock`` has room for it."""
     p = run.problem
     made = []
     for build in (_list_schedule, _no_overlap):
         for group in splits:
-            if time.monotonic() >= until:
+            if not clock.room():
                 break
-            found = build(p, group, hi)
+            found = clock.timed(build, p, group, hi)
             if found is not None:
                 made.append(found)
     for ii, start, group, how in sorted(made, key=lambda r: (r[0], r[3])):
-        if time.monotonic() >= until:
+        if not clock.room():
             return None
-        best = _split_result(run, ii, start, group, how)
+        best = clock.timed(_split_result, run, ii, start, group, how)
         if best is not None:
             return best
     return None
