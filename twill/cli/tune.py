@@ -164,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
                        jobs=args.jobs, ray=args.ray, cache_dir=cache, on_start=start, on_result=step)
     except TwillError as exc:
         progress.stop()
-        err.print(f"[red]error[/] ({type(exc).__name__}): {escape(str(exc))}")
+        err.print(f"[red]error[/] ({type(exc).__name__}): {escape(str(exc))}", soft_wrap=True)
         return 2
     finally:
         progress.stop()
