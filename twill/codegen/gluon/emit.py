@@ -177,6 +177,7 @@ def _with_short_loops(k: KernelFacts, parts: list[PartitionEmitter], short: int)
     seq = copy.copy(k)
     seq.plan = sequential_plan(k.plan, k.schedule)
     reused = {key: info.pop("reused", None) for key, info in k.invariant.items()}   # as before the first
+    seq.ring_reused = set()   # the other branch: its stores decide afresh, as the first body's did
     store_buffers = len(k.buffers)
     others = [PartitionEmitter(seq, p, prefix="x_") for p in seq.plan.partitions]
     _issue_invariants(seq, others)

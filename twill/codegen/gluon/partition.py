@@ -1064,7 +1064,13 @@ class PartitionEmitter:
             coords = [self._outer_value(u) for u in op.operands[2:]]
             shape, elem = self.k.desc_params[desc]
             reuse = self._reusable(shape, elem)
-            if reuse:
+            ring = None if reuse else self._dead_ring(shape, elem)
+            if ring:
+                buf = self._fresh("obuf")
+                self._emit(f"{buf} = {ring}._reinterpret({dtype_of(elem, 'the store')}, {list(shape)}, "
+                           f"{desc}.layout)   # the ring's readers are done: its bytes stage the store")
+                self._emit(f"{buf}.store({value})")
+            elif reuse:
                 self._emit(f"{reuse}.store({value})")
                 buf = reuse
             else:
@@ -1113,6 +1119,26 @@ class PartitionEmitter:
                 info["reused"] = True
                 return f"inv{info['index']}"
         return None
+
+    def _dead_ring(self, shape: tuple[int, ...], elem: str) -> str | None:
+        """A TMA ring of at least the tile's bytes that is dead after the loop, for an epilogue store with no
+        dead loop-invariant buffer (:meth:`_reusable`): every partition reading it is this one (whose
+        wgmmas are all retired when its loop ends) or one that has handed this one a loop result it has
+        waited on (a partition hands its results after all its wgmmas are complete). Its loads are all
+        landed then: the producer loads only iterations that exist, and each is read after its ready
+        barrier. The kernel's shared memory is then the steady state's, the model's (docs/gluon.md);
+        the smallest such ring is taken, each ring by one store (of one partition) only."""
+        waited = {h["from"] for i, h in self.k.after_handoff.items()
+                  if (self.k.yield_op.operands[i].key, "handed") in self.local}
+        need = tile_bytes(shape, elem)
+        fits = [(ring.depth * ring.nbytes, node) for node, ring in self.k.plan.rings.items()
+                if node not in self.k.ring_reused and ring.depth * ring.nbytes >= need and ring.readers
+                and all(r == self.p.position or r in waited for r in ring.readers)]
+        if not fits:
+            return None
+        node = min(fits)[1]
+        self.k.ring_reused.add(node)
+        return f"ring_{node}"
 
     def _reaches_by_registers(self, src: str, targets: set[str]) -> bool:
         """Whether graph op ``src`` reaches one of ``targets`` through same-iteration register edges."""

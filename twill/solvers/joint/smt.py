@@ -14,6 +14,7 @@ where the probes fall (:data:`PROBE_ORDER`) changes how many checks that takes, 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +58,7 @@ def solve_joint(
     deadline: float | None = None,
     window_s: float | None = None,
     optimize: bool = True,
+    groups: Mapping[str, int] | None = None,
 ) -> JointResult:
     """Solve the joint problem at ``ii`` for schedules of ``stages`` stages, or of the first window of
     ``first .. stages`` that has one.
@@ -85,6 +87,11 @@ def solve_joint(
         the window that ran out (``length_low`` says which).
     optimize : bool
         Tighten the secondary objectives (:data:`GOALS`, in order) after the first model.
+    groups : mapping of str to int, optional
+        Each op's warp group, asserted (a neighbourhood of a known schedule, for
+        :mod:`twill.search.probe`): the answer is then the one at these groups only, so an UNSAT answer
+        refutes nothing about the II. A group an op may not take (:class:`Formulation`'s ``groups_of``)
+        makes the formula UNSAT; an op left out keeps its choice.
 
     Raises
     ------
@@ -98,6 +105,8 @@ def solve_joint(
         sess.build_deadline = deadline
         try:
             enc.build()
+            for name, w in (groups or {}).items():
+                enc.add(enc.opw[name][w] if w in enc.opw[name] else enc.m.FALSE())
         except BuildDeadline:
             return JointResult(ii, stages, CheckResult.TIMEOUT, checks=0, wall_s=time.monotonic() - start,
                                build_s=time.monotonic() - start, length_low=min_length)
