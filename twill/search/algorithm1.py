@@ -48,6 +48,7 @@ from twill.search.certificate import (
 from twill.search.checks import check_apart, check_numbers, check_pool
 from twill.search.decide import decide_ii
 from twill.search.fallback import (
+    FALLBACK_LAST_S,
     HEURISTIC_SHARE,
     fallback_budget,
     fallback_end,
@@ -276,7 +277,9 @@ def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp
         until = fallback_end(run)  # the limit plus the fallback's budget, less the certificate's reserve
         budget = max(0.0, until - time.monotonic())
         # the heuristic's IIs walk up until one verifies: at most HEURISTIC_SHARE of the budget
-        fallback = heuristic_fallback(run, lo, limit_ii, until - budget * (1 - HEURISTIC_SHARE))
+        # (and at least FALLBACK_LAST_S of it: the walk is the answer the probes may only improve)
+        fallback = heuristic_fallback(run, lo, limit_ii, max(until - budget * (1 - HEURISTIC_SHARE),
+                                                             min(until, time.monotonic() + FALLBACK_LAST_S)))
         # the fallback's seconds left go to joint probes below the heuristic's II (twill.search.probe)
         top = limit_ii if fallback is None else fallback[1] - 1
         try:

@@ -186,12 +186,13 @@ class _Tries:
     finish by the end at that length is not started (the first always is)."""
 
     def __init__(self, until: float) -> None:
-        self.until, self.longest = until, 0.0
+        self.until, self.longest, self.started = until, 0.0, False
 
     def room(self) -> bool:
-        return time.monotonic() + self.longest < self.until
+        return not self.started or time.monotonic() + self.longest < self.until
 
     def timed(self, fn: Any, *args: Any) -> Any:
+        self.started = True
         began = time.monotonic()
         try:
             return fn(*args)
