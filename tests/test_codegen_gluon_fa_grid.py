@@ -39,12 +39,14 @@ FA = str(ROOT / "examples/flash_attention_fwd.py")
 GRID = [(bm, bn, w) for w in (4, 8) for bm in (64, 128) for bn in (32, 64, 128)]
 
 
-def _config(block_m: int, block_n: int, num_warps: int = 4, num_stages: int = 2):
+def _config(block_m: int, block_n: int, num_warps: int = 4, num_stages: int = 2, head_dim: int | None = None):
     """The kernel spec of one tune config, with the descriptor blocks of its constexprs (as ``twill tune``
-    builds it: ``TWILL_TUNE``'s descriptors)."""
+    builds it: ``TWILL_TUNE``'s descriptors); ``head_dim``: another ``HEAD_DIM`` than the example's."""
     spec = load_kernel(FA)
     problem = load_tune_problem(spec.fn.__globals__.get("TWILL_TUNE"), spec.name, source=spec.source)
     consts = {**spec.constexprs, "BLOCK_M": block_m, "BLOCK_N": block_n}
+    if head_dim is not None:
+        consts["HEAD_DIM"] = head_dim
     sig = problem.signature(spec.signature, consts)
     return dataclasses.replace(spec, signature={**spec.signature, **sig}, constexprs=consts,
                                num_warps=num_warps, num_stages=num_stages)
@@ -138,3 +140,25 @@ def test_the_epilogue_store_reuses_q_after_its_reader_has_staged_to_it(tmp_path)
     assert report.shared_compiled - report.shared_model_buffers - report.barrier_bytes < 1024   # scratch
     for n in (128, 384):
         assert _simulate(kernel, n) < 1e-2, n
+
+
+PIPELINED = [(128, 32, 4, 128), (128, 128, 8, 128), (64, 32, 4, 64), (128, 32, 8, 64)]
+"""Configs (BLOCK_M, BLOCK_N, warps, HEAD_DIM) whose kernels ptxas serialized (C7515 / C7512 in
+``benchmarks/gluon_fa_grid*/*/report.json`` before the generator stopped carrying wgmmas in flight across
+the loop's back-edge): one warp group or two consumers, one or two stages of O, D 128 and D 64."""
+
+
+@pytest.mark.parametrize("block_m,block_n,num_warps,head_dim", PIPELINED,
+                         ids=[f"M{m}-N{n}-w{w}-D{d}" for m, n, w, d in PIPELINED])
+def test_ptxas_keeps_the_wgmma_pipeline_of_grid_configs(tmp_path, wgmma_serializations, block_m, block_n,
+                                                        num_warps, head_dim):
+    """Compiled for sm_90, each config's PTX assembles without a ptxas note that it serializes the wgmmas
+    (C7511 / C7512 / C7515), the report has none either, and the kernel still computes attention."""
+    machine = load_machine("h200")
+    config = _config(block_m, block_n, num_warps, head_dim=head_dim)
+    kernel = generate(_solve(config, machine), config, machine, tmp_path / "out")
+    ptx = (kernel.folder / f"{kernel.report.kernel}.ptx").read_text()
+    assert "wgmma.mma_async" in ptx
+    assert wgmma_serializations(ptx) == []
+    assert not [n for n in kernel.report.not_kept if "instructions are serialized" in n]
+    assert _simulate(kernel, 2 * math.lcm(block_m, block_n), d=head_dim) < 1e-2

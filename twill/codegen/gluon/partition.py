@@ -442,6 +442,13 @@ class PartitionEmitter:
             for node in e["releases"]:
                 self._emit(self._release(node, e["age"]))
 
+    def _wait_all_carried(self) -> None:
+        """Wait for every wgmma in flight when each of them has a result still named (a token a later read
+        waits on); otherwise leave them in flight (a wait needs a named dependence)."""
+        if self.outstanding and all(e["var"] is not None and self.kinds.get(e["var"]) == "token"
+                                    for e in self.outstanding):
+            self._wait_through(len(self.outstanding) - 1)
+
     # ------------------------------------------------------------------ rings
     def _ring_slot(self, node: str, j: str) -> tuple[str, str]:
         depth = self.k.plan.rings[node].depth
@@ -912,6 +919,12 @@ class PartitionEmitter:
                                                         "its loads start the ones carried to the next trip"))
             self._trip(list(self.p.order), "0")
             peeled = 1
+        # No wgmma stays in flight across the loop's back-edge (nor into it from the prologue): ptxas
+        # serializes every wgmma of the kernel when one is carried by a loop-carried value (its C7515
+        # "non wgmma instructions defining accumulator registers of a wgmma between start and end of the
+        # pipeline stage", on the FA forward); the trip's wgmmas are waited at its end instead of at their
+        # first use in the next trip, which only the loop's own control code separates.
+        self._wait_all_carried()
         adopted = False
         entry_kinds = dict(self.kinds)
         while True:
@@ -922,6 +935,7 @@ class PartitionEmitter:
             self.ind += 1
             self.region = ("steady", peeled)
             self._trip(list(self.p.order), "t")
+            self._wait_all_carried()
             self.ind -= 1
             end_out = [(e["node"], e["var"], e["age"]) for e in self.outstanding]
             if end_out == entry_out:
