@@ -754,3 +754,19 @@ def test_the_default_partition_is_the_group_that_opens_the_tensor_core_order(tmp
     opener = swapped.slots[min(gemms, key=lambda n: (swapped.slots[n].start, n))].warp_group
     kernel = generate(swapped, str(ROOT / spec), machine, tmp_path / "out", compile=False)
     assert kernel.report.partitions[0].group == opener
+
+
+@pytest.mark.parametrize("shape,element,width", [
+    ((128, 32), "f16", 64), ((64, 64), "f16", 128), ((128, 128), "f32", 128), ((128, 48), "f16", 32),
+    ((128, 8), "f16", 0), ((4, 64), "f16", 0), ((128,), "f32", 0), ((128, 64), "i1", 0)])
+def test_staging_swizzle_is_the_widest_the_rows_allow(shape, element, width):
+    """The NVMMA swizzle of a staging buffer: 128, 64 or 32 B, the widest dividing the row's bytes (32 x 2,
+    64 x 2, 128 x 4, 48 x 2 = 96 B), none for a row under 32 B, fewer than 8 rows, a rank-1 value or a
+    1-bit element; the layout text is an unswizzled ``SwizzledSharedLayout`` exactly when it is 0."""
+    from twill.codegen.gluon.layouts import staging_layout, staging_swizzle
+
+    assert staging_swizzle(shape, element) == width
+    text = staging_layout(shape, element)
+    assert text.startswith("gl.SwizzledSharedLayout(1, 1, 1") == (width == 0)
+    if width:
+        assert f"swizzle_byte_width={width}," in text and f"rank={len(shape)}" in text

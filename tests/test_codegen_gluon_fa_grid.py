@@ -162,3 +162,28 @@ def test_ptxas_keeps_the_wgmma_pipeline_of_grid_configs(tmp_path, wgmma_serializ
     assert wgmma_serializations(ptx) == []
     assert not [n for n in kernel.report.not_kept if "instructions are serialized" in n]
     assert _simulate(kernel, 2 * math.lcm(block_m, block_n), d=head_dim) < 1e-2
+
+
+def test_hand_off_staging_of_a_tile_is_swizzled(tmp_path):
+    """BLOCK_M 128, BLOCK_N 32, 4 warps: the softmax group hands P (a [128, 32] fp16 tile, 64-byte rows) to
+    the group that issues the O wgmma through a staging buffer, stored and loaded in the wgmma layout. The
+    buffer has the widest NVMMA swizzle its rows allow (64 B: 128 B does not divide a 64-byte row), in the
+    source and in the compiled TTGIR, so the eight rows of a ``stmatrix`` / ``ldmatrix`` 8x8 matrix are not
+    on the same banks every other row; a rank-1 hand-off (alpha, [128] fp32) stays unswizzled. The kernel
+    still computes attention."""
+    machine = load_machine("h200")
+    config = _config(128, 32, 4)
+    kernel = generate(_solve(config, machine), config, machine, tmp_path / "out")
+    allocs = re.findall(r"stage_\d+ = gl\.allocate_shared_memory\(gl\.(\w+), \[(\d+(?:, \d+)*)\], (.*)\)\n",
+                        kernel.source)
+    tiles = [(dtype, [int(x) for x in shape.split(", ")][1:], layout) for dtype, shape, layout in allocs]
+    two_d = [t for t in tiles if len(t[1]) == 2]
+    assert two_d, "the config no longer stages a tile between warp groups: pick another"
+    for dtype, (rows, cols), layout in two_d:
+        row_bytes = cols * {"float16": 2, "bfloat16": 2, "float32": 4}[dtype]
+        width = 128 if row_bytes % 128 == 0 else 64 if row_bytes % 64 == 0 else 32
+        assert rows >= 8 and layout.startswith(f"gl.NVMMASharedLayout(swizzle_byte_width={width},")
+        assert f"swizzlingByteWidth = {width}" in kernel.compiled.asm["ttgir"]
+    assert all(layout.startswith("gl.SwizzledSharedLayout(1, 1, 1") for _, shape, layout in tiles
+               if len(shape) == 1)
+    assert _simulate(kernel, 128) < 1e-2 and _simulate(kernel, 384) < 1e-2
