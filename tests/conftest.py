@@ -71,3 +71,26 @@ def _bench_module(name: str) -> ModuleType:
 def bench() -> Callable[[str], ModuleType]:
     """``bench("solve_times")``: a script of ``benchmarks/`` loaded as a module (once per session)."""
     return _bench_module
+
+
+@pytest.fixture(scope="session")
+def wgmma_serializations() -> Callable[[str], list[str]]:
+    """A function: PTX text -> the codes of ptxas's notes that it serializes the kernel's wgmma pipeline
+    (C7511 / C7512 / C7515, "wgmma.mma_async instructions are serialized due to ..."), from assembling the
+    PTX for sm_90a with the Triton wheel's ptxas (independently of what a generator reports)."""
+    import re
+    import tempfile
+
+    from twill.calibrate.regs import run_triton_tool
+
+    def codes(ptx: str) -> list[str]:
+        with tempfile.TemporaryDirectory(prefix="twill-test-ptxas-") as tmp:
+            src = Path(tmp) / "k.ptx"
+            src.write_text(ptx)
+            log = run_triton_tool("ptxas", ["-v", "--gpu-name", "sm_90a", str(src), "-o",
+                                            str(Path(tmp) / "k.cubin")], timeout=300)
+        text = log.stdout + log.stderr
+        return [m.group(1) for line in text.splitlines() if "instructions are serialized" in line
+                for m in [re.search(r"\((C75\d\d)\)", line)] if m]
+
+    return codes

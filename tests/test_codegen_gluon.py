@@ -139,6 +139,20 @@ def test_no_spills_where_the_model_fits(built, name):
     assert kernel.report.spill_store_bytes == 0 and kernel.report.spill_load_bytes == 0
 
 
+@pytest.mark.parametrize("name", ["fa_fwd", "fa_fwd_subtiled", "fa_fwd_subtiled_p2"])
+def test_ptxas_keeps_the_fa_forward_wgmma_pipeline(built, wgmma_serializations, name):
+    """ptxas assembles the FA forward kernels without serializing their wgmmas: no C7511 / C7512 / C7515
+    note when their PTX is assembled here, and none in the report. The plain FA forward's consumer carried
+    a wgmma in flight across the loop's back-edge (the O accumulator, waited at the next trip's top); ptxas
+    then serialized every wgmma of the kernel (C7512 at 8 consumer warps, C7515 in the FA grid's 128-row
+    configs) until the generator waited for it before the back-edge."""
+    _graph, _sched, kernel = built[name]
+    ptx = (kernel.folder / f"{kernel.report.kernel}.ptx").read_text()
+    assert "wgmma.mma_async" in ptx
+    assert wgmma_serializations(ptx) == []
+    assert not [n for n in kernel.report.not_kept if "instructions are serialized" in n]
+
+
 def test_rings_have_the_schedule_depths(built):
     for graph, sched, kernel in built.values():
         depths = sched.buffer_depths()
@@ -760,3 +774,19 @@ def test_the_default_partition_is_the_group_that_opens_the_tensor_core_order(tmp
     opener = swapped.slots[min(gemms, key=lambda n: (swapped.slots[n].start, n))].warp_group
     kernel = generate(swapped, str(ROOT / spec), machine, tmp_path / "out", compile=False)
     assert kernel.report.partitions[0].group == opener
+
+
+@pytest.mark.parametrize("shape,element,width", [
+    ((128, 32), "f16", 64), ((64, 64), "f16", 128), ((128, 128), "f32", 128), ((128, 48), "f16", 32),
+    ((128, 8), "f16", 0), ((4, 64), "f16", 0), ((128,), "f32", 0), ((128, 64), "i1", 0)])
+def test_staging_swizzle_is_the_widest_the_rows_allow(shape, element, width):
+    """The NVMMA swizzle of a staging buffer: 128, 64 or 32 B, the widest dividing the row's bytes (32 x 2,
+    64 x 2, 128 x 4, 48 x 2 = 96 B), none for a row under 32 B, fewer than 8 rows, a rank-1 value or a
+    1-bit element; the layout text is an unswizzled ``SwizzledSharedLayout`` exactly when it is 0."""
+    from twill.codegen.gluon.layouts import staging_layout, staging_swizzle
+
+    assert staging_swizzle(shape, element) == width
+    text = staging_layout(shape, element)
+    assert text.startswith("gl.SwizzledSharedLayout(1, 1, 1") == (width == 0)
+    if width:
+        assert f"swizzle_byte_width={width}," in text and f"rank={len(shape)}" in text

@@ -173,3 +173,50 @@ def test_the_row_max_handed_to_the_next_iteration_on_another_group_computes_atte
         assert report.shared_compiled <= machine.smem_per_cta
     for n in (128, 384):
         assert _simulate(kernel, n, d=64) < 1e-2, n
+
+
+PIPELINED = [(128, 32, 4, 128), (128, 128, 8, 128), (64, 32, 4, 64), (128, 32, 8, 64)]
+"""Configs (BLOCK_M, BLOCK_N, warps, HEAD_DIM) whose kernels ptxas serialized (C7515 / C7512 in
+``benchmarks/gluon_fa_grid*/*/report.json`` before the generator stopped carrying wgmmas in flight across
+the loop's back-edge): one warp group or two consumers, one or two stages of O, D 128 and D 64."""
+
+
+@pytest.mark.parametrize("block_m,block_n,num_warps,head_dim", PIPELINED,
+                         ids=[f"M{m}-N{n}-w{w}-D{d}" for m, n, w, d in PIPELINED])
+def test_ptxas_keeps_the_wgmma_pipeline_of_grid_configs(tmp_path, wgmma_serializations, block_m, block_n,
+                                                        num_warps, head_dim):
+    """Compiled for sm_90, each config's PTX assembles without a ptxas note that it serializes the wgmmas
+    (C7511 / C7512 / C7515), the report has none either, and the kernel still computes attention."""
+    machine = load_machine("h200")
+    config = _config(block_m, block_n, num_warps, head_dim=head_dim)
+    kernel = generate(_solve(config, machine), config, machine, tmp_path / "out")
+    ptx = (kernel.folder / f"{kernel.report.kernel}.ptx").read_text()
+    assert "wgmma.mma_async" in ptx
+    assert wgmma_serializations(ptx) == []
+    assert not [n for n in kernel.report.not_kept if "instructions are serialized" in n]
+    assert _simulate(kernel, 2 * math.lcm(block_m, block_n), d=head_dim) < 1e-2
+
+
+def test_hand_off_staging_of_a_tile_is_swizzled(tmp_path):
+    """BLOCK_M 128, BLOCK_N 32, 4 warps: the softmax group hands P (a [128, 32] fp16 tile, 64-byte rows) to
+    the group that issues the O wgmma through a staging buffer, stored and loaded in the wgmma layout. The
+    buffer has the widest NVMMA swizzle its rows allow (64 B: 128 B does not divide a 64-byte row), in the
+    source and in the compiled TTGIR, so the eight rows of a ``stmatrix`` / ``ldmatrix`` 8x8 matrix are not
+    on the same banks every other row; a rank-1 hand-off (alpha, [128] fp32) stays unswizzled. The kernel
+    still computes attention."""
+    machine = load_machine("h200")
+    config = _config(128, 32, 4)
+    kernel = generate(_solve(config, machine), config, machine, tmp_path / "out")
+    allocs = re.findall(r"stage_\d+ = gl\.allocate_shared_memory\(gl\.(\w+), \[(\d+(?:, \d+)*)\], (.*)\)\n",
+                        kernel.source)
+    tiles = [(dtype, [int(x) for x in shape.split(", ")][1:], layout) for dtype, shape, layout in allocs]
+    two_d = [t for t in tiles if len(t[1]) == 2]
+    assert two_d, "the config no longer stages a tile between warp groups: pick another"
+    for dtype, (rows, cols), layout in two_d:
+        row_bytes = cols * {"float16": 2, "bfloat16": 2, "float32": 4}[dtype]
+        width = 128 if row_bytes % 128 == 0 else 64 if row_bytes % 64 == 0 else 32
+        assert rows >= 8 and layout.startswith(f"gl.NVMMASharedLayout(swizzle_byte_width={width},")
+        assert f"swizzlingByteWidth = {width}" in kernel.compiled.asm["ttgir"]
+    assert all(layout.startswith("gl.SwizzledSharedLayout(1, 1, 1") for _, shape, layout in tiles
+               if len(shape) == 1)
+    assert _simulate(kernel, 128) < 1e-2 and _simulate(kernel, 384) < 1e-2

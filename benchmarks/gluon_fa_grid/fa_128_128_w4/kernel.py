@@ -208,7 +208,6 @@ def _part2_g2(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
         p_35_in_p1 = stage_1.index((((1) - 1) % 1)).load(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 128, 16]))
         row_sum_38_p2 = gl.sum(p_35_in_p1, axis=1)
         row_sum_38_c0 = row_sum_38_p2
-        out_46_c0 = warpgroup_mma_init(out_46_c0)
         for t in range(2, n_iter):
             mbarrier.wait(sready_0.index((((t) - 2) % 1)), ((((t) - 2) // 1) & 1))
             alpha_36_in_s3 = stage_0.index((((t) - 2) % 1)).load(gl.SliceLayout(1, gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 128, 16])))
@@ -220,8 +219,6 @@ def _part2_g2(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
             p_35_in_s6 = stage_1.index((((t) - 2) % 1)).load(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 128, 16]))
             mbarrier.arrive(sempty_1.index((((t) - 2) % 1)))
             out_44_s7 = p_35_in_s6.to(gl.float16)
-            out_46_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out_46_c0])
-            mbarrier.arrive(empty_v.index((((t) - 3) % 2)), pred=((t) - 3) >= 0)
             out_40_s8 = gl.expand_dims(alpha_36_in_s3, 1)
             out_41_s9 = out_40_s8
             out_42_s10 = (out_46_c0 * out_41_s9)
@@ -236,6 +233,8 @@ def _part2_g2(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
             p_35_in_s13 = stage_1.index((((t) - 1) % 1)).load(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 128, 16]))
             row_sum_38_s14 = gl.sum(p_35_in_s13, axis=1)
             row_sum_38_c0 = row_sum_38_s14
+            out_46_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out_46_c0])
+            mbarrier.arrive(empty_v.index((((t) - 2) % 2)))
         # epilogue trip 0
         mbarrier.wait(sready_0.index((((n_iter + 0) - 2) % 1)), ((((n_iter + 0) - 2) // 1) & 1))
         alpha_36_in_e15 = stage_0.index((((n_iter + 0) - 2) % 1)).load(gl.SliceLayout(1, gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 128, 16])))
@@ -247,8 +246,6 @@ def _part2_g2(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
         p_35_in_e18 = stage_1.index((((n_iter + 0) - 2) % 1)).load(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 128, 16]))
         mbarrier.arrive(sempty_1.index((((n_iter + 0) - 2) % 1)))
         out_44_e19 = p_35_in_e18.to(gl.float16)
-        out_46_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out_46_c0])
-        mbarrier.arrive(empty_v.index((((n_iter + 0) - 3) % 2)), pred=((n_iter + 0) - 3) >= 0)
         out_40_e20 = gl.expand_dims(alpha_36_in_e15, 1)
         out_41_e21 = out_40_e20
         out_42_e22 = (out_46_c0 * out_41_e21)
@@ -302,7 +299,6 @@ def _part2_g2(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
         tile_m_o = gl.program_id(0)
         q_row_o = (tile_m_o * c128_i32_o)
         q_row_17_o = (base_o + q_row_o)
-        x_out_46_c0 = warpgroup_mma_init(x_out_46_c0)
         for t in range(0, n_iter):
             mbarrier.wait(sready_1.index(((t) % 1)), (((t) // 1) & 1))
             x_p_35_in_s1 = stage_1.index(((t) % 1)).load(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 128, 16]))
@@ -315,8 +311,6 @@ def _part2_g2(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
             x_row_sum_39_s5 = (x_row_sum_37_s4 + x_row_sum_38_s2)
             x_row_sum_39_c0 = x_row_sum_39_s5
             x_out_44_s6 = x_p_35_in_s1.to(gl.float16)
-            x_out_46_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[x_out_46_c0])
-            mbarrier.arrive(empty_v.index((((t) - 1) % 2)), pred=((t) - 1) >= 0)
             x_out_40_s7 = gl.expand_dims(x_alpha_36_in_s3, 1)
             x_out_41_s8 = x_out_40_s7
             x_out_42_s9 = (x_out_46_c0 * x_out_41_s8)
@@ -324,8 +318,8 @@ def _part2_g2(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
             mbarrier.wait(ready_v.index(((t) % 2)), (((t) // 2) & 1))
             x_out_46_s11 = warpgroup_mma(x_out_45_s10, ring_v.index(((t) % 2)), x_out_42_s9, is_async=True)  # twill: out j=t
             x_out_46_c0 = x_out_46_s11
-        x_out_46_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[x_out_46_c0])
-        mbarrier.arrive(empty_v.index((((n_iter + 0) - 1) % 2)), pred=((n_iter + 0) - 1) >= 0)
+            x_out_46_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[x_out_46_c0])
+            mbarrier.arrive(empty_v.index((((t) - 0) % 2)))
         x_out_19_e12 = gl.expand_dims(x_row_sum_39_c0, 1)
         x_out_20_e13 = x_out_19_e12
         x_out_21_e14 = (x_out_46_c0 / x_out_20_e13)
@@ -359,7 +353,7 @@ def attn_fwd(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, BLOCK_M: gl.cons
     for i in gl.static_range(1):
         mbarrier.init(sready_0.index(i), count=1)
         mbarrier.init(sempty_0.index(i), count=1)
-    stage_1 = gl.allocate_shared_memory(gl.float32, [1, 128, 128], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
+    stage_1 = gl.allocate_shared_memory(gl.float32, [1, 128, 128], gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2))
     sready_1 = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
     sempty_1 = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(1):

@@ -79,12 +79,9 @@ def _part1_g1(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
     p_34_p9 = (p_31_p6 - p_33_p8)
     p_35_p10 = gl.exp2(p_34_p9)
     p_35_c0 = p_35_p10
-    out_46_c0 = warpgroup_mma_init(out_46_c0)
     for t in range(1, n_iter):
         mbarrier.wait(ready_k.index(((t) % 2)), (((t) // 2) & 1))
         qk_26_s11 = ring_k.index(((t) % 2)).permute((1, 0))
-        out_46_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out_46_c0])
-        mbarrier.arrive(empty_v.index((((t) - 2) % 2)), pred=((t) - 2) >= 0)
         qk_27_s12 = warpgroup_mma(inv0, qk_26_s11, cst_16_o, use_acc=False, is_async=True)  # twill: qk j=t
         row_sum_38_s13 = gl.sum(p_35_c0, axis=1)
         alpha_s14 = (new_max_30_c1 - new_max_30_c0)
@@ -113,13 +110,13 @@ def _part1_g1(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
         row_sum_37_s30 = (row_sum_39_c0 * alpha_36_s15)
         row_sum_39_s31 = (row_sum_37_s30 + row_sum_38_s13)
         row_sum_39_c0 = row_sum_39_s31
+        out_46_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out_46_c0])
+        mbarrier.arrive(empty_v.index((((t) - 1) % 2)))
     # epilogue trip 0
     row_sum_38_e32 = gl.sum(p_35_c0, axis=1)
     alpha_e33 = (new_max_30_c1 - new_max_30_c0)
     alpha_36_e34 = gl.exp2(alpha_e33)
     out_44_e35 = p_35_c0.to(gl.float16)
-    out_46_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out_46_c0])
-    mbarrier.arrive(empty_v.index((((n_iter + 0) - 2) % 2)), pred=((n_iter + 0) - 2) >= 0)
     out_40_e36 = gl.expand_dims(alpha_36_e34, 1)
     out_41_e37 = out_40_e36
     out_42_e38 = (out_46_c0 * out_41_e37)

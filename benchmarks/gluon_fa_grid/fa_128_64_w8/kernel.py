@@ -89,14 +89,14 @@ def _part0_g1(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
         stage_1.index((((2) - 1) % 1)).store(out_48_p28)
         fence_async_shared()
         mbarrier.arrive(sready_1.index((((2) - 1) % 1)))
+        qk_30_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[qk_30_c0])
+        mbarrier.arrive(empty_k.index((((2) - 0) % 2)))
         for t in range(3, n_iter):
             row_sum_40_s29 = (row_sum_42_c0 * alpha_39_c0)
             row_sum_42_s30 = (row_sum_40_s29 + row_sum_41_c1)
             row_sum_42_c0 = row_sum_42_s30
             mbarrier.wait(ready_k.index(((t) % 2)), (((t) // 2) & 1))
             qk_29_s31 = ring_k.index(((t) % 2)).permute((1, 0))
-            qk_30_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[qk_30_c0])
-            mbarrier.arrive(empty_k.index((((t) - 1) % 2)))
             mbarrier.wait(turn.index(0), tphase, pred=True)
             tphase = tphase ^ 1
             qk_30_s32 = warpgroup_mma(inv0, qk_29_s31, cst_o, use_acc=False, is_async=True)  # twill: qk j=t
@@ -128,12 +128,12 @@ def _part0_g1(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
             stage_1.index((((t) - 1) % 1)).store(out_48_s44)
             fence_async_shared()
             mbarrier.arrive(sready_1.index((((t) - 1) % 1)))
+            qk_30_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[qk_30_c0])
+            mbarrier.arrive(empty_k.index((((t) - 0) % 2)))
         # epilogue trip 0
         row_sum_40_e45 = (row_sum_42_c0 * alpha_39_c0)
         row_sum_42_e46 = (row_sum_40_e45 + row_sum_41_c1)
         row_sum_42_c0 = row_sum_42_e46
-        qk_30_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[qk_30_c0])
-        mbarrier.arrive(empty_k.index((((n_iter + 0) - 1) % 2)))
         new_max_31_e47 = gl.max(qk_30_c0, axis=1)
         alpha_e48 = (new_max_33_c1 - new_max_33_c0)
         alpha_39_e49 = gl.exp2(alpha_e48)
@@ -312,10 +312,7 @@ def _part2_g2(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
         q_row_17_o = (base_o + q_row_o)
         # prologue trip 0
         # prologue trip 1
-        out_50_c0 = warpgroup_mma_init(out_50_c0)
         for t in range(2, n_iter):
-            out_50_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out_50_c0])
-            mbarrier.arrive(empty_v.index((((t) - 3) % 2)), pred=((t) - 3) >= 0)
             mbarrier.wait(sready_0.index((((t) - 2) % 1)), ((((t) - 2) // 1) & 1))
             alpha_39_in_s1 = stage_0.index((((t) - 2) % 1)).load(gl.SliceLayout(1, gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1], instr_shape=[16, 64, 16])))
             mbarrier.arrive(sempty_0.index((((t) - 2) % 1)))
@@ -333,9 +330,9 @@ def _part2_g2(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
             out_50_s8 = warpgroup_mma(out_49_s7, ring_v.index((((t) - 2) % 2)), out_46_s5, is_async=True)  # twill: out j=(t) - 2
             mbarrier.arrive(turn.index(0), pred=((((((t) - 2) + 3 < n_iter)))))
             out_50_c0 = out_50_s8
+            out_50_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out_50_c0])
+            mbarrier.arrive(empty_v.index((((t) - 2) % 2)))
         # epilogue trip 0
-        out_50_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out_50_c0])
-        mbarrier.arrive(empty_v.index((((n_iter + 0) - 3) % 2)), pred=((n_iter + 0) - 3) >= 0)
         mbarrier.wait(sready_0.index((((n_iter + 0) - 2) % 1)), ((((n_iter + 0) - 2) // 1) & 1))
         alpha_39_in_e9 = stage_0.index((((n_iter + 0) - 2) % 1)).load(gl.SliceLayout(1, gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1], instr_shape=[16, 64, 16])))
         mbarrier.arrive(sempty_0.index((((n_iter + 0) - 2) % 1)))
@@ -391,10 +388,7 @@ def _part2_g2(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
         c128_i32_o = 128
         q_row_o = (tile_m_o * c128_i32_o)
         q_row_17_o = (base_o + q_row_o)
-        x_out_50_c0 = warpgroup_mma_init(x_out_50_c0)
         for t in range(0, n_iter):
-            x_out_50_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[x_out_50_c0])
-            mbarrier.arrive(empty_v.index((((t) - 1) % 2)), pred=((t) - 1) >= 0)
             mbarrier.wait(sready_0.index(((t) % 1)), (((t) // 1) & 1))
             x_alpha_39_in_s1 = stage_0.index(((t) % 1)).load(gl.SliceLayout(1, gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1], instr_shape=[16, 64, 16])))
             mbarrier.arrive(sempty_0.index(((t) % 1)))
@@ -409,8 +403,8 @@ def _part2_g2(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
             mbarrier.wait(ready_v.index(((t) % 2)), (((t) // 2) & 1))
             x_out_50_s8 = warpgroup_mma(x_out_49_s7, ring_v.index(((t) % 2)), x_out_46_s5, is_async=True)  # twill: out j=t
             x_out_50_c0 = x_out_50_s8
-        x_out_50_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[x_out_50_c0])
-        mbarrier.arrive(empty_v.index((((n_iter + 0) - 1) % 2)), pred=((n_iter + 0) - 1) >= 0)
+            x_out_50_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[x_out_50_c0])
+            mbarrier.arrive(empty_v.index((((t) - 0) % 2)))
         mbarrier.wait(abar.index(0), 0)
         x_row_sum_42_fin_e9 = ahand_0.index(0).load(gl.SliceLayout(1, gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1], instr_shape=[16, 64, 16])))
         x_out_20_e10 = gl.expand_dims(x_row_sum_42_fin_e9, 1)
@@ -447,7 +441,7 @@ def attn_fwd(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, BLOCK_M: gl.cons
     for i in gl.static_range(1):
         mbarrier.init(sready_0.index(i), count=1)
         mbarrier.init(sempty_0.index(i), count=1)
-    stage_1 = gl.allocate_shared_memory(gl.float16, [1, 128, 64], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
+    stage_1 = gl.allocate_shared_memory(gl.float16, [1, 128, 64], gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
     sready_1 = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
     sempty_1 = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(1):

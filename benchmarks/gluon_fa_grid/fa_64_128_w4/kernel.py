@@ -50,12 +50,9 @@ def _part0_g1(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
     row_sum_38_c0 = row_sum_38_p11
     out_44_p12 = p_35_p10.to(gl.float16)
     out_44_c0 = out_44_p12
-    out_46_c0 = warpgroup_mma_init(out_46_c0)
     for t in range(1, n_iter):
         mbarrier.wait(ready_k.index(((t) % 2)), (((t) // 2) & 1))
         qk_26_s13 = ring_k.index(((t) % 2)).permute((1, 0))
-        out_46_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out_46_c0])
-        mbarrier.arrive(empty_v.index((((t) - 2) % 3)), pred=((t) - 2) >= 0)
         qk_27_s14 = warpgroup_mma(inv0, qk_26_s13, cst_16_o, use_acc=False, is_async=True)  # twill: qk j=t
         alpha_s15 = (new_max_30_c1 - new_max_30_c0)
         alpha_36_s16 = gl.exp2(alpha_s15)
@@ -85,11 +82,11 @@ def _part0_g1(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
         row_sum_38_c0 = row_sum_38_s32
         out_44_s33 = p_35_s31.to(gl.float16)
         out_44_c0 = out_44_s33
+        out_46_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out_46_c0])
+        mbarrier.arrive(empty_v.index((((t) - 1) % 3)))
     # epilogue trip 0
     alpha_e34 = (new_max_30_c1 - new_max_30_c0)
     alpha_36_e35 = gl.exp2(alpha_e34)
-    out_46_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out_46_c0])
-    mbarrier.arrive(empty_v.index((((n_iter + 0) - 2) % 3)), pred=((n_iter + 0) - 2) >= 0)
     out_40_e36 = gl.expand_dims(alpha_36_e35, 1)
     out_41_e37 = out_40_e36
     out_42_e38 = (out_46_c0 * out_41_e37)

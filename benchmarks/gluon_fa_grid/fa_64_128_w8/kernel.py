@@ -51,12 +51,9 @@ def _part0_g1(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
     row_sum_40_c0 = row_sum_40_p11
     out_47_p12 = p_37_p10.to(gl.float16)
     out_47_c0 = out_47_p12
-    out_49_c0 = warpgroup_mma_init(out_49_c0)
     for t in range(1, n_iter):
         mbarrier.wait(ready_k.index(((t) % 2)), (((t) // 2) & 1))
         qk_28_s13 = ring_k.index(((t) % 2)).permute((1, 0))
-        out_49_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out_49_c0])
-        mbarrier.arrive(empty_v.index((((t) - 2) % 3)), pred=((t) - 2) >= 0)
         qk_29_s14 = warpgroup_mma(inv0, qk_28_s13, cst_o, use_acc=False, is_async=True)  # twill: qk j=t
         alpha_s15 = (new_max_32_c1 - new_max_32_c0)
         alpha_38_s16 = gl.exp2(alpha_s15)
@@ -87,11 +84,11 @@ def _part0_g1(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
         row_sum_40_c0 = row_sum_40_s33
         out_47_s34 = p_37_s32.to(gl.float16)
         out_47_c0 = out_47_s34
+        out_49_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out_49_c0])
+        mbarrier.arrive(empty_v.index((((t) - 1) % 3)))
     # epilogue trip 0
     alpha_e35 = (new_max_32_c1 - new_max_32_c0)
     alpha_38_e36 = gl.exp2(alpha_e35)
-    out_49_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out_49_c0])
-    mbarrier.arrive(empty_v.index((((n_iter + 0) - 2) % 3)), pred=((n_iter + 0) - 2) >= 0)
     out_42_e37 = gl.expand_dims(alpha_38_e36, 1)
     out_43_e38 = out_42_e37
     out_44_e39 = out_43_e38

@@ -51,14 +51,11 @@ def _part0_g1(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
     p_37_p11 = (p_34_p8 - p_36_p10)
     p_38_p12 = gl.exp2(p_37_p11)
     p_38_c0 = p_38_p12
-    out_50_c0 = warpgroup_mma_init(out_50_c0)
     for t in range(1, n_iter):
         row_sum_41_s13 = gl.sum(p_38_c0, axis=1)
         out_48_s14 = p_38_c0.to(gl.float16)
         mbarrier.wait(ready_k.index(((t) % 2)), (((t) // 2) & 1))
         qk_29_s15 = ring_k.index(((t) % 2)).permute((1, 0))
-        out_50_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out_50_c0])
-        mbarrier.arrive(empty_v.index((((t) - 2) % 3)), pred=((t) - 2) >= 0)
         qk_30_s16 = warpgroup_mma(inv0, qk_29_s15, cst_o, use_acc=False, is_async=True)  # twill: qk j=t
         out_43_s17 = gl.expand_dims(alpha_39_c0, 1)
         out_44_s18 = gl.convert_layout(out_43_s17, gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 128, 16]))
@@ -87,11 +84,11 @@ def _part0_g1(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
         p_37_s33 = (p_34_s30 - p_36_s32)
         p_38_s34 = gl.exp2(p_37_s33)
         p_38_c0 = p_38_s34
+        out_50_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out_50_c0])
+        mbarrier.arrive(empty_v.index((((t) - 1) % 3)))
     # epilogue trip 0
     row_sum_41_e35 = gl.sum(p_38_c0, axis=1)
     out_48_e36 = p_38_c0.to(gl.float16)
-    out_50_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out_50_c0])
-    mbarrier.arrive(empty_v.index((((n_iter + 0) - 2) % 3)), pred=((n_iter + 0) - 2) >= 0)
     out_43_e37 = gl.expand_dims(alpha_39_c0, 1)
     out_44_e38 = gl.convert_layout(out_43_e37, gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 128, 16]))
     out_45_e39 = out_44_e38

@@ -53,10 +53,7 @@ def _part0_g1(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
     alpha_39_c0 = alpha_39_p13
     row_sum_41_p14 = gl.sum(p_38_p10, axis=1)
     row_sum_41_c0 = row_sum_41_p14
-    out_50_c0 = warpgroup_mma_init(out_50_c0)
     for t in range(1, n_iter):
-        out_50_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out_50_c0])
-        mbarrier.arrive(empty_v.index((((t) - 2) % 3)), pred=((t) - 2) >= 0)
         out_43_s15 = gl.expand_dims(alpha_39_c0, 1)
         out_44_s16 = gl.convert_layout(out_43_s15, gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 128, 16]))
         out_45_s17 = out_44_s16
@@ -90,9 +87,9 @@ def _part0_g1(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
         alpha_39_c0 = alpha_39_s35
         row_sum_41_s36 = gl.sum(p_38_s30, axis=1)
         row_sum_41_c0 = row_sum_41_s36
+        out_50_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out_50_c0])
+        mbarrier.arrive(empty_v.index((((t) - 1) % 3)))
     # epilogue trip 0
-    out_50_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out_50_c0])
-    mbarrier.arrive(empty_v.index((((n_iter + 0) - 2) % 3)), pred=((n_iter + 0) - 2) >= 0)
     out_43_e37 = gl.expand_dims(alpha_39_c0, 1)
     out_44_e38 = gl.convert_layout(out_43_e37, gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 128, 16]))
     out_45_e39 = out_44_e38

@@ -269,10 +269,7 @@ def _part2_g2(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
         q_row_17_o = (base_o + q_row_o)
         # prologue trip 0
         # prologue trip 1
-        out_46_c0 = warpgroup_mma_init(out_46_c0)
         for t in range(2, n_iter):
-            out_46_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out_46_c0])
-            mbarrier.arrive(empty_v.index((((t) - 3) % 3)), pred=((t) - 3) >= 0)
             mbarrier.wait(sready_0.index((((t) - 2) % 1)), ((((t) - 2) // 1) & 1))
             alpha_36_in_s1 = stage_0.index((((t) - 2) % 1)).load(gl.SliceLayout(1, gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 64, 16])))
             mbarrier.arrive(sempty_0.index((((t) - 2) % 1)))
@@ -289,9 +286,9 @@ def _part2_g2(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
             out_46_s7 = warpgroup_mma(out_45_s6, ring_v.index((((t) - 2) % 3)), out_42_s4, is_async=True)  # twill: out j=(t) - 2
             mbarrier.arrive(turn.index(0), pred=((((((t) - 2) + 3 < n_iter)))))
             out_46_c0 = out_46_s7
+            out_46_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out_46_c0])
+            mbarrier.arrive(empty_v.index((((t) - 2) % 3)))
         # epilogue trip 0
-        out_46_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out_46_c0])
-        mbarrier.arrive(empty_v.index((((n_iter + 0) - 3) % 3)), pred=((n_iter + 0) - 3) >= 0)
         mbarrier.wait(sready_0.index((((n_iter + 0) - 2) % 1)), ((((n_iter + 0) - 2) // 1) & 1))
         alpha_36_in_e8 = stage_0.index((((n_iter + 0) - 2) % 1)).load(gl.SliceLayout(1, gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 64, 16])))
         mbarrier.arrive(sempty_0.index((((n_iter + 0) - 2) % 1)))
@@ -343,10 +340,7 @@ def _part2_g2(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
         tile_m_o = gl.program_id(0)
         q_row_o = (tile_m_o * c64_i32_o)
         q_row_17_o = (base_o + q_row_o)
-        x_out_46_c0 = warpgroup_mma_init(x_out_46_c0)
         for t in range(0, n_iter):
-            x_out_46_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[x_out_46_c0])
-            mbarrier.arrive(empty_v.index((((t) - 1) % 3)), pred=((t) - 1) >= 0)
             mbarrier.wait(sready_0.index(((t) % 1)), (((t) // 1) & 1))
             x_alpha_36_in_s1 = stage_0.index(((t) % 1)).load(gl.SliceLayout(1, gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 64, 16])))
             mbarrier.arrive(sempty_0.index(((t) % 1)))
@@ -360,8 +354,8 @@ def _part2_g2(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
             mbarrier.wait(ready_v.index(((t) % 3)), (((t) // 3) & 1))
             x_out_46_s7 = warpgroup_mma(x_out_45_s6, ring_v.index(((t) % 3)), x_out_42_s4, is_async=True)  # twill: out j=t
             x_out_46_c0 = x_out_46_s7
-        x_out_46_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[x_out_46_c0])
-        mbarrier.arrive(empty_v.index((((n_iter + 0) - 1) % 3)), pred=((n_iter + 0) - 1) >= 0)
+            x_out_46_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[x_out_46_c0])
+            mbarrier.arrive(empty_v.index((((t) - 0) % 3)))
         mbarrier.wait(abar.index(0), 0)
         x_row_sum_39_fin_e8 = ahand_0.index(0).load(gl.SliceLayout(1, gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 64, 16])))
         x_out_19_e9 = gl.expand_dims(x_row_sum_39_fin_e8, 1)
@@ -397,7 +391,7 @@ def attn_fwd(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, BLOCK_M: gl.cons
     for i in gl.static_range(1):
         mbarrier.init(sready_0.index(i), count=1)
         mbarrier.init(sempty_0.index(i), count=1)
-    stage_1 = gl.allocate_shared_memory(gl.float16, [1, 64, 64], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
+    stage_1 = gl.allocate_shared_memory(gl.float16, [1, 64, 64], gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
     sready_1 = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
     sempty_1 = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(1):

@@ -155,13 +155,13 @@ def _part1_g1(Q_ptr, K_ptr, V_ptr, Out_ptr, softmax_scale, N, H, D, stride_qh, s
 
 @gluon.jit
 def decode_attn(Q_ptr, K_ptr, V_ptr, Out_ptr, softmax_scale, N, H, D, stride_qh, stride_qd: gl.constexpr, stride_kn, stride_kh, stride_kd: gl.constexpr, stride_vn, stride_vh, stride_vd: gl.constexpr, stride_oh, stride_od: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_D: gl.constexpr):
-    stage_0 = gl.allocate_shared_memory(gl.float16, [1, 64, 128], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
+    stage_0 = gl.allocate_shared_memory(gl.float16, [1, 64, 128], gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
     sready_0 = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
     sempty_0 = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(1):
         mbarrier.init(sready_0.index(i), count=1)
         mbarrier.init(sempty_0.index(i), count=1)
-    stage_1 = gl.allocate_shared_memory(gl.float16, [1, 64, 128], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
+    stage_1 = gl.allocate_shared_memory(gl.float16, [1, 64, 128], gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
     sready_1 = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
     sempty_1 = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(1):

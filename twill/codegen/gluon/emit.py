@@ -14,7 +14,11 @@ which allocates the rings, buffers and mbarriers and calls ``gl.warp_specialize`
   its empty barrier once every wgmma reading it is known complete;
 * every ``ttng.warp_group_dot`` is issued asynchronously; a ``warpgroup_mma_wait`` is placed before the first
   op that reads its result, and right after a wgmma is issued when an older one still holds a ring slot
-  (waiting for all but the newest: wgmma groups complete in order);
+  (waiting for all but the newest: wgmma groups complete in order); the wgmmas still in flight at the end
+  of a steady trip are waited there, before the back-edge (ptxas serializes a kernel's wgmmas when one is
+  carried across it: C7515);
+* a register value handed to another warp group goes through a staging buffer with
+  :func:`~twill.codegen.gluon.layouts.staging_layout` (NVMMA-swizzled for a tile);
 * with Tensor Core ops on several partitions, their order in the schedule is kept with turn barriers
   (:class:`~twill.codegen.gluon.plan.TurnStep`).
 """
@@ -27,6 +31,7 @@ from typing import Any
 
 from twill.codegen.gluon.errors import CodegenError
 from twill.codegen.gluon.facts import KernelFacts, descriptor_block
+from twill.codegen.gluon.layouts import staging_layout
 from twill.codegen.gluon.ops import dtype_of, lowerable
 from twill.codegen.gluon.partition import PartitionEmitter
 from twill.codegen.gluon.plan import Plan, sequential_plan
@@ -270,14 +275,12 @@ def emit_kernel(schedule: Schedule, lowering: Lowering, plan: Plan, spec: Any,
         common.append("inv_bar")
     for st in k.staging.values():
         v = st["value"]
-        rank = len(v.type.shape)
         if v.type.kind != "tensor":
             raise CodegenError(f"{v.name} ({v.type.text}) is handed between warp groups but is not a tensor")
         i = st["id"]
-        order = list(range(rank - 1, -1, -1))
         alloc.append(f"    stage_{i} = gl.allocate_shared_memory({dtype_of(v.type.element, v.name)}, "
                      f"[{st['depth']}, {', '.join(map(str, v.type.shape))}], "
-                     f"gl.SwizzledSharedLayout(1, 1, 1, order={order}))")
+                     f"{staging_layout(list(v.type.shape), v.type.element)})")
         alloc.append(barrier_array(f"sready_{i}", st["depth"]))
         alloc.append(barrier_array(f"sempty_{i}", st["depth"]))
         alloc.append(f"    for i in gl.static_range({st['depth']}):")

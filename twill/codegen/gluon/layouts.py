@@ -11,13 +11,18 @@ the warp-specialized kernel has its own warps, so every distributed layout is de
 * ``#ttg.blocked``: the same ``sizePerThread``/``threadsPerWarp``/``order``, the partition's warps along the
   slowest dimension.
 * ``#ttg.nvmma_shared``: ``NVMMASharedLayout`` with the same swizzle, element width and transposition.
+
+A buffer that one warp group fills and another reads (a hand-off staging buffer) gets
+:func:`staging_layout`: the widest NVMMA swizzle its rows allow, so that the rows of a tile stored or loaded
+in the wgmma layout (``stmatrix`` / ``ldmatrix``, eight rows of 16 B per 8x8 matrix) fall in different
+banks instead of on the same ones every ``128 / row bytes`` rows.
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["Encoding", "gluon_layout", "parse_encoding", "shared_layout"]
+__all__ = ["Encoding", "gluon_layout", "parse_encoding", "shared_layout", "staging_layout", "staging_swizzle"]
 
 
 class Encoding:
@@ -128,3 +133,43 @@ def shared_layout(enc: Encoding, rank: int) -> str:
     return (f"gl.NVMMASharedLayout(swizzle_byte_width={enc.fields['swizzlingByteWidth']}, "
             f"element_bitwidth={enc.fields['elementBitWidth']}, rank={rank}, "
             f"transposed={bool(enc.fields.get('transposed', False))})")
+
+
+ELEMENT_BITS = {"f16": 16, "bf16": 16, "i16": 16, "f32": 32, "i32": 32, "f64": 64, "i64": 64, "i8": 8}
+"""Bits of the TTGIR element types an NVMMA shared layout takes (8, 16, 32 or 64, Gluon's
+``NVMMASharedLayout`` assertion); others (``i1``) are staged unswizzled."""
+
+SWIZZLE_BYTES = (128, 64, 32)
+"""The NVMMA shared-memory swizzle widths (bytes), widest first: a swizzle atom is 8 rows of that many bytes,
+16-byte chunks XOR-ed with the row index (PTX ISA, "Shared memory matrix layout" swizzling modes)."""
+
+
+def staging_swizzle(shape: tuple[int, ...] | list[int], element: str) -> int:
+    """Swizzle width (bytes, 0 for none) of a hand-off staging buffer of one tile ``shape`` of ``element``.
+
+    The widest of :data:`SWIZZLE_BYTES` that divides the row (the last dimension, in bytes), when the tile
+    has at least 8 rows (one swizzle atom) over its other dimensions; 0 for a rank-1 value, fewer rows, a
+    row of fewer than 32 bytes or an element type not in :data:`ELEMENT_BITS`.
+    """
+    bits = ELEMENT_BITS.get(element)
+    if bits is None or len(shape) < 2:
+        return 0
+    rows = 1
+    for d in shape[:-1]:
+        rows *= int(d)
+    row_bytes = int(shape[-1]) * bits // 8
+    if rows < 8:
+        return 0
+    return next((w for w in SWIZZLE_BYTES if row_bytes % w == 0), 0)
+
+
+def staging_layout(shape: tuple[int, ...] | list[int], element: str) -> str:
+    """Gluon source text of the shared layout of a staging buffer ``[depth, *shape]`` of ``element``:
+    ``NVMMASharedLayout`` with :func:`staging_swizzle` when it swizzles, else the unswizzled
+    ``SwizzledSharedLayout(1, 1, 1)`` in row-major order (the rank of ``shape``, as each slot is indexed)."""
+    width = staging_swizzle(shape, element)
+    if width:
+        return (f"gl.NVMMASharedLayout(swizzle_byte_width={width}, element_bitwidth={ELEMENT_BITS[element]}, "
+                f"rank={len(shape)})")
+    order = list(range(len(shape) - 1, -1, -1))
+    return f"gl.SwizzledSharedLayout(1, 1, 1, order={order})"

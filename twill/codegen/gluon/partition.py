@@ -454,6 +454,36 @@ class PartitionEmitter:
             for node in e["releases"]:
                 self._emit(self._release(node, e["age"]))
 
+    def _back_edge_wait_is_free(self, loop: list[str]) -> bool:
+        """Whether the wgmmas in flight at the top of a steady trip (``self.outstanding`` after emitting
+        ``loop``, the steady trip with each wait at its first use) are ones :meth:`_wait_all_carried` waits
+        for and are all waited in ``loop`` before it issues its first wgmma: then waiting for them a trip
+        earlier, before the back-edge, delays no Tensor Core op, and only the statements ahead of that wait
+        (barrier waits, slot views) stop overlapping them."""
+        if not (any(e["read"] for e in self.outstanding) and all(
+                e["var"] is not None and self.kinds.get(e["var"]) == "token" for e in self.outstanding)):
+            return False
+        carried = {e["var"] for e in self.outstanding}
+        waited: set[str] = set()
+        for line in loop:
+            if "= warpgroup_mma(" in line:
+                return False
+            if "warpgroup_mma_wait(" in line:
+                waited |= set(re.findall(r"\w+", line.split("deps=", 1)[-1])) & carried
+                if waited == carried:
+                    return True
+        return False
+
+    def _wait_all_carried(self) -> None:
+        """Before the back-edge: wait for the wgmmas in flight when one of them has a result the loop reads
+        with anything but a wgmma accumulating into it (:meth:`_read_in_registers`: the FA forward's S and
+        O, rescaled or reduced in registers) and each has a result still named (a wait needs a named
+        dependence). A chained accumulation alone (the GEMM's) stays in flight across the back-edge, which
+        ptxas pipelines (the next wgmma accumulates into it in place)."""
+        if any(e["read"] for e in self.outstanding) and all(
+                e["var"] is not None and self.kinds.get(e["var"]) == "token" for e in self.outstanding):
+            self._wait_through(len(self.outstanding) - 1)
+
     # ------------------------------------------------------------------ rings
     def _ring_slot(self, node: str, j: str) -> tuple[str, str]:
         depth = self.k.plan.rings[node].depth
@@ -963,45 +993,65 @@ class PartitionEmitter:
                                                         "its loads start the ones carried to the next trip"))
             self._trip(list(self.p.order), "0")
             peeled = 1
-        adopted = False
-        entry_kinds = dict(self.kinds)
-        while True:
-            snap = self._snapshot()
-            entry_out = [(e["node"], e["var"], e["age"]) for e in self.outstanding]
-            head = len(self.out)
-            self.tag = "s"
-            self.ind += 1
-            self.region = ("steady", peeled)
-            self._trip(list(self.p.order), "t")
-            self.ind -= 1
-            end_out = [(e["node"], e["var"], e["age"]) for e in self.outstanding]
-            if end_out == entry_out:
-                break
-            if adopted:
-                raise CodegenError(f"partition {self.p.position}: the wgmmas in flight at the end of a "
-                                   f"steady trip ({end_out}) differ from those at its start ({entry_out}); "
-                                   "the steady state is not periodic")
-            # The first steady trip has fewer wgmmas in flight than the others (those of iterations before
-            # the first): emit the loop for the steady pattern; waits on fewer wgmmas return at once, and the
-            # slot releases of iterations that do not exist are predicated off (_release).
-            final = [dict(e) for e in self.outstanding]
-            self._restore(snap)
-            self.out = self.out[:head]
-            # wgmmas the prologue leaves in flight that the steady pattern has completed at the loop's top:
-            # wait for them before the loop (in order, so through the newest of them)
-            pattern = {(e["node"], e["age"]) for e in final}
-            extra = [i for i, e in enumerate(self.outstanding) if (e["node"], e["age"]) not in pattern]
-            if extra:
-                self._wait_through(extra[-1], keep=self.outstanding[-1]["var"] if
-                                  extra[-1] + 1 < len(self.outstanding) else None)
-            head = len(self.out)
+        # No wgmma whose result is read in registers stays in flight across the loop's back-edge (nor into
+        # the loop from the prologue): ptxas serializes every wgmma of the kernel when one is carried by a
+        # loop-carried value that non-wgmma code then reads or rescales (its C7515 "non wgmma instructions
+        # defining accumulator registers of a wgmma between start and end of the pipeline stage", on the FA
+        # forward); the trip's wgmmas are waited at its end instead of at their first use in the next trip,
+        # which only the loop's own control code separates. Only where that wait comes before the trip's
+        # first wgmma anyway (:meth:`_back_edge_wait_is_free`): moving it before the back-edge then keeps
+        # the Tensor Core order and overlap (the sub-tiled FA's O wgmma runs beside the next trip's S wgmma).
+        snap0, head0 = self._snapshot(), len(self.out)
+        kept0 = (list(self.notes), list(self.carried), list(self.pre), list(self.invariant_issue))
+        for rotate in (False, True):
+            if rotate:
+                self._restore(snap0)
+                self.out = self.out[:head0]
+                self.notes, self.carried, self.pre, self.invariant_issue = (list(x) for x in kept0)
+                self._wait_all_carried()
+            adopted = False
             entry_kinds = dict(self.kinds)
-            keep = {(e["node"], e["var"], e["age"]) for e in self.outstanding}
-            for e in final:
-                if (e["node"], e["var"], e["age"]) not in keep and e["var"] is not None:
-                    self.kinds[e["var"]] = "token"
-            self.outstanding = final
-            adopted = True
+            while True:
+                snap = self._snapshot()
+                entry_out = [(e["node"], e["var"], e["age"]) for e in self.outstanding]
+                head = len(self.out)
+                self.tag = "s"
+                self.ind += 1
+                self.region = ("steady", peeled)
+                self._trip(list(self.p.order), "t")
+                if rotate:
+                    self._wait_all_carried()
+                self.ind -= 1
+                end_out = [(e["node"], e["var"], e["age"]) for e in self.outstanding]
+                if end_out == entry_out:
+                    break
+                if adopted:
+                    raise CodegenError(f"partition {self.p.position}: the wgmmas in flight at the end of a "
+                                       f"steady trip ({end_out}) differ from those at its start "
+                                       f"({entry_out}); the steady state is not periodic")
+                # The first steady trip has fewer wgmmas in flight than the others (those of iterations
+                # before the first): emit the loop for the steady pattern; waits on fewer wgmmas return at
+                # once, and the slot releases of iterations that do not exist are predicated off (_release).
+                final = [dict(e) for e in self.outstanding]
+                self._restore(snap)
+                self.out = self.out[:head]
+                # wgmmas the prologue leaves in flight that the steady pattern has completed at the loop's
+                # top: wait for them before the loop (in order, so through the newest of them)
+                pattern = {(e["node"], e["age"]) for e in final}
+                extra = [i for i, e in enumerate(self.outstanding) if (e["node"], e["age"]) not in pattern]
+                if extra:
+                    self._wait_through(extra[-1], keep=self.outstanding[-1]["var"] if
+                                      extra[-1] + 1 < len(self.outstanding) else None)
+                head = len(self.out)
+                entry_kinds = dict(self.kinds)
+                keep = {(e["node"], e["var"], e["age"]) for e in self.outstanding}
+                for e in final:
+                    if (e["node"], e["var"], e["age"]) not in keep and e["var"] is not None:
+                        self.kinds[e["var"]] = "token"
+                self.outstanding = final
+                adopted = True
+            if rotate or not self._back_edge_wait_is_free(self.out[head:]):
+                break
         if adopted:
             self.notes.append(f"partition {self.p.position}: the loop's first steady trip waits on fewer "
                               "wgmmas than the others (the steady pattern is emitted; the ring releases of "
