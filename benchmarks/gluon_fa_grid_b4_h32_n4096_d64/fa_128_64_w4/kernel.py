@@ -40,7 +40,6 @@ def _part0_g2(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
         row_sum_39_p6 = (row_sum_37_p4 + row_sum_38_in_p5)
         row_sum_39_c0 = row_sum_39_p6
         alpha_36_c1 = alpha_36_c0  # start value, never read
-        out_46_c0 = warpgroup_mma_init(out_46_c0)
         for t in range(3, n_iter):
             mbarrier.wait(sready_0.index(((((t) - 2) - 1) % 2)), (((((t) - 2) - 1) // 2) & 1))
             new_max_30_in_s7 = stage_0.index(((((t) - 2) - 1) % 2)).load(gl.SliceLayout(1, gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 64, 16])))
@@ -51,8 +50,6 @@ def _part0_g2(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
             alpha_36_s10 = gl.exp2(alpha_s9)
             alpha_36_c1 = alpha_36_c0
             alpha_36_c0 = alpha_36_s10
-            out_46_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out_46_c0])
-            mbarrier.arrive(empty_v.index((((t) - 4) % 2)), pred=((t) - 4) >= 0)
             out_40_s11 = gl.expand_dims(alpha_36_c1, 1)
             out_41_s12 = out_40_s11
             out_42_s13 = (out_46_c0 * out_41_s12)
@@ -72,6 +69,8 @@ def _part0_g2(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
             mbarrier.arrive(sempty_2.index((((t) - 2) % 1)))
             row_sum_39_s19 = (row_sum_37_s17 + row_sum_38_in_s18)
             row_sum_39_c0 = row_sum_39_s19
+            out_46_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out_46_c0])
+            mbarrier.arrive(empty_v.index((((t) - 3) % 2)))
         # epilogue trip 0
         mbarrier.wait(sready_0.index(((((n_iter + 0) - 2) - 1) % 2)), (((((n_iter + 0) - 2) - 1) // 2) & 1))
         new_max_30_in_e20 = stage_0.index(((((n_iter + 0) - 2) - 1) % 2)).load(gl.SliceLayout(1, gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 64, 16])))
@@ -82,8 +81,6 @@ def _part0_g2(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
         alpha_36_e23 = gl.exp2(alpha_e22)
         alpha_36_c1 = alpha_36_c0
         alpha_36_c0 = alpha_36_e23
-        out_46_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[out_46_c0])
-        mbarrier.arrive(empty_v.index((((n_iter + 0) - 4) % 2)), pred=((n_iter + 0) - 4) >= 0)
         out_40_e24 = gl.expand_dims(alpha_36_c1, 1)
         out_41_e25 = out_40_e24
         out_42_e26 = (out_46_c0 * out_41_e25)
@@ -165,7 +162,6 @@ def _part0_g2(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
         c128_i32_o = 128
         q_row_o = (tile_m_o * c128_i32_o)
         q_row_17_o = (base_o + q_row_o)
-        x_out_46_c0 = warpgroup_mma_init(x_out_46_c0)
         for t in range(0, n_iter):
             mbarrier.wait(sready_0.index(((((t) - 1) + 2) % 2)), ((((t) - 1) // 2) & 1), pred=((t) - 1) >= 0)
             x_new_max_30_in_s1 = stage_0.index(((((t) - 1) + 2) % 2)).load(gl.SliceLayout(1, gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 64, 16])))
@@ -181,8 +177,6 @@ def _part0_g2(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
             mbarrier.arrive(sempty_2.index(((t) % 1)))
             x_row_sum_39_s8 = (x_row_sum_37_s6 + x_row_sum_38_in_s7)
             x_row_sum_39_c0 = x_row_sum_39_s8
-            x_out_46_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[x_out_46_c0])
-            mbarrier.arrive(empty_v.index((((t) - 1) % 2)), pred=((t) - 1) >= 0)
             x_out_40_s9 = gl.expand_dims(x_alpha_36_s5, 1)
             x_out_41_s10 = x_out_40_s9
             x_out_42_s11 = (x_out_46_c0 * x_out_41_s10)
@@ -193,8 +187,8 @@ def _part0_g2(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, ring_k, ready_k
             mbarrier.wait(ready_v.index(((t) % 2)), (((t) // 2) & 1))
             x_out_46_s14 = warpgroup_mma(x_out_45_s13, ring_v.index(((t) % 2)), x_out_42_s11, is_async=True)  # twill: out j=t
             x_out_46_c0 = x_out_46_s14
-        x_out_46_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[x_out_46_c0])
-        mbarrier.arrive(empty_v.index((((n_iter + 0) - 1) % 2)), pred=((n_iter + 0) - 1) >= 0)
+            x_out_46_c0 = warpgroup_mma_wait(num_outstanding=0, deps=[x_out_46_c0])
+            mbarrier.arrive(empty_v.index((((t) - 0) % 2)))
         x_out_19_e15 = gl.expand_dims(x_row_sum_39_c0, 1)
         x_out_20_e16 = x_out_19_e15
         x_out_21_e17 = (x_out_46_c0 / x_out_20_e16)
@@ -470,7 +464,7 @@ def attn_fwd(q_desc, k_desc, v_desc, o_desc, sm_scale, seq_len, BLOCK_M: gl.cons
     for i in gl.static_range(2):
         mbarrier.init(sready_0.index(i), count=1)
         mbarrier.init(sempty_0.index(i), count=1)
-    stage_1 = gl.allocate_shared_memory(gl.float16, [1, 128, 64], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
+    stage_1 = gl.allocate_shared_memory(gl.float16, [1, 128, 64], gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
     sready_1 = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
     sempty_1 = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(1):

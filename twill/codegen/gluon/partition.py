@@ -1002,12 +1002,16 @@ class PartitionEmitter:
         # first wgmma anyway (:meth:`_back_edge_wait_is_free`): moving it before the back-edge then keeps
         # the Tensor Core order and overlap (the sub-tiled FA's O wgmma runs beside the next trip's S wgmma).
         snap0, head0 = self._snapshot(), len(self.out)
-        kept0 = (list(self.notes), list(self.carried), list(self.pre), list(self.invariant_issue))
+        # what the first try adds to the preamble is undone with it, the names it cached included (a value
+        # of the preamble, :meth:`_outer_value`, is defined in ``pre`` and remembered in ``outer``)
+        kept0 = (list(self.notes), list(self.carried), list(self.pre), list(self.invariant_issue),
+                 dict(self.outer))
         for rotate in (False, True):
             if rotate:
                 self._restore(snap0)
                 self.out = self.out[:head0]
-                self.notes, self.carried, self.pre, self.invariant_issue = (list(x) for x in kept0)
+                self.notes, self.carried, self.pre, self.invariant_issue = (list(x) for x in kept0[:4])
+                self.outer = dict(kept0[4])
                 self._wait_all_carried()
             adopted = False
             entry_kinds = dict(self.kinds)
