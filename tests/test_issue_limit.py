@@ -107,7 +107,8 @@ def test_formulation_lists_every_issuer() -> None:
 
 @pytest.mark.parametrize("target", [(Encoder, "issue_limit"), (joint_cpsat.JointModel, "issue_limit")])
 def test_without_the_limit_the_search_is_caught(monkeypatch: pytest.MonkeyPatch, target) -> None:
-    # The mutation: an encoding that forgets the limit finds the old II 3 one-group schedule, which verify refuses.
+    # The mutation: an encoding that forgets the limit finds the old II 3 one-group schedule, which
+    # verify refuses.
     monkeypatch.setattr(*target, lambda self: None)
     solver = "yices" if target[0] is Encoder else "cpsat"
     with pytest.raises(SolverError, match=r"fails verification: issue: warp group 0 issues for 5"):

@@ -347,5 +347,6 @@ def _issue(s: Schedule) -> Iterator[ScheduleError]:
         total = sum(op.issue_cycles for op in mine)
         if total > s.ii:
             terms = " + ".join(f"{op.name} {op.issue_cycles}" for op in mine)
-            yield ScheduleError(f"warp group {g} issues for {total} cycles per iteration ({terms}) > II {s.ii}: "
-                                f"one issue stream cannot keep up", family="issue", op=mine[0].name)
+            unit = "cycles" if p.cycles_per_unit == 1.0 else f"units of {p.cycles_per_unit:g} cycles"
+            yield ScheduleError(f"warp group {g} issues for {total} {unit} per iteration ({terms}) > II "
+                                f"{s.ii}: one issue stream cannot keep up", family="issue", op=mine[0].name)
