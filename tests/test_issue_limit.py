@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 import test_oracle as cases
-from joint_oracle import oracle
+from joint_oracle import check, oracle
 
 import twill
 import twill.solvers.joint.cpsat as joint_cpsat
@@ -18,7 +18,7 @@ from twill.ir.graph import Graph
 from twill.model.formulation import Formulation
 from twill.schedule import Schedule, slots_from
 from twill.solvers.joint.encoding import Encoder
-from twill.solvers.joint.smt import solve_range
+from twill.solvers.joint.smt import solve_joint, solve_range
 from twill.verify import verify, violations
 
 
@@ -73,11 +73,29 @@ def test_oracle_agrees() -> None:
     assert (ans.ii, ans.length, ans.groups) == FREE
 
 
+def test_oracle_check_rejects_the_old_schedule() -> None:
+    # The oracle's own rule (no code shared with twill.verify): one group at II 3 issues 3 + 2 = 5.
+    p = cases.problem_of(two_streams(), cases.machine(), max_groups=1)
+    bad = check(p, 3, 3, {"A": 0, "B": 0}, {"A": 0, "B": 0})
+    assert any(b.startswith("issue: group 0 issues for 5 > II 3") for b in bad), bad
+    assert check(p, 5, 3, {"A": 0, "B": 0}, {"A": 0, "B": 0}) == []
+
+
 def test_range_query_refutes_below_the_issue_sum() -> None:
     p = cases.problem_of(two_streams(), cases.machine(), max_groups=1)
     assert solve_range(p, 3, 4, 2).status.value == "unsat"
     found = solve_range(p, 3, 8, 2)
     assert found.ii == 5
+
+
+def test_asserted_groups_of_a_probe_obey_the_limit() -> None:
+    # A probe asserts its groups (twill.search.probe): both ops on group 0 leave no schedule below II 5.
+    p = cases.problem_of(two_streams(), cases.machine())
+    together = {"A": 0, "B": 0}
+    assert solve_joint(p, 3, 1, groups=together).status.value == "unsat"
+    assert solve_joint(p, 4, 1, groups=together).status.value == "unsat"
+    assert solve_joint(p, 5, 1, groups=together).status.value == "sat"
+    assert solve_joint(p, 3, 1, groups={"A": 0, "B": 1}).status.value == "sat"
 
 
 def over_budget(s: Schedule, ii: int) -> Schedule:
