@@ -141,3 +141,11 @@ def test_master_prunes_choices_over_the_limit(monkeypatch: pytest.MonkeyPatch) -
     out = decompose.benders(cases.problem_of(two_streams(), cases.machine()), 3, 1, subproblem="cpsat")
     assert out.status.value == "sat"
     assert out.group["A"] != out.group["B"]
+
+
+def test_twill_swp_split_waits_for_its_issue_stream() -> None:
+    # Twill-SWP puts every fixed-latency op on one consumer group: the modulo schedule at II 3 and 4 fails
+    # verify (issue 5 > II), so the first split kept is at II 5.
+    s = twill.schedule(two_streams(), cases.machine(), strategy="swp")
+    assert s.ii == 5 and set(s.group.values()) == {0}
+    assert violations(s) == []
