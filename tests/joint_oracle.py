@@ -30,6 +30,7 @@ The rules, one per family, as this module reads docs/model.md (``s`` = start, ``
   edge one load ``[s[v] - lead(e), + transfer)``.
 * blocking: an op with an in-edge from another op that is ``blocking`` or crosses groups may not start
   while another op of its group issues: ``(s[v] - s[o]) mod II >= issue_cycles(o)``.
+* issue: the ``issue_cycles`` of the ops on one group sum to at most II (one issue stream per group).
 * group shape: ops of more than one warp on one group take the same number of warpgroups; a group takes
   that many (1 with only one-warp ops); ``Σ warps_per_group x warpgroups <= max_warps``.
 * uses through views: a value's uses are its edges of the carrier, and for an edge into a view also
@@ -270,6 +271,10 @@ class _Assign:
             shapes = {s.shape[n] for n in s.names if g[n] == w and s.shape[n] is not None}
             if len(shapes) > 1:
                 out.append(f"group_shape: group {w} mixes {sorted(shapes)} warpgroups")
+        for w in self.used:  # one issue stream per group: what its ops issue fits in one II
+            issued = sum(s.op[n].issue_cycles for n in s.names if g[n] == w)
+            if issued > self.ii:
+                out.append(f"issue: group {w} issues for {issued} > II {self.ii}")
         if "groups" not in s.relax:
             warps = sum(s.per * self.quads[w] for w in self.used)
             if warps > s.res.max_warps:

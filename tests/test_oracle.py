@@ -553,11 +553,12 @@ def test_repro_memory_precheck_ordering_self_edges() -> None:
 
 def test_repro_apart_mirror() -> None:
     # Two identical tiles a{t} -> b{t} fed by one ALU op; apart on tile 2 is the mirror of apart on tile 1,
-    # whose optimum is II 3, L 6 on 2 groups (the oracle's, verified).
+    # whose optimum is II 3, L 6 on 2 groups (the oracle's, verified). The GEMMs issue asynchronously (0
+    # units): with 1 unit each the five ops' issue (the issue limit) would bind first, at II 4 either way.
     g = Graph("tiles")
     g.add_op("ld", "alu", busy={"alu": 1}, latency=3, issue_cycles=1, result_bytes=128, spill_cost=3)
     for t in (1, 2):
-        g.add_op(f"a{t}", "gemm", busy={"tc": 1}, latency=1, issue_cycles=1, result_bytes=128, spill_cost=3)
+        g.add_op(f"a{t}", "gemm", busy={"tc": 1}, latency=1, issue_cycles=0, result_bytes=128, spill_cost=3)
         g.add_op(f"b{t}", "copy", busy={"smem": 1}, latency=1, issue_cycles=1, regs=16, result_bytes=128,
                  spill_cost=3)
     for t in (1, 2):

@@ -80,8 +80,9 @@ def test_figure1_end_to_end(fig1):
 
 def test_figure1_op_order_does_not_matter():
     g = Graph("figure1_reversed")
-    for name, unit in (("O", "tc"), ("P", "mufu"), ("S", "tc")):
-        g.add_op(name, "op", busy={unit: 1}, latency=1)
+    for name, unit in (("O", "tc"), ("P", "mufu"), ("S", "tc")):  # GEMMs issue asynchronously, as in
+        g.add_op(name, "op", busy={unit: 1}, latency=1,       # twill.ir.paper.figure1_graph
+                 issue_cycles=0 if unit == "tc" else 1)
     g.add_edge("O", "O", latency=1, distance=1, inplace=True)
     g.add_edge("P", "O", latency=1)
     g.add_edge("S", "P", latency=1)
@@ -105,7 +106,8 @@ def test_figure1_listing_with_the_paper_schedule(fig1):
 def test_certificate_rules_out_every_smaller_ii(quick_h100):
     # A loop whose answer lies above its lower bound: a 1-cycle TC op that an exp must wait for, with an
     # ALU op issuing for 2 cycles on the same (only) warp group. ResMII = 2 (each unit busy 2 cycles), but
-    # at II = 2 the ALU op's 2 issue cycles cover every residue, so the waiting exp can never start.
+    # the group's one issue stream needs 1 + 2 + 2 = 5 cycles per iteration (the issue limit), so IIs
+    # 2-4 have no schedule; at II 5, G at 0, X at 1 (issuing [1, 3)) and E at 3 clear of both.
     g = Graph("blocking")
     g.add_op("G", "gemm", busy={"tc": 2}, latency=3, issue_cycles=1, warps=4)
     g.add_op("E", "exp", busy={"mufu": 2}, warps=4)
@@ -113,7 +115,7 @@ def test_certificate_rules_out_every_smaller_ii(quick_h100):
     g.add_edge("G", "E", blocking=True)
     s = twill.schedule(g, quick_h100, max_groups=1)
     cert = s.certificate
-    assert cert.lower_bound == 2 and s.ii == 3
+    assert cert.lower_bound == 2 and s.ii == 5
     assert set(range(cert.lower_bound, s.ii)) <= set(cert.ruled_out())
     assert cert.proven_optimal
     assert violations(s) == []

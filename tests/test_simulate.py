@@ -41,10 +41,11 @@ def hand_schedule(graph: Graph, ii: int, length: int, start: dict[str, int], gro
 
 
 def two_op_graph() -> Graph:
-    """``A`` (Tensor Core, 2 cycles busy, result after 6, issues in 1) feeds ``B`` (ALU, 3 cycles)
+    """``A`` (Tensor Core, 2 cycles busy, result after 6, issues in no time: its issue is below the
+    cycle here, so the group's issue stream holds B's 3 cycles per II 3) feeds ``B`` (ALU, 3 cycles)
     through a blocking wait."""
     g = Graph("two_op")
-    g.add_op("A", "gemm", busy={"tc": 2}, latency=6, issue_cycles=1, regs=32)
+    g.add_op("A", "gemm", busy={"tc": 2}, latency=6, issue_cycles=0, regs=32)
     g.add_op("B", "alu", busy={"alu": 3})
     g.add_edge("A", "B", blocking=True)
     return g
@@ -52,8 +53,8 @@ def two_op_graph() -> Graph:
 
 @pytest.fixture(scope="module")
 def two_op() -> Schedule:
-    """II = 3 (the ALU is busy 3 of every 3 cycles), A at 0, B at 7 (after A's 6-cycle latency, and off
-    A's issue cycle modulo 3 for the blocking rule), L = 10, 4 stages."""
+    """II = 3 (the ALU is busy 3 of every 3 cycles), A at 0, B at 7 (after A's 6-cycle latency), L = 10,
+    4 stages."""
     return hand_schedule(two_op_graph(), 3, 10, {"A": 0, "B": 7}, {"A": 0, "B": 0})
 
 
@@ -153,8 +154,8 @@ def test_short_loops_run_and_balance_their_barriers(two_op, n, total):
 def test_a_consumer_and_the_next_producer_at_the_same_moment_do_not_deadlock(latency):
     """II 1, one group: C of iteration i and P of iteration i + latency start at the same cycle, and P's
     register ring (depth = latency) needs C's release; the older iteration issues first."""
-    g = Graph("tie")
-    g.add_op("P", "alu", busy={"alu": 1}, regs=8)
+    g = Graph("tie")  # P issues in no time (an asynchronous producer), so P and C share one issue stream
+    g.add_op("P", "gemm", busy={"tc": 1}, issue_cycles=0, regs=8)
     g.add_op("C", "mufu", busy={"mufu": 1}, regs=8)
     g.add_edge("P", "C", latency=latency)
     s = twill.schedule(g, "h100")

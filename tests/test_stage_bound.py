@@ -86,9 +86,10 @@ def regs_bind(machine: twill.Machine) -> Problem:
 def held(machine: twill.Machine) -> Problem:
     """X's 48 registers stay on its group until Y starts 4 cycles later (one group: 48 x 4 + 26 fits the
     255-register limit at II 1), or cross in a 4 KB staging buffer: at II 1 the least L is 5, 5 stages,
-    and the span past X's own cycle costs register or SMEM area."""
+    and the span past X's own cycle costs register or SMEM area. X is an asynchronous GEMM (it issues
+    for no time unit), so X and Y fit one group's issue stream at II 1 (the issue limit)."""
     g = twill.Graph("held")
-    g.add_op("X", "alu", busy={"alu": 1}, latency=4, regs=48, result_bytes=4096)
+    g.add_op("X", "gemm", busy={"tc": 1}, latency=4, issue_cycles=0, regs=48, result_bytes=4096)
     g.add_op("Y", "exp", busy={"mufu": 1}, latency=1)
     g.add_edge("X", "Y")
     return cases.problem_of(g, machine)

@@ -101,10 +101,12 @@ def blocking_graph() -> Graph:
 
 
 def handoff_graph(*, fixed_smem: int = 0, result_bytes: int = 0) -> Graph:
-    """A -> B through registers, with a free hand-off (spill_cost 0) so crossing groups costs no time."""
+    """A -> B through registers, with a free hand-off (spill_cost 0) so crossing groups costs no time. B is
+    an asynchronous GEMM that issues for no time unit, so one group issues 1 unit per II 1 (the issue
+    limit) and the schedules below keep A and B together at II 1."""
     g = Graph("handoff", fixed_smem=fixed_smem)
     g.add_op("A", "alu", busy={"alu": 2}, spill_cost=0, result_bytes=result_bytes)
-    g.add_op("B", "exp", busy={"mufu": 2})
+    g.add_op("B", "gemm", busy={"tc": 2}, issue_cycles=0)
     g.add_edge("A", "B")
     return g
 
@@ -135,7 +137,7 @@ def ws(quick_h100) -> Schedule:
 def test_families_listed():
     assert set(FAMILIES) == {"uniqueness", "consistency", "completion", "stages", "dependence", "cross_warp",
                              "apart", "capacity", "memory", "registers", "register_file",
-                             "variable_latency", "group_shape", "blocking"}
+                             "variable_latency", "group_shape", "blocking", "issue"}
 
 
 def test_solved_schedules_pass(fig1, ws):
@@ -222,9 +224,10 @@ def test_dependence(fig1_paper):
 def test_dependence_across_groups_pays_the_hand_off(quick_h100):
     # A -> B with a 5-cycle hand-off: on one group B may start 2 cycles after A (A's latency), on two
     # groups 2 + 5 = 7.
+    # B is an asynchronous GEMM (it issues for no time unit), so A and B fit one issue stream at II 2.
     g = Graph("handoff")
     g.add_op("A", "alu", busy={"alu": 2}, spill_cost=5)
-    g.add_op("B", "exp", busy={"mufu": 2})
+    g.add_op("B", "gemm", busy={"tc": 2}, issue_cycles=0)
     g.add_edge("A", "B")
     s = twill.schedule(g, quick_h100)
     assert violations(s) == [] and s.group["A"] == s.group["B"]
@@ -272,7 +275,9 @@ def test_capacity_counts_the_smem_traffic_of_a_hand_off(quick_h100):
     # cycle = 2 cycles = 1 unit) and B's group loads it (1 unit): with C the ports need 3 units at the
     # one residue of II = 1.
     g = handoff_graph(result_bytes=256)
-    g.add_op("C", "convert_layout", busy={"smem": 2})
+    # C issues for no time unit either (only its port time matters here), so A, B and C fit one issue
+    # stream at II 1 and B's move to group 1 changes nothing but the hand-off.
+    g.add_op("C", "convert_layout", busy={"smem": 2}, issue_cycles=0)
     s = twill.schedule(g, quick_h100)
     assert violations(s) == [] and s.ii == 1 and s.group["A"] == s.group["B"]
     moved = move_to_group(s, "B", 1)
@@ -363,5 +368,6 @@ def test_blocking(quick_h100):
 def test_every_family_has_a_planted_case():
     tested = {"uniqueness", "consistency", "completion", "stages", "dependence", "cross_warp", "capacity",
               "memory", "registers", "register_file", "variable_latency", "group_shape", "blocking",
-              "apart"}  # planted in tests/test_schedule.py::test_apart_keeps_two_ops_on_different_groups...
+              "apart",  # planted in tests/test_schedule.py::test_apart_keeps_two_ops_on_different_groups...
+              "issue"}  # planted in tests/test_issue_limit.py::test_verify_rejects_the_old_schedule
     assert tested == set(FAMILIES)

@@ -7,8 +7,9 @@ is counted copy by copy at every residue modulo II. :func:`violations` lists eve
 
 Families: ``uniqueness``, ``consistency``, ``completion``, ``stages``, ``dependence``, ``cross_warp``,
 ``capacity`` (with the SMEM-port traffic of register values crossing groups), ``memory`` (SMEM and
-TMEM), ``registers``, ``register_file``, ``variable_latency``,
-``group_shape``, ``blocking``. Families the problem's ``options.relax`` leaves out (a what-if schedule of
+TMEM), ``registers``, ``register_file``, ``variable_latency``, ``group_shape``, ``blocking``, ``issue``
+(a warp group's ops issue for at most II cycles per II). Families the problem's ``options.relax`` leaves
+out (a what-if schedule of
 :mod:`twill.explain`) are not checked: ``registers``, ``register_file``, ``smem``/``tmem`` (of
 ``memory``), ``blocking``, ``handoff`` (the hand-off term of ``dependence`` and its SMEM traffic) and
 ``groups`` (the warps-per-CTA limit).
@@ -27,7 +28,8 @@ from twill.schedule import Schedule, group_role
 __all__ = ["FAMILIES", "verify", "violations"]
 
 FAMILIES = ("uniqueness", "consistency", "completion", "stages", "dependence", "cross_warp", "apart",
-            "capacity", "memory", "registers", "register_file", "variable_latency", "group_shape", "blocking")
+            "capacity", "memory", "registers", "register_file", "variable_latency", "group_shape", "blocking",
+            "issue")
 
 
 def verify(schedule: Schedule) -> None:
@@ -43,7 +45,7 @@ def violations(schedule: Schedule) -> list[ScheduleError]:
 
 def _check(s: Schedule) -> Iterator[ScheduleError]:
     for family in (_uniqueness, _consistency, _completion, _dependence, _capacity, _memory, _groups,
-                   _registers, _blocking):
+                   _registers, _blocking, _issue):
         found = list(family(s))
         yield from found
         if found and family in (_uniqueness, _consistency):
@@ -334,3 +336,17 @@ def _blocking(s: Schedule) -> Iterator[ScheduleError]:
                     f"{v.name} waits for {waits[0].src} at {start[v.name]} while {o.name} (same warp group "
                     f"{group[v.name]}) is issuing: started {since} before (mod II {s.ii}), issues for "
                     f"{o.issue_cycles}", family="blocking", op=v.name)
+
+
+def _issue(s: Schedule) -> Iterator[ScheduleError]:
+    """One issue stream per warp group: its ops' ``issue_cycles`` sum to at most II (each op's copies
+    issue once per II, so the stream is busy that long in every II)."""
+    p, group = s.problem, s.group
+    for g in sorted(set(group.values())):
+        mine = [op for op in p.ops if group[op.name] == g and op.issue_cycles > 0]
+        total = sum(op.issue_cycles for op in mine)
+        if total > s.ii:
+            terms = " + ".join(f"{op.name} {op.issue_cycles}" for op in mine)
+            unit = "cycles" if p.cycles_per_unit == 1.0 else f"units of {p.cycles_per_unit:g} cycles"
+            yield ScheduleError(f"warp group {g} issues for {total} {unit} per iteration ({terms}) > II "
+                                f"{s.ii}: one issue stream cannot keep up", family="issue", op=mine[0].name)

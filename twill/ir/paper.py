@@ -20,10 +20,16 @@ def figure1_graph() -> Graph:
     a tile exp cost about the same, Fig. 1b); edges ``S->P`` and ``P->O`` have ``d = 1, δ = 0`` and ``O``
     carries its accumulator to itself with ``δ = 1`` (Fig. 1c; its ``d`` is not stated, 1 is taken).
     The units are named as in the bundled machines: ``tc`` and ``mufu``, each of capacity 1.
+
+    The GEMMs are asynchronous (a wgmma issues for a few cycles of a tile's hundreds, below this graph's
+    time unit), so they state ``issue_cycles=0``; the exp is issued by the warps for its whole cycle. With
+    the issue limit of docs/model.md §5 (``Σ issue_cycles <= II`` per warp group) the group issues 1 unit
+    per II 2, as the paper's one-group schedule needs; with every op synchronous it would issue 3.
     """
     g = Graph("figure1", source="Twill paper, Figure 1")
     for name, kind, unit in (("S", "gemm", "tc"), ("P", "exp", "mufu"), ("O", "gemm", "tc")):
-        g.add_op(name, kind, busy={unit: 1}, latency=1, source=f"Figure 1, {name}")
+        g.add_op(name, kind, busy={unit: 1}, latency=1, issue_cycles=0 if unit == "tc" else 1,
+                 source=f"Figure 1, {name}")
     g.add_edge("S", "P", latency=1, source="Figure 1c")
     g.add_edge("P", "O", latency=1, source="Figure 1c")
     g.add_edge("O", "O", latency=1, distance=1, carrier="register", inplace=True, source="Figure 1c")

@@ -215,6 +215,10 @@ class Formulation:
         last crossing reader starts + 1, when any of those edges crosses.
     blocking : tuple of Blocking
         The blocking-wait family (:meth:`Problem.blocking_pairs`); empty when relaxed.
+    issue : tuple of (str, int)
+        The issue family: ``(op, issue_cycles)`` of every op that issues (``issue_cycles > 0``), in problem
+        order. A warp group has one issue stream, so the ops on group ``w`` satisfy ``Σ issue_cycles <= II``
+        (the iterations' copies of an op issue once per II each; interleaving inside the II is free).
     handoff_costs : tuple of (str, str, int)
         ``(src, dst, cross)`` of each edge whose hand-off latency counts when it crosses (a goal).
     arrangements : tuple of BudgetArrangement
@@ -242,6 +246,7 @@ class Formulation:
     memory_items: tuple[LiveItem, ...]
     staging: tuple[LiveItem, ...]
     blocking: tuple[Blocking, ...]
+    issue: tuple[tuple[str, int], ...]
     handoff_costs: tuple[tuple[str, str, int], ...]
     arrangements: tuple[BudgetArrangement, ...]
     numbering: tuple[tuple[tuple[str, int, tuple[str, ...]], ...], ...]
@@ -283,9 +288,15 @@ class Formulation:
             dependences=_dependences(p), apart=tuple(opts.apart), bookings=_bookings(p, groups),
             register_items=_register_items(p), memory_items=_memory_items(p),
             staging=_staging(p, groups), blocking=_blocking(p),
+            issue=tuple((op.name, op.issue_cycles) for op in p.ops if op.issue_cycles > 0),
             handoff_costs=tuple((e.src, e.dst, e.cross) for e in p.edges if e.cross and e.src != e.dst),
             arrangements=arrangements, numbering=numbering, swap=swap,
             accumulators=tuple(accumulators(p)), register_limit=min(res.max_regs, res.setmaxnreg_max))
+
+    def issue_load(self, w: int) -> tuple[tuple[str, int], ...]:
+        """The issuing ops that group ``w`` may hold, ``(op, issue_cycles)``: the terms of its issue limit."""
+        allowed = dict(self.groups_of)
+        return tuple((o, c) for o, c in self.issue if w in allowed[o])
 
     def smem_items(self) -> tuple[LiveItem, ...]:
         """The SMEM items in the order both encodings list them: values and rings, then staging."""

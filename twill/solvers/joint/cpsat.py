@@ -11,6 +11,7 @@ constraints instead of explicit copies:
   linear constraints, each with its enforcement literals;
 * a blocking wait: the waiting op's residue lies outside each same-group op's issue window, one linear
   domain ``residue[v] - residue[o] in [issue - II, -1] u [issue, II - 1]``;
+* the issue limit: per group, ``Σ issue_cycles x wg[v]=w <= II`` (one issue stream);
 * every modular resource (a unit's reservations and the hand-offs' SMEM traffic; each group's live
   registers; SMEM; TMEM) is one cumulative over ``[0, 3 II)``: an item held for ``q * II + rem`` cycles
   from residue ``r`` puts ``weight * q`` on the whole axis and copies of ``[r, r + rem)`` at ``r`` and
@@ -309,6 +310,7 @@ class JointModel:
         self.dependence()
         self.capacity()
         self.blocking()
+        self.issue_limit()
         self.registers()
         self.memory()
         if self.f.swap is not None:
@@ -444,6 +446,13 @@ class JointModel:
                     continue
                 self._post(lambda v=v, o=o, issue=issue: self.m.AddLinearExpressionInDomain(
                     self.s[v] - self.s[o], self.apart(v, 1, o, issue)), guard)
+
+    def issue_limit(self) -> None:
+        """One issue stream per group: the ``issue_cycles`` of its ops sum to at most II."""
+        for w in range(self.pool):
+            load = self.f.issue_load(w)
+            if sum(c for _, c in load) > self.ii:
+                self.m.Add(sum(c * self.opw[o][w] for o, c in load) <= self.ii)
 
     def registers(self) -> None:
         """Live registers per group: result values and the copies received from other groups."""

@@ -3,7 +3,9 @@ choice apart from the timing (``schedule(method="decompose")``).
 
 A **master** problem (CP-SAT, Booleans only) picks a budget arrangement and a warp group for every op
 that has a choice, under the numbering rule of :func:`twill.model.reductions.first_appearance` (sound
-for the groups of one block: :func:`~twill.model.reductions.budget_arrangements` states why). A
+for the groups of one block: :func:`~twill.model.reductions.budget_arrangements` states why) and the
+group-only constraints the subproblem implies (register relaxations, the issue limit ``Σ issue_cycles
+<= II`` per group). A
 **subproblem** is the whole joint model of :class:`twill.solvers.joint.cpsat.JointModel` *without* that
 numbering rule and with the master's choice fixed (the group Booleans' domains set to one value, which
 CP-SAT's presolve turns into a much smaller model: 0.06 s where the same model with the choice as
@@ -94,7 +96,8 @@ class BendersOutcome:
 class _Master:
     """The group-choice problem: Booleans ``x[op][w]``, one arrangement pick, the numbering rule, cuts."""
 
-    def __init__(self, cp: Any, problem: Problem, f: Formulation, groups_of: dict[str, list[int]]) -> None:
+    def __init__(self, cp: Any, problem: Problem, f: Formulation, groups_of: dict[str, list[int]],
+                 ii: int) -> None:
         self.cp, self.m = cp, cp.CpModel()
         self.choice = sorted(n for n, ws in groups_of.items() if len(ws) > 1)
         self.fixed = {n: ws[0] for n, ws in groups_of.items() if len(ws) == 1}
@@ -118,6 +121,7 @@ class _Master:
                 else:
                     self.m.AddBoolOr([self.cp_not(b) for b in when])
         self._registers(problem, f)
+        self._issue(f, ii)
         blocks = arrangements[0].blocks if len(arrangements) == 1 else ()
         block = set(blocks[0]) if len(blocks) == 1 else set()
         # pattern cuts need every op with a choice to range over the one block, and no fixed op in it
@@ -190,6 +194,22 @@ class _Master:
             m.Add(sum(costs) <= res.register_file)
         if "groups" not in opts.relax and warps:
             m.Add(sum(warps) <= res.max_warps)
+
+    def _issue(self, f: Formulation, ii: int) -> None:
+        """The issue limit (a group-only constraint the subproblem states too): the ``issue_cycles`` of
+        the ops on a group sum to at most ``ii``."""
+        for w in range(f.pool):
+            fixed, free = 0, []
+            for op, c in f.issue_load(w):
+                lit = self.lit(op, w)
+                if lit is True:
+                    fixed += c
+                elif lit is not False:
+                    free.append((c, lit))
+            if fixed > ii:
+                self.m.AddBoolOr([])  # the fixed ops alone overflow: no choice is left
+            elif fixed + sum(c for c, _ in free) > ii:
+                self.m.Add(sum(c * lit for c, lit in free) <= ii - fixed)
 
     @staticmethod
     def cp_not(lit: Any) -> Any:
@@ -381,15 +401,15 @@ def benders(problem: Problem, ii: int, stages: int, *, low: int = 1, deadline: f
     try:
         if not sub.feasible:
             return BendersOutcome(CheckResult.UNSAT, {}, 0, 0, 0, 0, time.monotonic() - began)
-        return _loop(cp, runner, sub, Formulation.of(problem), problem, deadline, shrink, began)
+        return _loop(cp, runner, sub, Formulation.of(problem), problem, ii, deadline, shrink, began)
     finally:
         sub.close()
 
 
-def _loop(cp: Any, runner: CpsatRunner, sub: _CpsatSub | _SmtSub, f: Formulation, problem: Problem,
+def _loop(cp: Any, runner: CpsatRunner, sub: _CpsatSub | _SmtSub, f: Formulation, problem: Problem, ii: int,
           deadline: float | None, shrink: Callable[..., list[str]] | None, began: float) -> BendersOutcome:
     """The master/subproblem iterations of :func:`benders`."""
-    master = _Master(cp, problem, f, sub.groups_of)
+    master = _Master(cp, problem, f, sub.groups_of, ii)
     iterations = cuts = 0
 
     def outcome(status: CheckResult, group: dict[str, int] | None = None, pick: int = 0) -> BendersOutcome:

@@ -11,7 +11,7 @@ very efficiently. No integer division or remainder variables are used.
 What each family constrains comes from :class:`~twill.model.formulation.Formulation` (stated once for
 both encodings); this module states it as SMT terms. Families (the names of :mod:`twill.verify`):
 completion, dependence (with the cross-group hand-off cost),
-cross_warp, capacity (with the SMEM traffic of cross-group hand-offs), blocking, variable_latency,
+cross_warp, capacity (with the SMEM traffic of cross-group hand-offs), blocking, issue, variable_latency,
 group_shape, register_file, and the liveness families
 (registers, memory) whose per-moment checks are generated lazily by :meth:`Encoder.refine`: each check says
 "at the start of item A, the items present fit the capacity", and the peak of a sum of intervals is
@@ -227,6 +227,18 @@ class Encoder(ModularModel):
                 if issue >= self.ii:  # a range model whose range straddles the issue time
                     clear.append(m.GT(self.II, self.int_(issue)))
                 self.add(m.Implies(guard, m.And(clear)))
+
+    def issue_limit(self) -> None:
+        """One issue stream per warp group: the ``issue_cycles`` of the ops on group ``w`` sum to at most
+        II (:attr:`~twill.model.formulation.Formulation.issue`); stated only for a group whose possible
+        ops could exceed it."""
+        m = self.m
+        for w in range(self.pool):
+            load = self.f.issue_load(w)
+            if sum(c for _, c in load) <= self.ii:
+                continue  # holds at every II of the model (a range model's least II included)
+            terms = [m.Ite(self.opw[o][w], self.int_(c), self.int_(0)) for o, c in load]
+            self.add(m.LE(m.Plus(terms) if len(terms) > 1 else terms[0], self.II))
 
     def groups(self) -> None:
         """Warp uniqueness (one-hot), variable-latency isolation (group 0 holds exactly the
@@ -518,6 +530,7 @@ class Encoder(ModularModel):
         self.dependence()
         self.capacity()
         self.blocking()
+        self.issue_limit()
         self.registers()
         self.memory()
         self.area_cuts()
