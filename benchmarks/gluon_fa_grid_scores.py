@@ -9,8 +9,8 @@ predictions against an H200 timing file (Spearman, Kendall tau-b, each kernel's 
 measured time of each term's pick against the best)::
 
     python benchmarks/gluon_fa_grid_scores.py \\
-        --measured benchmarks/results/h200_gluon_fa_grid.json \\
-        --out benchmarks/results/h200_gluon_fa_grid_scores.json
+        --measured benchmarks/results/h200_gluon_fa_grid_v2.json \\
+        --out benchmarks/results/h200_gluon_fa_grid_v2_scores.json
     # predictions only (before the grid is measured):
     python benchmarks/gluon_fa_grid_scores.py --shape 4,32,4096,64 \\
         --out benchmarks/results/h200_gluon_fa_grid_d64_predicted.json

@@ -14,9 +14,12 @@ first principles, with no fitted constant.
   group split into two ``m64`` halves and ``K / 16`` steps, so their Q K^T of 16 instructions runs
   16 x 72 instead of 256 cycles.
 * **Bank-conflicted hand-offs** (:func:`staging_conflict`, :func:`conflicted_handoff_graph`). A register
-  value handed between warp groups goes through a staging buffer that the backend allocates unswizzled
-  (``gl.SwizzledSharedLayout(1, 1, 1)``, row-major), and both sides access it in the value's register
-  layout. In the Hopper MMA layout a warp's request touches 8 or 16 rows at the same column; when a row
+  value handed between warp groups goes through a staging buffer, and both sides access it in the
+  value's register layout. The backend gives a tile of 8+ rows the NVMMA swizzle
+  (:func:`twill.codegen.gluon.layouts.staging_swizzle`), whose addresses this model follows, which
+  makes the MMA layout's requests conflict-free; a row vector, and the kernels generated before the
+  swizzle (``gl.SwizzledSharedLayout(1, 1, 1)``, row-major), are unswizzled.
+  Unswizzled, in the Hopper MMA layout a warp's request touches 8 or 16 rows at the same column; when a row
   is a multiple of 128 bytes they all fall on the same banks, so one request takes 4 times the wavefronts
   of the SMEM ports that a conflict-free one takes (CUDA C Programming Guide, compute capability 9.0,
   shared memory: 32 banks of 4 bytes, successive words in successive banks; a request that touches
@@ -49,6 +52,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from twill.codegen.gluon.layouts import staging_swizzle
 from twill.ir.costmodel import CostModel
 from twill.ir.graph import Graph, Reservation
 
@@ -110,9 +114,10 @@ def bank_wavefronts(accesses: Sequence[tuple[int, int]], *, banks: int = BANKS,
 
 
 def mma_v3_accesses(shape: Sequence[int], element_bytes: int, *,
-                    sliced: bool = False) -> list[tuple[int, int]]:
-    """The first warp request of a Hopper MMA-layout register tile stored to / loaded from a row-major,
-    unswizzled shared buffer of ``shape``: ``(address, bytes)`` per lane.
+                    sliced: bool = False, swizzle: int = 0) -> list[tuple[int, int]]:
+    """The first warp request of a Hopper MMA-layout register tile stored to / loaded from a row-major
+    shared buffer of ``shape``, unswizzled or with an NVMMA swizzle of ``swizzle`` bytes (128, 64, 32):
+    ``(address, bytes)`` per lane.
 
     The wgmma accumulator fragment (PTX ISA, wgmma register fragments, matrix D): lane ``l`` of a warp
     holds rows ``l // 4`` and ``l // 4 + 8`` of the warp's 16, columns ``2 (l % 4) + {0, 1}`` of each 8.
@@ -133,6 +138,14 @@ def mma_v3_accesses(shape: Sequence[int], element_bytes: int, *,
     >>> mma_v3_accesses([128, 128], 4)[:5]     # fp32 rows of 512 B: lanes 0-3 on row 0, lane 4 on row 1
     [(0, 8), (8, 8), (16, 8), (24, 8), (512, 8)]
 
+    With a swizzle of ``W`` bytes the tile is stored as panels of ``W``-byte rows (the row's first ``W``
+    bytes of every row, then the next ``W``...), and within a panel the 16-byte chunk ``c`` of row ``r``
+    goes to chunk ``c XOR ((r x W / 128) mod (W / 16))`` (CUTLASS's ``Swizzle<log2(W/16), 4, 3>`` on the
+    byte offset, which is what ``NVMMASharedLayout(swizzle_byte_width=W)`` lays out):
+
+    >>> mma_v3_accesses([128, 64], 2, swizzle=128)[:9:4]   # rows 0, 4, 8 of 128 B: chunk 0 lands at 0, 4, 0
+    [(0, 16), (576, 16), (1024, 16)]
+
     Raises
     ------
     ValueError
@@ -144,16 +157,32 @@ def mma_v3_accesses(shape: Sequence[int], element_bytes: int, *,
         raise ValueError(f"an MMA-layout tile is 2-D, got shape {list(shape)}")
     row = int(shape[1]) * element_bytes
     if element_bytes == 2:
-        return [((8 * ((i // 8) % 2) + i % 8) * row + 16 * (i // 16), 16) for i in range(32)]
-    if element_bytes == 4:
-        return [((lane // 4) * row + 2 * (lane % 4) * element_bytes, 2 * element_bytes) for lane in range(32)]
-    raise ValueError(f"MMA-layout staging of {8 * element_bytes}-bit elements is not modelled (16 or 32)")
+        cells = [(8 * ((i // 8) % 2) + i % 8, 16 * (i // 16), 16) for i in range(32)]
+    elif element_bytes == 4:
+        cells = [(lane // 4, 2 * (lane % 4) * element_bytes, 2 * element_bytes) for lane in range(32)]
+    else:
+        raise ValueError(f"MMA-layout staging of {8 * element_bytes}-bit elements is not modelled (16 or 32)")
+    if not swizzle:
+        return [(r * row + c, n) for r, c, n in cells]
+    if swizzle not in (32, 64, 128) or row % swizzle:
+        raise ValueError(f"a swizzle of {swizzle} B does not tile rows of {row} B "
+                         "(32, 64 or 128 dividing it)")
+    rows = int(shape[0])
+
+    def address(r: int, c: int) -> int:
+        panel, within = divmod(c, swizzle)
+        chunk, byte = divmod(within, 16)
+        phase = (r * swizzle // 128) % (swizzle // 16)
+        return panel * rows * swizzle + r * swizzle + 16 * (chunk ^ phase) + byte
+
+    return [(address(r, c), n) for r, c, n in cells]
 
 
-def staging_conflict(encoding: str, shape: Sequence[int], element: str) -> float | None:
+def staging_conflict(encoding: str, shape: Sequence[int], element: str, swizzle: int = 0) -> float | None:
     """How many times longer than conflict-free a register tile's trip through the Gluon backend's
-    unswizzled staging buffer takes: ``wavefronts x 128 / bytes`` of a warp's request (1.0 = each
-    wavefront moves 128 useful bytes; :func:`bank_wavefronts`, :func:`mma_v3_accesses`).
+    staging buffer takes (unswizzled, or with the NVMMA swizzle of ``swizzle`` bytes the backend gives it:
+    :func:`twill.codegen.gluon.layouts.staging_swizzle`): ``wavefronts x 128 / bytes`` of a warp's request
+    (1.0 = each wavefront moves 128 useful bytes; :func:`bank_wavefronts`, :func:`mma_v3_accesses`).
 
     ``encoding`` is the TTGIR encoding of the value (``#ttg.nvidia_mma<{versionMajor = 3, ...}>`` or a
     ``#ttg.slice<{dim = 1, parent = ...}>`` of one), ``element`` its TTGIR element type (``f16``, ``f32``).
@@ -170,6 +199,8 @@ def staging_conflict(encoding: str, shape: Sequence[int], element: str) -> float
     4.0
     >>> staging_conflict("#blocked", [128], "f32") is None
     True
+    >>> staging_conflict(mma, [128, 64], "f16", swizzle=128)     # swizzled: 8 wavefronts' worth spread
+    1.0
     """
     eb = _ELEMENT_BYTES.get(element)
     if eb is None or not _MMA_V3.search(encoding):
@@ -179,7 +210,7 @@ def staging_conflict(encoding: str, shape: Sequence[int], element: str) -> float
         return None
     if not sliced and eb not in (2, 4):
         return None
-    accesses = mma_v3_accesses(shape, eb, sliced=sliced)
+    accesses = mma_v3_accesses(shape, eb, sliced=sliced, swizzle=0 if sliced else swizzle)
     useful = len({a for a, _ in accesses}) * accesses[0][1]
     return bank_wavefronts(accesses) * BANKS * BANK_BYTES / useful
 
@@ -256,10 +287,12 @@ def conflicted_handoff_graph(graph: Graph, group: Mapping[str, int], encodings: 
     >>> _ = g.add_edge("p", "o")
     >>> g2, found = conflicted_handoff_graph(g, {"p": 1, "o": 2}, {"p": (mma, "f16")},
     ...                                      CostModel(load_machine("h200")))
-    >>> found[0].factor, found[0].store_extra       # 16 KB at 128 B/cycle = 128 cycles, 4x: 3 x 128 more
-    (4.0, 384.0)
+    >>> found[0].factor, found[0].store_extra       # staged with a 128 B swizzle: conflict-free, no extra
+    (1.0, 0.0)
     >>> g2.op("p").issue_cycles, g2.op("o").latency
-    (392, 392)
+    (8, 8)
+    >>> staging_conflict(mma, [128, 64], "f16")   # unswizzled, as before: 16 KB at 4x = 3 x 128 cycles more
+    4.0
     """
     rate = float(cm.machine.const("cost.smem_bytes_per_cycle"))
     store: dict[str, float] = {}
@@ -275,7 +308,8 @@ def conflicted_handoff_graph(graph: Graph, group: Mapping[str, int], encodings: 
         factor = None
         if enc is not None:
             shape = _shape(src)
-            factor = staging_conflict(enc[0], shape, enc[1]) if shape else None
+            factor = (staging_conflict(enc[0], shape, enc[1], staging_swizzle(shape, enc[1]))
+                      if shape else None)
         extra = 0.0 if factor is None else max(0.0, factor - 1.0) * src.result_bytes / rate
         store[dep.src] = max(store.get(dep.src, 0.0), extra)
         load.setdefault(dep.src, {})[dep.dst] = max(load.get(dep.src, {}).get(dep.dst, 0.0), extra)
