@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twill.errors import TwillError
+from twill.ir.fields import unknown_keys_message
 from twill.model.liveness import memory_intervals, register_intervals, smem_buffers
 from twill.model.problem import Problem
 
@@ -394,6 +395,7 @@ class Schedule:
             raise TwillError(f"schedule JSON is malformed: problem: {exc}") from exc
         try:
             data = _Fields(data, "")
+            _only(data, TOP_FIELDS, "schedule")
             names = set(problem.names)
             ii = _whole(data["ii"], "ii", low=1, high=SANITY_LIMIT)
             length = _whole(data["length"], "length", low=0, high=SANITY_LIMIT)
@@ -403,6 +405,7 @@ class Schedule:
             slots: dict[str, OpSlot] = {}
             for i, o in enumerate(_rows(data["ops"], "ops")):
                 o = _table(o, f"ops[{i}]")
+                _only(o, ("name", "start", "stage", "warp_group"), f"ops[{i}] (op {o.get('name', '?')!r})")
                 name = _text(o["name"], f"ops[{i}].name")
                 if name in slots:
                     raise ValueError(f"op {name!r} is listed more than once under \"ops\"")
@@ -419,6 +422,7 @@ class Schedule:
             for i, g in enumerate(_rows(data["warp_groups"], "warp_groups")):
                 where = f"warp_groups[{i}]"
                 g = _table(g, where)
+                _only(g, ("index", "ops", "warps", "registers", "registers_needed", "role"), where)
                 ops = tuple(_text(n, f"{where}.ops") for n in _rows(g["ops"], f"{where}.ops"))
                 strange = [n for n in ops if n not in names]
                 if strange:
@@ -429,6 +433,7 @@ class Schedule:
                                         _whole(g["registers_needed"], f"{where}.registers_needed", low=0),
                                         _text(g["role"], f"{where}.role")))
             c = _table(data["certificate"], "certificate")
+            _only(c, CERTIFICATE_FIELDS, "certificate")
             attempts = tuple(_attempt(a, f"certificate.attempts[{i}]")
                              for i, a in enumerate(_rows(c["attempts"], "certificate.attempts")))
             cert = Certificate(_whole(c["lower_bound"], "certificate.lower_bound"),
@@ -522,6 +527,25 @@ def _table(value: Any, where: str) -> Mapping[str, Any]:
     return _Fields(value, where)
 
 
+TOP_FIELDS: tuple[str, ...] = (
+    "schema_version", "kind", "machine", "strategy", "ii", "ii_cycles", "length", "stages", "total_length",
+    "ops", "warp_groups", "buffer_depths", "smem", "certificate", "stats", "normalization", "bounds_cycles",
+    "problem")
+"""The top-level fields of a saved schedule (:meth:`Schedule.to_dict`)."""
+CERTIFICATE_FIELDS: tuple[str, ...] = (
+    "lower_bound", "res_mii", "rec_mii", "proven_optimal", "stage_slack", "heuristic", "ii_bound", "notes",
+    "scope", "undecided", "attempts")
+"""The fields of a saved schedule's ``certificate``."""
+
+
+def _only(data: Mapping[str, Any], valid: Sequence[str], where: str) -> None:
+    """ValueError naming every field of ``data`` outside ``valid``, with the closest valid name: a
+    misspelled field would otherwise be ignored and its default used."""
+    message = unknown_keys_message(data, valid, where)
+    if message:
+        raise ValueError(message)
+
+
 def _rows(value: Any, where: str) -> list[Any]:
     if not isinstance(value, list):
         raise ValueError(f"{where} is {type(value).__name__}, not a JSON list")
@@ -530,6 +554,7 @@ def _rows(value: Any, where: str) -> list[Any]:
 
 def _scope_run(r: Any, where: str) -> ScopeRun:
     row = _table(r, where)
+    _only(row, ("lo", "hi", "stages", "complete"), where)
     stages = row.get("stages")
     return ScopeRun(_whole(row["lo"], f"{where}.lo", low=1), _whole(row["hi"], f"{where}.hi", low=1),
                     None if stages is None else _whole(stages, f"{where}.stages", low=0),
@@ -538,9 +563,7 @@ def _scope_run(r: Any, where: str) -> ScopeRun:
 
 def _attempt(a: Any, where: str) -> Attempt:
     a = _table(a, where)
-    extra = set(a) - {"ii", "stages", "phase", "status", "wall_s", "reason"}
-    if extra:
-        raise ValueError(f"{where} has unknown field(s) {', '.join(sorted(map(str, extra)))}")
+    _only(a, ("ii", "stages", "phase", "status", "wall_s", "reason"), where)
     stages = a.get("stages")
     return Attempt(_whole(a["ii"], f"{where}.ii"),
                    None if stages is None else _whole(stages, f"{where}.stages"),
@@ -550,9 +573,7 @@ def _attempt(a: Any, where: str) -> Attempt:
 
 def _stat(row: Any, where: str) -> PhaseStats:
     row = _table(row, where)
-    extra = set(row) - {"phase", "wall_s", "calls", "detail"}
-    if extra:
-        raise ValueError(f"{where} has unknown field(s) {', '.join(sorted(map(str, extra)))}")
+    _only(row, ("phase", "wall_s", "calls", "detail"), where)
     return PhaseStats(_text(row["phase"], f"{where}.phase"), _number(row["wall_s"], f"{where}.wall_s"),
                       _whole(row.get("calls", 1), f"{where}.calls", low=0),
                       _text(row.get("detail", ""), f"{where}.detail"))

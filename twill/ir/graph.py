@@ -33,6 +33,7 @@ from typing import Any, Literal
 import networkx as nx
 
 from twill.errors import GraphError
+from twill.ir.fields import unknown_keys_message
 
 __all__ = ["CARRIERS", "Carrier", "Dependence", "Graph", "Op", "Reservation"]
 
@@ -636,24 +637,82 @@ class Graph:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Graph:
-        """Inverse of :meth:`to_dict`; raises :class:`GraphError` on missing or mistyped fields."""
+        """Inverse of :meth:`to_dict`.
+
+        Raises
+        ------
+        GraphError
+            A missing or mistyped field, or a field the format does not have (a typo such as
+            ``"distnce"`` would otherwise leave the default in place): the message names the field, the
+            op or edge it sits in, and the closest valid field name.
+        """
+        if not isinstance(data, Mapping):
+            raise GraphError(f"graph data is {type(data).__name__}, not a JSON object")
+        _refuse_unknown(data, GRAPH_FIELDS, f"graph {data.get('name', '?')!r}")
         try:
             g = cls(str(data["name"]), int(data.get("fixed_smem", 0)), int(data.get("fixed_tmem", 0)),
                     str(data.get("source", "")))
-            for o in data["ops"]:
-                g.add(op_from_dict(o))
-            for e in data["edges"]:
-                g.add_edge(e["src"], e["dst"], latency=e.get("latency"), distance=e.get("distance", 0),
-                           blocking=e.get("blocking", False), carrier=e.get("carrier", "register"),
-                           source=e.get("source", ""), inplace=e.get("inplace", False),
-                           handoff=e.get("handoff"))
-        except GraphError:
-            raise
         except KeyError as exc:
             raise GraphError(f"graph data is malformed: missing field {exc.args[0]!r}") from exc
+        except GraphError:
+            raise
+        except (TypeError, ValueError) as exc:
+            raise GraphError(f"graph {data.get('name')!r} is malformed: {exc}") from exc
+        try:
+            g._read_rows(data)
+        except GraphError:
+            raise
         except (TypeError, ValueError, AttributeError) as exc:
-            raise GraphError(f"graph data is malformed: {exc}") from exc
+            raise GraphError(f"graph {g.name!r} is malformed: {exc}") from exc
         return g
+
+    def _read_rows(self, data: Mapping[str, Any]) -> None:
+        """Add the ops and edges of a graph JSON object (:meth:`from_dict`)."""
+        g = self
+        for i, o in enumerate(_json_list(data, "ops", g.name)):
+            g.add(op_from_dict(o, f"ops[{i}]"))
+        for i, e in enumerate(_json_list(data, "edges", g.name)):
+            if not isinstance(e, Mapping):
+                raise GraphError(f"graph {g.name!r}: edges[{i}] is {type(e).__name__}, not a JSON object")
+            where = f"edge {e.get('src', '?')}->{e.get('dst', '?')}"
+            _refuse_unknown(e, EDGE_FIELDS, where, edge=(str(e.get("src")), str(e.get("dst"))))
+            for key in ("src", "dst"):
+                if key not in e:
+                    raise GraphError(f"graph {g.name!r}: edges[{i}] ({where}) has no field {key!r}")
+            g.add_edge(e["src"], e["dst"], latency=e.get("latency"), distance=e.get("distance", 0),
+                       blocking=e.get("blocking", False), carrier=e.get("carrier", "register"),
+                       source=e.get("source", ""), inplace=e.get("inplace", False),
+                       handoff=e.get("handoff"))
+
+
+GRAPH_FIELDS: tuple[str, ...] = ("name", "fixed_smem", "fixed_tmem", "source", "ops", "edges")
+"""The fields of a graph JSON object (:meth:`Graph.to_dict`)."""
+OP_FIELDS: tuple[str, ...] = ("name", "kind", "rrt", "latency", "issue_cycles", "regs", "smem", "tmem",
+                              "result_bytes", "variable_latency", "warps", "spill_cost", "source", "attrs",
+                              "completion", "async_reader", "view")
+"""The fields of an op in a graph or schedule JSON (:func:`op_to_dict`)."""
+EDGE_FIELDS: tuple[str, ...] = ("src", "dst", "latency", "distance", "blocking", "carrier", "source",
+                                "inplace", "handoff")
+"""The fields of an edge in a graph JSON (:meth:`Graph.to_dict`)."""
+RESERVATION_FIELDS: tuple[str, ...] = ("unit", "start", "cycles", "count")
+"""The fields of one reservation-table row, written as a list in this order (``count`` may be left off:
+1) or as an object with these keys."""
+
+
+def _refuse_unknown(data: Mapping[str, Any], valid: Iterable[str], where: str, *, op: str | None = None,
+                    edge: tuple[str, str] | None = None) -> None:
+    message = unknown_keys_message(data, valid, where)
+    if message:
+        raise GraphError(message, op=op, edge=edge)
+
+
+def _json_list(data: Mapping[str, Any], key: str, graph: str) -> list[Any]:
+    if key not in data:
+        raise GraphError(f"graph data is malformed: missing field {key!r} (graph {graph!r})")
+    value = data[key]
+    if not isinstance(value, list):
+        raise GraphError(f"graph {graph!r}: {key} is {type(value).__name__}, not a JSON list")
+    return value
 
 
 def op_to_dict(op: Op) -> dict[str, Any]:
@@ -678,11 +737,42 @@ def op_to_dict(op: Op) -> dict[str, Any]:
     }
 
 
-def op_from_dict(d: Mapping[str, Any]) -> Op:
+def op_from_dict(d: Mapping[str, Any], where: str = "op") -> Op:
+    """The :class:`Op` of one JSON object written by :func:`op_to_dict` (unchecked: :func:`check_op`).
+
+    Parameters
+    ----------
+    d : mapping
+        The op's fields (:data:`OP_FIELDS`).
+    where : str
+        Its place in the file (``"ops[3]"``), for messages about an op without a name.
+
+    Raises
+    ------
+    GraphError
+        Not an object, a missing required field (``name``, ``kind``, ``rrt``, ``latency``,
+        ``issue_cycles``), a field the format does not have, or a malformed reservation-table row; the
+        message names the op and the closest valid field name.
+    """
+    if not isinstance(d, Mapping):
+        raise GraphError(f"{where} is {type(d).__name__}, not a JSON object")
+    name = d.get("name")
+    label = f"op {name!r}" if name is not None else where
+    _refuse_unknown(d, OP_FIELDS, label, op=None if name is None else str(name))
+    missing = [k for k in ("name", "kind", "rrt", "latency", "issue_cycles") if k not in d]
+    if missing:
+        raise GraphError(f"{label}: missing field(s) {', '.join(map(repr, missing))}",
+                         op=None if name is None else str(name))
+    if not isinstance(d["rrt"], list):
+        raise GraphError(f"{label}: rrt is {type(d['rrt']).__name__}, not a list of reservations",
+                         op=str(name))
+    attrs = d.get("attrs", {})
+    if not isinstance(attrs, Mapping):
+        raise GraphError(f"{label}: attrs is {type(attrs).__name__}, not a JSON object", op=str(name))
     return Op(
-        name=d["name"],
+        name=name,
         kind=d["kind"],
-        rrt=tuple(Reservation(str(u), s, c, n) for u, s, c, n in d["rrt"]),
+        rrt=tuple(_reservation(row, f"{label}: rrt[{i}]", str(name)) for i, row in enumerate(d["rrt"])),
         latency=d["latency"],
         issue_cycles=d["issue_cycles"],
         regs=d.get("regs", 0),
@@ -693,9 +783,23 @@ def op_from_dict(d: Mapping[str, Any]) -> Op:
         warps=d.get("warps", 1),
         spill_cost=d.get("spill_cost"),
         source=d.get("source", ""),
-        attrs=tuple(sorted(dict(d.get("attrs", {})).items())),
+        attrs=tuple(sorted((str(k), str(v)) for k, v in attrs.items())),
         completion=d.get("completion"),
         async_reader=d.get("async_reader"),
         view=d.get("view", False),
     )
 
+
+def _reservation(row: Any, where: str, op: str) -> Reservation:
+    """One reservation-table row: ``[unit, start, cycles]``, ``[unit, start, cycles, count]`` or an object
+    with :data:`RESERVATION_FIELDS`."""
+    if isinstance(row, Mapping):
+        _refuse_unknown(row, RESERVATION_FIELDS, where, op=op)
+        missing = [k for k in ("unit", "start", "cycles") if k not in row]
+        if missing:
+            raise GraphError(f"{where}: missing field(s) {', '.join(map(repr, missing))}", op=op)
+        return Reservation(str(row["unit"]), row["start"], row["cycles"], row.get("count", 1))
+    if isinstance(row, list) and len(row) in (3, 4):
+        return Reservation(str(row[0]), *row[1:])
+    raise GraphError(f"{where} is {row!r}: a reservation is [unit, start, cycles] or [unit, start, cycles, "
+                     f"count] (or an object with those fields)", op=op)

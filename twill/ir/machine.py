@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from twill.errors import MachineError
+from twill.ir.fields import closest, unknown_keys_message
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -252,17 +253,39 @@ def _load_raw(name_or_path: str | Path, seen: tuple[str, ...] = ()) -> tuple[dic
         raise MachineError(f"base machines form a cycle: {' -> '.join((*seen, base))}", key="base",
                            file=where)
     parent, parent_where = _load_raw(base, (*seen, str(name_or_path)))
+    _refuse_new_open_keys(parent, raw, where, base)
     merged = _merge(parent, {k: v for k, v in raw.items() if k != "base"})
     return merged, f"{where} (base {parent_where})"
+
+
+_OPEN_SECTIONS = ("chip", "cost")
+"""Sections whose keys are not a fixed set (the cost model reads the constants it needs)."""
+
+
+def _refuse_new_open_keys(parent: Mapping[str, Any], over: Mapping[str, Any], where: str, base: str) -> None:
+    """An override file (``base = "..."``) changes constants of its base. In the open sections a key its
+    base does not have overrides nothing: it is a typo (``tc_flops_fp61``) that would leave the base's
+    value in place. Refused, naming the key and the base's closest key."""
+    for section in _OPEN_SECTIONS:
+        table, known = over.get(section), parent.get(section)
+        if not isinstance(table, Mapping) or not isinstance(known, Mapping):
+            continue
+        for key in table:
+            if key not in known:
+                near = closest(key, known)
+                hint = f" (did you mean {section}.{near}?)" if near else ""
+                raise MachineError(f"{section}.{key} overrides nothing: base machine {base!r} has no such "
+                                   f"key{hint}; an override file changes its base's constants",
+                                   key=f"{section}.{key}", file=where)
 
 
 def _constant(node: Any, key: str, where: str) -> Constant:
     if not isinstance(node, Mapping) or "value" not in node or "source" not in node:
         raise MachineError(f"{key} must be a table {{ value = ..., source = \"...\" }}, got {node!r}",
                            key=key, file=where)
-    extra = set(node) - {"value", "source", "estimate"}
-    if extra:
-        raise MachineError(f"{key} has unknown field(s) {', '.join(sorted(extra))}", key=key, file=where)
+    message = unknown_keys_message(node, ("value", "source", "estimate"), key, "key")
+    if message:
+        raise MachineError(message, key=key, file=where)
     value = node["value"]
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise MachineError(f"{key}.value = {value!r} must be a number", key=key, file=where)
@@ -301,7 +324,9 @@ def _reject_unknown_keys(constants: Mapping[str, Constant], where: str) -> None:
     for dotted in constants:
         section, key = dotted.split(".", 1)
         if section in fixed and key not in fixed[section]:
-            raise MachineError(f"unknown key {dotted}; [{section}] takes {', '.join(fixed[section])}",
+            near = closest(key, fixed[section])
+            hint = f" (did you mean {section}.{near}?)" if near else ""
+            raise MachineError(f"unknown key {dotted}{hint}; [{section}] takes {', '.join(fixed[section])}",
                                key=dotted, file=where)
 
 
@@ -313,10 +338,9 @@ def _units(raw: Mapping[str, Any], where: str) -> dict[str, Unit]:
     for name, node in table.items():
         if not isinstance(node, Mapping):
             raise MachineError(f"units.{name} must be a table", key=f"units.{name}", file=where)
-        extra = set(node) - {"capacity", "description"}
-        if extra:
-            raise MachineError(f"units.{name} has unknown key(s) {', '.join(sorted(extra))}",
-                               key=f"units.{name}", file=where)
+        message = unknown_keys_message(node, ("capacity", "description"), f"units.{name}", "key")
+        if message:
+            raise MachineError(message, key=f"units.{name}", file=where)
         cap = _constant(node.get("capacity"), f"units.{name}.capacity", where)
         if not isinstance(cap.value, int) or cap.value < 1:
             raise MachineError(f"units.{name}.capacity = {cap.value!r}, must be an integer >= 1",
@@ -340,10 +364,9 @@ def load_machine(machine: str | Path | Machine) -> Machine:
     if raw.get("schema", MACHINE_SCHEMA) != MACHINE_SCHEMA:
         raise MachineError(f"schema = {raw['schema']!r}: this twill reads machine files of schema "
                            f"{MACHINE_SCHEMA}", key="schema", file=where)
-    unknown = set(raw) - _TOP_KEYS
-    if unknown:
-        raise MachineError(f"unknown top-level key(s) {', '.join(sorted(unknown))}; allowed: "
-                           f"{', '.join(sorted(_TOP_KEYS))}", key=sorted(unknown)[0], file=where)
+    message = unknown_keys_message(raw, _TOP_KEYS, "top level", "key")
+    if message:
+        raise MachineError(message, key=sorted(set(raw) - _TOP_KEYS)[0], file=where)
     for key in ("name", "arch", "family"):
         if not isinstance(raw.get(key), str) or not raw[key]:
             raise MachineError(f"missing or non-string key {key}", key=key, file=where)

@@ -10,10 +10,11 @@ time units with the same ratios.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from twill.errors import GraphError, OptionsError, ResourceError
+from twill.ir.fields import unknown_keys_message
 from twill.ir.graph import CARRIERS, Dependence, Graph, Op, check_op
 from twill.ir.machine import Machine
 
@@ -526,12 +527,31 @@ class Problem:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Problem:
-        """Inverse of :meth:`to_dict`."""
+        """Inverse of :meth:`to_dict`.
+
+        Raises
+        ------
+        ValueError
+            A field the format does not have, at any level (problem, op, edge, resources, options): the
+            message names it, where it is and the closest valid name.
+        GraphError
+            A malformed op.
+        KeyError
+            A missing field.
+        """
         from twill.ir.graph import op_from_dict
 
-        ops = tuple(op_from_dict(o) for o in data["ops"])
+        _only(data, [f.name for f in fields(cls) if not f.name.startswith("_")], "problem")
+        ops = tuple(op_from_dict(o, f"ops[{i}]") for i, o in enumerate(data["ops"]))
+        for name, table in (("options", Options), ("resources", Resources)):
+            if isinstance(data[name], Mapping):
+                _only(data[name], [f.name for f in fields(table)], name)
         options = Options.from_dict(data["options"])
         _check_apart(options, {op.name for op in ops}, data["name"])
+        edge_fields = [f.name for f in fields(Edge) if f.name != "index"]
+        for e in data["edges"]:
+            if isinstance(e, Mapping):
+                _only(e, edge_fields, f"edge {e.get('src', '?')}->{e.get('dst', '?')}")
         return cls(
             name=data["name"],
             ops=ops,
@@ -543,6 +563,13 @@ class Problem:
             fixed_tmem=int(data["fixed_tmem"]),
             cycles_per_unit=float(data["cycles_per_unit"]),
         )
+
+
+def _only(data: Mapping[str, Any], valid: Iterable[str], where: str) -> None:
+    """ValueError naming every field of ``data`` outside ``valid`` (with the closest valid name)."""
+    message = unknown_keys_message(data, valid, where)
+    if message:
+        raise ValueError(message)
 
 
 HANDOFF_UNIT = "smem"
