@@ -9,7 +9,12 @@ from twill.cli import common
 from twill.cli.options import machine_options
 from twill.render.terminal import make_console
 
-__all__ = ["add_parser", "run"]
+__all__ = ["WRITES", "add_parser", "run"]
+
+WRITES = ("schedule.json", "applied.ttgir", "report.txt", "report.json", "manifest.json", "kernel.py",
+          "twill_apply.json")
+"""File names either backend may write into the output folder (besides compiled artefacts), which no
+input may be."""
 
 HELP = "apply a schedule to the kernel: through Triton's compile, or as a generated Gluon kernel"
 
@@ -47,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
     from twill.apply import apply, refuse_unsupported, triton_apart
 
     console = make_console()
-    out = common.check_output(args.output, folder=True)
+    out = common.check_output(args.output, folder=True, inputs=(args.file, args.schedule, args.machine),
+                              writes=WRITES)
     machine = args.machine
     if args.schedule:
         sched = common.read_schedule(args.schedule)
@@ -70,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
 
         with console.status(f"generating and compiling the Gluon kernel of {sched.problem.name}..."):
             kernel = generate(sched, args.file, machine, out, compile=not args.no_compile)
-        (out / "schedule.json").write_text(sched.to_json())
+        common.write_output(out / "schedule.json", sched.to_json())
         print(kernel.report.render())
         print(f"wrote {out}/")
         return 0
@@ -78,8 +84,8 @@ def run(args: argparse.Namespace) -> int:
                    compile=not args.no_compile, baseline=not args.no_baseline, peel=not args.no_peel,
                    machine=machine)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "schedule.json").write_text(sched.to_json())
-    (out / "applied.ttgir").write_text(result.ttgir)
+    common.write_output(out / "schedule.json", sched.to_json())
+    common.write_output(out / "applied.ttgir", result.ttgir)
     print(result.report.render())
     print(f"wrote {out}/")
     return 0

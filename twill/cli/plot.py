@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from twill.render.plot import save
 
     sched = common.read_schedule(args.file)
-    common.check_output(args.output)
+    common.check_output(args.output, inputs=(args.file,))
     out = save(sched, args.output, title=args.title, width=args.width)
     make_console().print(f"wrote {out}")
     return 0

@@ -65,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
     from twill.render.show import render
     from twill.search.algorithm1 import schedule
 
-    out = common.check_output(args.json) if args.json else None
+    out = (common.check_output(args.json, inputs=(args.file, args.machine))
+           if args.json is not None else None)
     graph = common.graph_from_args(args)
     console = make_console()
     console.print(f"[bold]{graph.name}[/]: {len(graph.ops)} ops, {len(graph.edges)} edges "
@@ -77,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     except InterruptedSolveError as exc:
         if exc.schedule is not None:  # the best schedule found before Ctrl-C, marked not proven
             if out is not None:
-                out.write_text(exc.schedule.to_json())
+                common.write_output(out, exc.schedule.to_json())
             console.print(render(exc.schedule))
             if out is not None:
                 console.print(f"wrote {out} (the best schedule before the interrupt, not proven optimal)")
@@ -86,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"[bold]what-if[/]: {', '.join(sorted(set(args.relax)))} left out; "
                       "not a schedule the machine can run")
     if out is not None:  # saved before printing: a closed pipe must not lose the solve
-        out.write_text(sched.to_json())
+        common.write_output(out, sched.to_json())
     console.print(render(sched))
     console.print(f"solved in {time.monotonic() - started:.1f}s")
     if out is not None:

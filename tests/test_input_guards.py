@@ -1,0 +1,121 @@
+"""A new user's bad inputs (outputs that overwrite inputs, mismatched machines, degenerate costs, options of
+the wrong type): each is refused up front with a TwillError-family message naming what and where."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+import twill
+import twill.cli.common
+from twill.cli import main
+from twill.ir.paper import figure1_graph
+
+ROOT = Path(__file__).resolve().parents[1]
+GEMM = ROOT / "examples" / "gemm.py"
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> Callable[[list[str]], tuple[int, str]]:
+    """Run ``twill ARGV`` here; its exit code and stderr on one line."""
+    monkeypatch.setattr(twill.cli.common, "ERR", Console(stderr=True, width=10_000))
+
+    def run(argv: list[str]) -> tuple[int, str]:
+        code = main(argv)
+        return code, " ".join(capsys.readouterr().err.split())
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def fig1_json() -> str:
+    return twill.schedule(figure1_graph(), "h100").to_json()
+
+
+def _graph_file(tmp_path: Path) -> Path:
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps(figure1_graph().to_dict()))
+    return path
+
+
+# ---------------------------------------------------------------------------- 1, 11, 14: output paths
+def test_an_output_that_is_an_input_is_refused(tmp_path: Path, cli: Any, fig1_json: str) -> None:
+    graph = _graph_file(tmp_path)
+    before = graph.read_text()
+    code, err = cli(["schedule", str(graph), "--json", str(graph)])
+    assert code == 2 and f"cannot write {graph}: it is the input {graph}" in err
+    # the same file by another spelling
+    other = tmp_path / "." / "g.json"
+    code, err = cli(["schedule", str(graph), "--json", str(other)])
+    assert code == 2 and "it is the input" in err
+    assert graph.read_text() == before
+    kernel = tmp_path / "k.py"
+    kernel.write_text(GEMM.read_text())
+    code, err = cli(["schedule", f"{kernel}::matmul", "--json", str(kernel)])
+    assert code == 2 and "it is the input" in err and kernel.read_text() == GEMM.read_text()
+    saved = tmp_path / "s.svg"
+    saved.write_text(fig1_json)
+    code, err = cli(["plot", str(saved), "-o", str(saved)])
+    assert code == 2 and "it is the input" in err and saved.read_text() == fig1_json
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "schedule.json").write_text(fig1_json)
+    code, err = cli(["apply", str(GEMM), "--schedule", str(out / "schedule.json"), "-o", str(out),
+                     "--no-compile"])
+    assert code == 2 and f"cannot write {out / 'schedule.json'}: it is the input" in err
+    code, err = cli(["tune", str(kernel), "--machine", "h100", "--grid", "BLOCK_N=64", "--json", str(kernel)])
+    assert code == 2 and "it is the input" in err and "nothing was tuned" in err
+
+
+def test_an_empty_output_path_is_refused(tmp_path: Path, cli: Any) -> None:
+    code, err = cli(["schedule", str(_graph_file(tmp_path)), "--json", ""])
+    assert (code, err) == (2, "error (TwillError): an output path is empty; give a file name")
+    code, err = cli(["tune", str(GEMM), "--machine", "h100", "--grid", "BLOCK_N=64", "--plot", ""])
+    assert code == 2 and "an output path is empty" in err
+
+
+def test_a_write_the_system_refuses_is_a_cannot_write_error(tmp_path: Path, cli: Any,
+                                                            fig1_json: str) -> None:
+    target = "/proc/twill_nufix_test.json"
+    code, err = cli(["schedule", str(_graph_file(tmp_path)), "--json", target])
+    assert code == 2 and err.startswith(f"error (TwillError): cannot write {target}")
+    saved = tmp_path / "s.json"
+    saved.write_text(fig1_json)
+    code, err = cli(["plot", str(saved), "-o", "/proc/twill_nufix_test.svg"])
+    assert code == 2 and err.startswith("error (TwillError): cannot write /proc/twill_nufix_test.svg")
+
+
+def test_a_folder_given_as_an_input_is_named_a_folder(tmp_path: Path, cli: Any) -> None:
+    folder = tmp_path / "x.ttgir"
+    folder.mkdir()
+    code, err = cli(["schedule", str(folder)])
+    assert (code, err) == (2, f"error (FrontendError): {folder} is a folder, not a kernel, TTGIR or graph "
+                              f"file")
+    code, err = cli(["show", str(folder)])
+    assert code == 2 and "is a folder, not a saved schedule" in err
+
+
+# ------------------------------------------------------------------------------------- 7: twill tune
+def test_tune_refuses_bad_plot_format_machine_and_cache_before_the_sweep(tmp_path: Path, cli: Any,
+                                                                         monkeypatch: Any) -> None:
+    import twill.tune.api
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the sweep ran")
+
+    monkeypatch.setattr(twill.tune.api, "run_sweep", refuse)
+    base = ["tune", str(GEMM), "--grid", "BLOCK_N=64"]
+    code, err = cli([*base, "--machine", "h100", "--plot", str(tmp_path / "t.txt")])
+    assert code == 2 and "the picture format must be .png, .svg or .pdf" in err
+    code, err = cli([*base, "--machine", "a100"])
+    assert code == 2 and "a100" in err
+    afile = tmp_path / "cache"
+    afile.write_text("x")
+    code, err = cli([*base, "--machine", "h100", "--cache-dir", str(afile)])
+    assert (code, err) == (2, f"error (TwillError): --cache-dir {afile}: it exists and is not a folder")
