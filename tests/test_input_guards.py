@@ -14,6 +14,7 @@ from rich.console import Console
 import twill
 import twill.cli.common
 from twill.cli import main
+from twill.ir.graph import Graph
 from twill.ir.paper import figure1_graph
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,3 +120,44 @@ def test_tune_refuses_bad_plot_format_machine_and_cache_before_the_sweep(tmp_pat
     afile.write_text("x")
     code, err = cli([*base, "--machine", "h100", "--cache-dir", str(afile)])
     assert (code, err) == (2, f"error (TwillError): --cache-dir {afile}: it exists and is not a folder")
+
+
+# ------------------------------------------------------------------------ 2: the machine of a graph
+@pytest.fixture(scope="module")
+def gemm_h100() -> Graph:
+    return twill.graph_from_kernel(f"{GEMM}::matmul", machine="h100")
+
+
+def test_a_lowered_graph_records_its_machine_and_refuses_another(gemm_h100: Graph) -> None:
+    assert gemm_h100.machine == "h100"
+    again = Graph.from_dict(json.loads(json.dumps(gemm_h100.to_dict())))
+    assert again.machine == "h100"
+    assert gemm_h100.map_ops(lambda op: op).machine == "h100"
+    for graph in (gemm_h100, again):
+        with pytest.raises(twill.GraphError, match=r"graph 'matmul' was lowered for machine 'h100'.*cannot "
+                                                   r"be scheduled on 'b200'"):
+            twill.schedule(graph, "b200")
+
+
+def test_a_hand_built_graph_stays_machine_agnostic() -> None:
+    g = figure1_graph()
+    assert g.machine == "" and "machine" not in g.to_dict()
+    assert twill.schedule(g, "b200").ii == twill.schedule(g, "h100").ii
+
+
+def test_a_graph_json_with_a_machine_of_the_wrong_type(tmp_path: Path) -> None:
+    data = figure1_graph().to_dict()
+    data["machine"] = 7
+    with pytest.raises(twill.GraphError, match=r"graph 'figure1': machine 7 must be a string"):
+        Graph.from_dict(data)
+
+
+# ------------------------------------------------------------------------------ 16: graph JSON types
+@pytest.mark.parametrize("value", ["100000", 1.5, True, -1, None])
+@pytest.mark.parametrize("key", ["fixed_smem", "fixed_tmem"])
+def test_fixed_memory_is_not_coerced(key: str, value: Any) -> None:
+    data = figure1_graph().to_dict()
+    data[key] = value
+    with pytest.raises(twill.GraphError, match=rf"graph 'figure1': {key} {value!r} must be a non-negative "
+                                               rf"integer"):
+        Graph.from_dict(data)

@@ -431,7 +431,7 @@ def lower_loop(ttgir: str | os.PathLike[str] | TTGIRModule, machine: str | Machi
     per_iteration = body.per_iteration_tmem()
     fixed_smem, fixed_tmem = _fixed_memory(body, per_iteration)
     graph = Graph(name or module.function_name(loop) or "loop", fixed_smem, fixed_tmem,
-                  f"{module.source}:{loop.line}")
+                  f"{module.source}:{loop.line}", machine.name)
     for spec in specs:
         where = spec.members[0] if spec.members else spec.primary
         graph.add_op(spec.name, spec.kind, **spec.cost.op_kwargs(),

@@ -343,6 +343,11 @@ class Graph:
         Tensor-memory columns held for the whole loop by values defined outside it.
     source : str
         Where the graph came from (kernel file, TTGIR file).
+    machine : str
+        Name of the machine whose costs the graph's latencies and reservations are (set by the
+        frontend: ``graph_from_kernel(..., machine="h100")`` gives ``"h100"``); scheduling it on
+        another machine is refused (:func:`twill.model.problem.build_problem`). ``""`` (a hand-built
+        graph): machine-agnostic, scheduled on any machine.
 
     Notes
     -----
@@ -355,6 +360,7 @@ class Graph:
     fixed_smem: int = 0
     fixed_tmem: int = 0
     source: str = ""
+    machine: str = ""
     nx: nx.MultiDiGraph = field(default_factory=nx.MultiDiGraph, repr=False)
 
     # ----------------------------------------------------------------------------------------- building
@@ -600,7 +606,7 @@ class Graph:
     # ----------------------------------------------------------------------------------------- copying
     def map_ops(self, fn: Any, *, name: str | None = None) -> Graph:
         """A new graph with every op replaced by ``fn(op)`` (same name) and the edges unchanged."""
-        out = Graph(name or self.name, self.fixed_smem, self.fixed_tmem, self.source)
+        out = Graph(name or self.name, self.fixed_smem, self.fixed_tmem, self.source, self.machine)
         for op in self.ops:
             out.add(fn(op))
         for dep in self.edges:
@@ -609,7 +615,7 @@ class Graph:
 
     def with_edges(self, fn: Any) -> Graph:
         """A new graph with every dependence replaced by ``fn(dep)``."""
-        out = Graph(self.name, self.fixed_smem, self.fixed_tmem, self.source)
+        out = Graph(self.name, self.fixed_smem, self.fixed_tmem, self.source, self.machine)
         for op in self.ops:
             out.nx.add_node(op.name, op=op)
         for dep in self.edges:
@@ -626,6 +632,7 @@ class Graph:
             "fixed_smem": self.fixed_smem,
             "fixed_tmem": self.fixed_tmem,
             "source": self.source,
+            **({"machine": self.machine} if self.machine else {}),
             "ops": [op_to_dict(op) for op in self.ops],
             "edges": [
                 {"src": d.src, "dst": d.dst, "latency": d.latency, "distance": d.distance,
@@ -649,15 +656,22 @@ class Graph:
         if not isinstance(data, Mapping):
             raise GraphError(f"graph data is {type(data).__name__}, not a JSON object")
         _refuse_unknown(data, GRAPH_FIELDS, f"graph {data.get('name', '?')!r}")
-        try:
-            g = cls(str(data["name"]), int(data.get("fixed_smem", 0)), int(data.get("fixed_tmem", 0)),
-                    str(data.get("source", "")))
-        except KeyError as exc:
-            raise GraphError(f"graph data is malformed: missing field {exc.args[0]!r}") from exc
-        except GraphError:
-            raise
-        except (TypeError, ValueError) as exc:
-            raise GraphError(f"graph {data.get('name')!r} is malformed: {exc}") from exc
+        if "name" not in data:
+            raise GraphError("graph data is malformed: missing field 'name'")
+        name = data["name"]
+        if not isinstance(name, str) or not name:
+            raise GraphError(f"graph name {name!r} must be a non-empty string")
+        for key in ("source", "machine"):
+            if not isinstance(data.get(key, ""), str):
+                raise GraphError(f"graph {name!r}: {key} {data[key]!r} must be a string")
+        for key in ("fixed_smem", "fixed_tmem"):  # checked as given: "100000", 1.5 or true is no count
+            value = data.get(key, 0)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise GraphError(f"graph {name!r}: {key} {value!r} must be a non-negative integer "
+                                 f"({'bytes' if key == 'fixed_smem' else 'TMEM columns'} held for the whole "
+                                 f"loop)")
+        g = cls(name, data.get("fixed_smem", 0), data.get("fixed_tmem", 0), data.get("source", ""),
+                data.get("machine", ""))
         try:
             g._read_rows(data)
         except GraphError:
@@ -685,7 +699,7 @@ class Graph:
                        handoff=e.get("handoff"))
 
 
-GRAPH_FIELDS: tuple[str, ...] = ("name", "fixed_smem", "fixed_tmem", "source", "ops", "edges")
+GRAPH_FIELDS: tuple[str, ...] = ("name", "fixed_smem", "fixed_tmem", "source", "machine", "ops", "edges")
 """The fields of a graph JSON object (:meth:`Graph.to_dict`)."""
 OP_FIELDS: tuple[str, ...] = ("name", "kind", "rrt", "latency", "issue_cycles", "regs", "smem", "tmem",
                               "result_bytes", "variable_latency", "warps", "spill_cost", "source", "attrs",

@@ -621,9 +621,14 @@ def build_problem(graph: Graph, machine: Machine, options: Options | None = None
     Raises
     ------
     GraphError
-        The graph is malformed or uses a unit the machine lacks.
+        The graph is malformed, uses a unit the machine lacks, or was lowered for another machine
+        (:attr:`twill.ir.graph.Graph.machine`: its latencies and reservations are that machine's costs).
     """
     options = options or Options()
+    if graph.machine and graph.machine != machine.name:
+        raise GraphError(f"graph {graph.name!r} was lowered for machine {graph.machine!r}, so its latencies "
+                         f"and reservations are {graph.machine!r}'s costs; it cannot be scheduled on "
+                         f"{machine.name!r}: lower it again with machine={machine.name!r}")
     graph.check(machine.unit_names)
     _check_apart(options, {op.name for op in graph.ops}, graph.name)
     resolved = sorted(
