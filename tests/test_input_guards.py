@@ -161,3 +161,19 @@ def test_fixed_memory_is_not_coerced(key: str, value: Any) -> None:
     with pytest.raises(twill.GraphError, match=rf"graph 'figure1': {key} {value!r} must be a non-negative "
                                                rf"integer"):
         Graph.from_dict(data)
+
+
+# --------------------------------------------------------------------------- 3: a machine file's name
+@pytest.mark.parametrize(("body", "message"), [
+    ('schema = 1\nbase = "h100"\n', r"missing key name: a machine file needs its own name, which schedules "
+                                    r"record \(it would record its base's name, 'h100'\)"),
+    ('schema = 1\nbase = "h100"\nname = "h200"\n', r"name = 'h200' is a bundled machine's name"),
+])
+def test_a_machine_file_needs_its_own_name(tmp_path: Path, body: str, message: str) -> None:
+    path = tmp_path / "m.toml"
+    path.write_text(body)
+    with pytest.raises(twill.MachineError, match=message) as info:
+        twill.load_machine(path)
+    assert str(path) in str(info.value)
+    path.write_text(body.replace('name = "h200"\n', "") + 'name = "mine"\n')
+    assert twill.load_machine(path).name == "mine"

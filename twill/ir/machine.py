@@ -245,6 +245,8 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 def _load_raw(name_or_path: str | Path, seen: tuple[str, ...] = ()) -> tuple[dict[str, Any], str]:
     raw, where = _read_toml(name_or_path)
     base = raw.get("base")
+    if not seen and not where.startswith("machines/"):
+        _check_own_name(raw, where)
     if base is None:
         return raw, where
     if not isinstance(base, str):
@@ -256,6 +258,26 @@ def _load_raw(name_or_path: str | Path, seen: tuple[str, ...] = ()) -> tuple[dic
     _refuse_new_open_keys(parent, raw, where, base)
     merged = _merge(parent, {k: v for k, v in raw.items() if k != "base"})
     return merged, f"{where} (base {parent_where})"
+
+
+def _check_own_name(raw: Mapping[str, Any], where: str) -> None:
+    """A user's machine file names itself, with a name no bundled machine has: schedules record the
+    machine's name, and ``twill apply --schedule`` resolves a bundled name to the bundled file, so a file
+    that inherited its base's name (or took a bundled one) would later be applied with the wrong costs."""
+    name = raw.get("name")
+    if name is None:
+        inherited = f" (it would record its base's name, {raw['base']!r})" if "base" in raw else ""
+        raise MachineError(f"missing key name: a machine file needs its own name, which schedules "
+                           f"record{inherited}", key="name", file=where)
+
+
+def _check_not_bundled_name(name: str, where: str) -> None:
+    """A user's machine file may not take a bundled machine's name (see :func:`_check_own_name`); checked
+    once the file is otherwise valid, so an edited copy of a bundled file hears of its other faults first."""
+    if not where.startswith("machines/") and name in known_machines():
+        raise MachineError(f"name = {name!r} is a bundled machine's name; a machine file needs its own (a "
+                           f"schedule records it, and twill apply --schedule would take the bundled "
+                           f"{name!r})", key="name", file=where)
 
 
 _OPEN_SECTIONS = ("chip", "cost")
@@ -393,7 +415,7 @@ def load_machine(machine: str | Path | Machine) -> Machine:
     if reg_min % step or reg_max % step:
         raise MachineError(f"setmaxnreg range [{reg_min}, {reg_max}] is not on the step {step}",
                            key="registers.setmaxnreg_step", file=where)
-    return Machine(
+    loaded = Machine(
         name=raw["name"],
         description=str(raw.get("description", "")),
         arch=raw["arch"],
@@ -416,3 +438,5 @@ def load_machine(machine: str | Path | Machine) -> Machine:
         constants=constants,
         file=where,
     )
+    _check_not_bundled_name(loaded.name, where)
+    return loaded
