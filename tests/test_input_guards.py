@@ -177,3 +177,34 @@ def test_a_machine_file_needs_its_own_name(tmp_path: Path, body: str, message: s
     assert str(path) in str(info.value)
     path.write_text(body.replace('name = "h200"\n', "") + 'name = "mine"\n')
     assert twill.load_machine(path).name == "mine"
+
+
+# ------------------------------------------------------------------------------- 4: sanity limits
+def test_a_latency_above_the_sanity_limit_is_refused_when_the_op_is_made() -> None:
+    from twill.ir.graph import DURATION_LIMIT
+
+    g = Graph("big")
+    with pytest.raises(twill.GraphError, match=rf"op 'S': latency={10**9} is above the sanity limit "
+                                               rf"{DURATION_LIMIT} cycles"):
+        g.add_op("S", "gemm", busy={"tc": 1}, latency=10**9)
+    with pytest.raises(twill.GraphError, match=r"op 'T': reservation of unit 'tc' has cycles=2000000 is above"):
+        g.add_op("T", "gemm", busy={"tc": 2 * DURATION_LIMIT})
+    g.add_op("A", "gemm", busy={"tc": 1}, latency=1)
+    g.add_op("B", "gemm", busy={"tc": 1}, latency=1)
+    with pytest.raises(twill.GraphError, match=r"edge A->B: latency=1000001 is above the sanity limit"):
+        g.add_edge("A", "B", latency=DURATION_LIMIT + 1)
+
+
+def test_durations_adding_up_past_the_limit_are_refused_at_load_naming_the_op() -> None:
+    from twill.ir.graph import DURATION_LIMIT
+
+    data = figure1_graph().to_dict()
+    data["ops"][0]["latency"] = DURATION_LIMIT  # each value is within the limit, their sum is not
+    name = data["ops"][0]["name"]
+    with pytest.raises(twill.GraphError, match=rf"graph 'figure1': the loop's durations add up to "
+                                               rf"\d+ cycles, above the sanity limit {DURATION_LIMIT} "
+                                               rf"\(op '{name}' alone: {DURATION_LIMIT}"):
+        Graph.from_dict(data)
+    data["ops"][0]["latency"] = 10**9
+    with pytest.raises(twill.GraphError, match=rf"op '{name}': latency={10**9} is above the sanity limit"):
+        Graph.from_dict(data)

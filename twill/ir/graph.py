@@ -246,6 +246,19 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+DURATION_LIMIT = 10**6
+"""Largest latency, duration, start, distance or reservation count one op or edge may have, and the largest
+sum of the loop's durations (:meth:`Graph.check`), in cycles: the schedule of a loop is at most about that
+long, and a saved schedule's II and length are read back only up to the same limit
+(:data:`twill.schedule.SANITY_LIMIT`); the listing and the verifier walk schedules cycle by cycle."""
+
+
+def _check_limit(value: Any, what: str, **where: Any) -> None:
+    if _is_int(value) and value > DURATION_LIMIT:
+        raise GraphError(f"{what}={value} is above the sanity limit {DURATION_LIMIT} cycles (a typo? twill "
+                         f"schedules loops of at most that many cycles)", **where)
+
+
 def check_op(op: Op, units: Iterable[str] | None = None) -> None:
     """Raise :class:`GraphError` if ``op`` has a negative, non-integer or missing cost.
 
@@ -265,6 +278,8 @@ def check_op(op: Op, units: Iterable[str] | None = None) -> None:
             if not _is_int(value) or value < low:
                 raise GraphError(f"{where}: reservation of unit {r.unit!r} has {fld}={value!r}, "
                                  f"must be an integer >= {low}", op=op.name, source=op.source)
+            _check_limit(value, f"{where}: reservation of unit {r.unit!r} has {fld}", op=op.name,
+                         source=op.source)
     if op.completion is not None:
         if not _is_int(op.completion) or op.completion < 0:
             raise GraphError(f"{where}: completion={op.completion!r} must be a non-negative integer "
@@ -278,6 +293,8 @@ def check_op(op: Op, units: Iterable[str] | None = None) -> None:
         if not _is_int(value) or value < 0:
             raise GraphError(f"{where}: {fld}={value!r} must be a non-negative integer", op=op.name,
                              source=op.source)
+    for fld in ("latency", "issue_cycles", "completion", "spill_cost"):
+        _check_limit(getattr(op, fld), f"{where}: {fld}", op=op.name, source=op.source)
     if op.spill_cost is not None and (not _is_int(op.spill_cost) or op.spill_cost < 0):
         raise GraphError(f"{where}: spill_cost={op.spill_cost!r} must be a non-negative integer",
                          op=op.name, source=op.source)
@@ -319,6 +336,8 @@ def check_dependence(dep: Dependence) -> None:
     if dep.carrier not in CARRIERS:
         raise GraphError(f"edge {dep.label}: carrier={dep.carrier!r} is not one of {', '.join(CARRIERS)}",
                          edge=edge, source=dep.source)
+    for fld in ("latency", "distance", "handoff"):
+        _check_limit(getattr(dep, fld), f"edge {dep.label}: {fld}", edge=edge, source=dep.source)
     if dep.handoff is not None and (not _is_int(dep.handoff) or dep.handoff < 0):
         raise GraphError(f"edge {dep.label}: handoff={dep.handoff!r} must be a non-negative integer (cycles "
                          f"a crossing between warp groups costs) or None", edge=edge, source=dep.source)
@@ -585,6 +604,20 @@ class Graph:
                                  f"carries one (register, smem or tmem) from another op", op=op.name,
                                  source=op.source)
         self._check_zero_distance_cycles()
+        self._check_total_duration()
+
+    def _check_total_duration(self) -> None:
+        """:class:`GraphError` if the loop's durations (each op's latency or reservation length, whichever
+        is longer, and each edge's explicit latency and hand-off) add up past :data:`DURATION_LIMIT`: a
+        schedule can be that long, and neither its listing nor its saved JSON would be usable."""
+        costs = {op.name: max(op.latency, op.cycles) for op in self.ops}
+        edges = sum((d.latency or 0) + (d.handoff or 0) for d in self.edges)
+        total = sum(costs.values()) + edges
+        if total > DURATION_LIMIT:
+            worst = max(sorted(costs), key=costs.__getitem__)
+            raise GraphError(f"graph {self.name!r}: the loop's durations add up to {total} cycles, above the "
+                             f"sanity limit {DURATION_LIMIT} (op {worst!r} alone: {costs[worst]}; edges: "
+                             f"{edges})", op=worst, source=self.op(worst).source)
 
     def _check_zero_distance_cycles(self) -> None:
         zero = nx.DiGraph()
@@ -678,6 +711,7 @@ class Graph:
             raise
         except (TypeError, ValueError, AttributeError) as exc:
             raise GraphError(f"graph {g.name!r} is malformed: {exc}") from exc
+        g._check_total_duration()
         return g
 
     def _read_rows(self, data: Mapping[str, Any]) -> None:

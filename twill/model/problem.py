@@ -15,15 +15,12 @@ from typing import Any
 
 from twill.errors import GraphError, OptionsError, ResourceError
 from twill.ir.fields import unknown_keys_message
-from twill.ir.graph import CARRIERS, Dependence, Graph, Op, check_op
+from twill.ir.graph import CARRIERS, DURATION_LIMIT, Dependence, Graph, Op, check_op
 from twill.ir.machine import Machine
 
 __all__ = ["HANDOFF_UNIT", "RELAXABLE", "Edge", "Options", "Problem", "Resources", "build_problem",
            "check_resources", "edge_key"]
 
-DURATION_LIMIT = 10**6
-"""Largest duration, latency, distance or reservation count :meth:`Problem.check` accepts in a problem read
-from a file (the verifier walks reservation tables cycle by cycle)."""
 
 RELAXABLE: dict[str, str] = {
     "registers": "live registers per warp group and moment (no per-thread limit, budgets need not hold them)",
