@@ -187,7 +187,7 @@ def test_a_latency_above_the_sanity_limit_is_refused_when_the_op_is_made() -> No
     with pytest.raises(twill.GraphError, match=rf"op 'S': latency={10**9} is above the sanity limit "
                                                rf"{DURATION_LIMIT} cycles"):
         g.add_op("S", "gemm", busy={"tc": 1}, latency=10**9)
-    with pytest.raises(twill.GraphError, match=r"op 'T': reservation of unit 'tc' has cycles=2000000 is above"):
+    with pytest.raises(twill.GraphError, match=r"op 'T': reservation of unit 'tc' has cycles=2000000 is "):
         g.add_op("T", "gemm", busy={"tc": 2 * DURATION_LIMIT})
     g.add_op("A", "gemm", busy={"tc": 1}, latency=1)
     g.add_op("B", "gemm", busy={"tc": 1}, latency=1)
