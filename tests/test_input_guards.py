@@ -208,3 +208,23 @@ def test_durations_adding_up_past_the_limit_are_refused_at_load_naming_the_op() 
     data["ops"][0]["latency"] = 10**9
     with pytest.raises(twill.GraphError, match=rf"op '{name}': latency={10**9} is above the sanity limit"):
         Graph.from_dict(data)
+
+
+# ------------------------------------------------------------------------ 5: loops that use no unit
+@pytest.mark.parametrize(("latencies", "distances"), [((3,), (1,)), ((2, 5), (0, 2)), ((4, 4), (1, 1))])
+def test_a_loop_of_ops_that_use_no_unit_is_scheduled_at_its_recmii(latencies: tuple[int, ...],
+                                                                   distances: tuple[int, ...]) -> None:
+    import math
+
+    from twill.verify import violations
+
+    g = Graph("nounit")
+    names = [f"v{i}" for i in range(len(latencies))]
+    for name in names:
+        g.add_op(name, "alu", busy={}, latency=0)
+    for i, (lat, dist) in enumerate(zip(latencies, distances, strict=True)):
+        g.add_edge(names[i], names[(i + 1) % len(names)], latency=lat, distance=dist)
+    s = twill.schedule(g, "h100")
+    # the only cycle: its latency over its distance, rounded up, is the II (no unit bounds it)
+    assert s.ii_cycles == math.ceil(sum(latencies) / sum(distances))
+    assert s.certificate.proven_optimal and not violations(s)
