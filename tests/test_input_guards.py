@@ -228,3 +228,28 @@ def test_a_loop_of_ops_that_use_no_unit_is_scheduled_at_its_recmii(latencies: tu
     # the only cycle: its latency over its distance, rounded up, is the II (no unit bounds it)
     assert s.ii_cycles == math.ceil(sum(latencies) / sum(distances))
     assert s.certificate.proven_optimal and not violations(s)
+
+
+# ------------------------------------------------------------------------- 6: rates must be positive
+RATES = ["cost.tc_flops_fp16", "cost.tc_flops_fp8", "cost.tma_bytes_per_cycle", "cost.mufu_per_cycle",
+         "cost.alu_per_cycle", "cost.convert_per_cycle", "cost.smem_bytes_per_cycle",
+         "cost.shuffle_per_cycle", "cost.dram_bytes_per_cycle", "chip.clock_ghz", "chip.sms",
+         "chip.max_threads_per_sm"]
+
+
+@pytest.mark.parametrize("dotted", RATES)
+def test_a_zero_rate_in_a_machine_file_is_named(tmp_path: Path, dotted: str) -> None:
+    section, key = dotted.split(".")
+    path = tmp_path / "m.toml"
+    path.write_text(f'schema = 1\nbase = "h100"\nname = "mine"\n[{section}]\n{key} = {{ value = 0, source = '
+                    f'"test" }}\n')
+    with pytest.raises(twill.MachineError, match=rf"{dotted}\.value = 0 must be > 0") as info:
+        twill.load_machine(path)
+    assert str(path) in str(info.value)
+
+
+def test_a_zero_latency_is_still_a_machine(tmp_path: Path) -> None:
+    path = tmp_path / "m.toml"
+    path.write_text('schema = 1\nbase = "h100"\nname = "mine"\n[cost]\n'
+                    'tc_latency = { value = 0, source = "t" }\n')
+    assert twill.load_machine(path).const("cost.tc_latency") == 0

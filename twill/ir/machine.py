@@ -339,6 +339,32 @@ def _collect(raw: Mapping[str, Any], where: str) -> dict[str, Constant]:
     return constants
 
 
+_POSITIVE_CHIP = ("sms", "clock_ghz", "dram_bytes_per_s", "max_threads_per_sm", "max_ctas_per_sm",
+                  "smem_per_sm", "l1_smem_per_sm", "register_alloc_unit")
+"""[chip] capacities and rates the cost model and the occupancy model divide by."""
+
+
+def _is_rate(dotted: str) -> bool:
+    """Whether the constant ``dotted`` (``section.key``) is a rate or capacity some cost divides by, which
+    must be > 0: every ``*_per_cycle`` / ``*_per_s`` rate, the Tensor Core FLOP rates (``tc_flops_*``), the
+    least MMA M (``tc_min_m``) and the [chip] capacities of :data:`_POSITIVE_CHIP`."""
+    section, _, key = dotted.partition(".")
+    if section == "chip":
+        return key in _POSITIVE_CHIP or key.endswith(("_per_cycle", "_per_s"))
+    if section == "cost":
+        return key.endswith(("_per_cycle", "_per_s")) or key.startswith("tc_flops_") or key == "tc_min_m"
+    return False
+
+
+def _check_rates(constants: Mapping[str, Constant], where: str) -> None:
+    """:class:`MachineError` naming the key and the file for a rate or capacity (:func:`_is_rate`) that is
+    not > 0 (a zero rate gave a ZeroDivisionError deep in the cost model)."""
+    for dotted, constant in sorted(constants.items()):
+        if _is_rate(dotted) and not constant.value > 0:
+            raise MachineError(f"{dotted}.value = {constant.value!r} must be > 0 (a rate or capacity the "
+                               f"cost model divides by)", key=dotted, file=where)
+
+
 def _reject_unknown_keys(constants: Mapping[str, Constant], where: str) -> None:
     """A key outside the fixed set of its section (a typo) would be ignored, or silently leave a base
     machine's value in place; ``[chip]`` and ``[cost]`` are open (the cost model reads what it needs)."""
@@ -397,6 +423,7 @@ def load_machine(machine: str | Path | Machine) -> Machine:
                            file=where)
     constants = _collect(raw, where)
     _reject_unknown_keys(constants, where)
+    _check_rates(constants, where)
     for section, keys in _REQUIRED.items():
         for key in keys:
             if f"{section}.{key}" not in constants:
@@ -430,9 +457,9 @@ def load_machine(machine: str | Path | Machine) -> Machine:
         group_overhead_regs=_int(constants, "registers.group_overhead", where),
         small_value_regs=_int(constants, "registers.small_value", where),
         smem_per_cta=_int(constants, "memory.smem_per_cta", where, 1),
-        tmem_lanes=_int(constants, "tmem.lanes", where) if has_tmem else 0,
-        tmem_columns=_int(constants, "tmem.columns", where) if has_tmem else 0,
-        tmem_alloc_step=_int(constants, "tmem.alloc_step", where) if has_tmem else 0,
+        tmem_lanes=_int(constants, "tmem.lanes", where, 1) if has_tmem else 0,
+        tmem_columns=_int(constants, "tmem.columns", where, 1) if has_tmem else 0,
+        tmem_alloc_step=_int(constants, "tmem.alloc_step", where, 1) if has_tmem else 0,
         max_warps=_int(constants, "warps.max_per_cta", where, 1),
         warps_per_group=_int(constants, "warps.per_warpgroup", where, 1),
         constants=constants,
