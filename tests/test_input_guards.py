@@ -253,3 +253,53 @@ def test_a_zero_latency_is_still_a_machine(tmp_path: Path) -> None:
     path.write_text('schema = 1\nbase = "h100"\nname = "mine"\n[cost]\n'
                     'tc_latency = { value = 0, source = "t" }\n')
     assert twill.load_machine(path).const("cost.tc_latency") == 0
+
+
+# ------------------------------------------------------------- 9, 14: arithmetic refusals up front
+def _no_solver(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pulp
+
+    from twill.solvers.smt import SmtSession
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a solver was called")
+
+    monkeypatch.setattr(SmtSession, "__init__", refuse)
+    monkeypatch.setattr(pulp.LpProblem, "solve", refuse)
+
+
+@pytest.mark.parametrize(("rrt", "held", "cycle"), [
+    ([("tc", 0, 1, 5)], 5, 0),
+    ([("tc", 0, 3, 1), ("tc", 2, 2, 1)], 2, 2),  # two rows of one op overlap at cycle 2
+])
+def test_a_reservation_above_its_units_capacity_is_refused_before_searching(
+        monkeypatch: pytest.MonkeyPatch, rrt: list[tuple[str, int, int, int]], held: int, cycle: int) -> None:
+    from twill.errors import ResourceError
+    from twill.ir.graph import Reservation
+
+    _no_solver(monkeypatch)
+    g = Graph("over")
+    g.add_op("S", "gemm", rrt=[Reservation(*r) for r in rrt])
+    g.add_edge("S", "S", distance=1)
+    with pytest.raises(ResourceError, match=rf"op 'S' reserves {held} of unit 'tc' at cycle {cycle} of its "
+                                            rf"reservation table, capacity 1: no II can hold it"):
+        twill.schedule(g, "h100")
+
+
+def test_rows_that_touch_but_do_not_overlap_are_searched() -> None:
+    from twill.ir.graph import Reservation
+
+    g = Graph("touch")
+    g.add_op("S", "gemm", rrt=[Reservation("tc", 0, 2, 1), Reservation("tc", 2, 2, 1)])
+    g.add_edge("S", "S", distance=1)
+    assert twill.schedule(g, "h100").ii_cycles == 4  # the op holds tc 4 cycles of each iteration
+
+
+def test_an_overhead_above_the_register_limit_is_said_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    from twill.errors import ResourceError
+
+    _no_solver(monkeypatch)
+    overhead = twill.load_machine("h100").group_overhead_regs
+    with pytest.raises(ResourceError, match=rf"the warp-group overhead alone, {overhead} registers per "
+                                            rf"thread, is above the limit {overhead - 6}"):
+        twill.schedule(figure1_graph(), "h100", register_limit=overhead - 6)

@@ -658,7 +658,13 @@ def check_resources(problem: Problem) -> None:
     cap = res.max_regs
     if opts.register_plan:
         cap = min(cap, max(opts.register_plan))
+    if res.group_overhead > cap and "registers" not in opts.relax:
+        limit = "register plan's largest budget" if opts.register_plan and cap < res.max_regs else "limit"
+        raise ResourceError(f"the warp-group overhead alone, {res.group_overhead} registers per thread, is "
+                            f"above the {limit} {cap}: no op can be placed on any warp group",
+                            resource="registers")
     for op in problem.ops:
+        _check_reservations(op, res.units)
         if op.warps > res.max_warps and "groups" not in opts.relax:
             raise ResourceError(f"op {op.name!r} is issued by {op.warps} warps > {res.max_warps} warps per "
                                 f"CTA (source {op.source or '?'})", resource="warps")
@@ -672,6 +678,23 @@ def check_resources(problem: Problem) -> None:
         _check_rings(problem)
     if (res.tmem or problem.fixed_tmem or any(op.tmem for op in problem.ops)) and "tmem" not in opts.relax:
         _check_memory(problem, "tmem", res.tmem, problem.fixed_tmem, "columns")
+
+
+def _check_reservations(op: Op, capacity: Mapping[str, int]) -> None:
+    """:class:`ResourceError` if ``op`` alone holds more of a unit at some cycle of its reservation table
+    than the unit's capacity: the modulo table of any II holds at least that at that residue, so no II
+    fits (the search would walk every II up to ``max_ii`` to say so)."""
+    events: dict[str, list[tuple[int, int]]] = {}
+    for r in op.rrt:  # a sweep over the rows' starts and ends, per unit
+        events.setdefault(r.unit, []).extend(((r.start, r.count), (r.end, -r.count)))
+    for unit, marks in sorted(events.items()):
+        held = 0
+        for t, delta in sorted(marks, key=lambda m: (m[0], m[1])):  # ends before starts at one cycle
+            held += delta
+            if held > capacity.get(unit, 0):
+                raise ResourceError(f"op {op.name!r} reserves {held} of unit {unit!r} at cycle {t} of its "
+                                    f"reservation table, capacity {capacity.get(unit, 0)}: no II can hold "
+                                    f"it (source {op.source or '?'})", resource=unit)
 
 
 def _check_rings(problem: Problem) -> None:
