@@ -135,8 +135,9 @@ def test_a_lowered_graph_records_its_machine_and_refuses_another(gemm_h100: Grap
     assert gemm_h100.map_ops(lambda op: op).machine == "h100"
     for graph in (gemm_h100, again):
         with pytest.raises(twill.GraphError, match=r"graph 'matmul' was lowered for machine 'h100'.*cannot "
-                                                   r"be scheduled on 'b200'"):
+                                                   r"be scheduled on 'b200'") as info:
             twill.schedule(graph, "b200")
+        assert "'h100''s" not in str(info.value)
 
 
 def test_a_hand_built_graph_stays_machine_agnostic() -> None:
@@ -303,3 +304,12 @@ def test_an_overhead_above_the_register_limit_is_said_so(monkeypatch: pytest.Mon
     with pytest.raises(ResourceError, match=rf"the warp-group overhead alone, {overhead} registers per "
                                             rf"thread, is above the limit {overhead - 6}"):
         twill.schedule(figure1_graph(), "h100", register_limit=overhead - 6)
+
+
+def test_more_warps_than_a_cta_may_have_are_refused(cli: Any) -> None:
+    machine = twill.load_machine("h100")
+    warps = machine.max_warps * 2
+    code, err = cli(["schedule", str(GEMM), "--num-warps", str(warps)])
+    assert (code, err) == (2, f"error (FrontendError): num_warps {warps} is {warps * 32} threads per CTA; "
+                              f"machine 'h100' allows at most {machine.max_warps} warps "
+                              f"({machine.max_warps * 32} threads) per CTA (warps.max_per_cta)")

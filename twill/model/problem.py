@@ -623,8 +623,8 @@ def build_problem(graph: Graph, machine: Machine, options: Options | None = None
     """
     options = options or Options()
     if graph.machine and graph.machine != machine.name:
-        raise GraphError(f"graph {graph.name!r} was lowered for machine {graph.machine!r}, so its latencies "
-                         f"and reservations are {graph.machine!r}'s costs; it cannot be scheduled on "
+        raise GraphError(f"graph {graph.name!r} was lowered for machine {graph.machine!r} (its latencies "
+                         f"and reservations are that machine's costs); it cannot be scheduled on "
                          f"{machine.name!r}: lower it again with machine={machine.name!r}")
     graph.check(machine.unit_names)
     _check_apart(options, {op.name for op in graph.ops}, graph.name)
