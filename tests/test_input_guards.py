@@ -313,3 +313,21 @@ def test_more_warps_than_a_cta_may_have_are_refused(cli: Any) -> None:
     assert (code, err) == (2, f"error (FrontendError): num_warps {warps} is {warps * 32} threads per CTA; "
                               f"machine 'h100' allows at most {machine.max_warps} warps "
                               f"({machine.max_warps * 32} threads) per CTA (warps.max_per_cta)")
+
+
+# --------------------------------------------------------------------------------- 8: API options
+@pytest.mark.parametrize(("options", "message"), [
+    ({"progress": 5}, r"progress=5 must be a callable"),
+    ({"modulo": "bogus"}, r"modulo 'bogus' is not one of smt, ilp, cpsat"),
+    ({"ilp": "glpk"}, r"ilp 'glpk' is not one of cbc, highs"),
+    ({"register_plan": []}, r"register_plan=\[\] must be a non-empty list of integers"),
+    ({"register_plan": 5}, r"register_plan=5 must be a non-empty list of integers"),
+    ({"relax": "registers"}, r"relax='registers' must be a collection of constraint family names"),
+    ({"ranges": 1}, r"ranges=1 must be True or False"),
+])
+def test_bad_options_are_options_errors_naming_the_option(monkeypatch: pytest.MonkeyPatch,
+                                                          options: dict[str, Any], message: str) -> None:
+    _no_solver(monkeypatch)
+    with pytest.raises(twill.OptionsError, match=message) as info:
+        twill.schedule(figure1_graph(), "h100", **options)
+    assert info.value.option == next(iter(options))

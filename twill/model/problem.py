@@ -107,6 +107,10 @@ class Options:
     apart: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
+        if isinstance(self.relax, str) or not isinstance(self.relax, Iterable):
+            raise OptionsError(f"relax={self.relax!r} must be a collection of constraint family names (e.g. "
+                               f"{{{next(iter(RELAXABLE))!r}}}), among {', '.join(RELAXABLE)}",
+                               option="relax")
         unknown = sorted(map(str, set(self.relax) - set(RELAXABLE)))
         if unknown:
             raise OptionsError(f"relax: {', '.join(unknown)} not among {', '.join(RELAXABLE)}",
