@@ -331,3 +331,38 @@ def test_bad_options_are_options_errors_naming_the_option(monkeypatch: pytest.Mo
     with pytest.raises(twill.OptionsError, match=message) as info:
         twill.schedule(figure1_graph(), "h100", **options)
     assert info.value.option == next(iter(options))
+
+
+# ------------------------------------------------------------------ 15: contradictory certificates
+def _edited(text: str, edit: Callable[[dict[str, Any]], None]) -> str:
+    data = json.loads(text)
+    edit(data)
+    return json.dumps(data)
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda d: d["certificate"].update(undecided=[d["ii"]]), r"proven_optimal is true but "
+                                                            r"certificate.undecided lists II\(s\)"),
+    (lambda d: d["certificate"].update(heuristic=True), r"proven_optimal is true but certificate.heuristic"),
+    (lambda d: d["certificate"].update(res_mii=0, rec_mii=0),
+     r"certificate.lower_bound \d+ is not max\(res_mii 0, rec_mii 0, 1\) = 1"),
+    (lambda d: d.update(strategy="swp"), r"proven_optimal is true for strategy 'swp'"),
+])
+def test_a_contradictory_certificate_is_refused(fig1_json: str, edit: Any, message: str) -> None:
+    text = _edited(fig1_json, edit)
+    with pytest.raises(twill.TwillError, match=message):
+        twill.Schedule.from_json(text)
+
+
+def test_a_proof_must_cover_every_ii_from_the_lower_bound(fig1_json: str) -> None:
+    s = twill.Schedule.from_json(fig1_json)
+    lb = s.certificate.lower_bound
+    # claim a lower bound one below the II (res_mii lowered with it), with no scope run refuting it
+    text = _edited(fig1_json, lambda d: d["certificate"].update(
+        lower_bound=d["ii"] - 1, res_mii=d["ii"] - 1, rec_mii=min(d["certificate"]["rec_mii"], d["ii"] - 1),
+        scope=[]))
+    assert s.ii >= 2 and s.certificate.proven_optimal
+    with pytest.raises(twill.TwillError, match=rf"II\(s\) {s.ii - 1} below the schedule's II {s.ii} are "
+                                               rf"not refuted for every stage count"):
+        twill.Schedule.from_json(text)
+    assert twill.Schedule.from_json(fig1_json).certificate.lower_bound == lb  # the file as written loads
