@@ -366,3 +366,26 @@ def test_a_proof_must_cover_every_ii_from_the_lower_bound(fig1_json: str) -> Non
                                                rf"not refuted for every stage count"):
         twill.Schedule.from_json(text)
     assert twill.Schedule.from_json(fig1_json).certificate.lower_bound == lb  # the file as written loads
+
+
+# ------------------------------------------------------------------------- 12: user text, not markup
+def test_op_names_with_brackets_are_printed_as_named(tmp_path: Path, cli: Any,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    g = Graph("loop[k]")
+    g.add_op("acc[i]", "gemm", busy={"tc": 2})
+    g.add_op("p[red]", "exp", busy={"mufu": 1})
+    g.add_edge("acc[i]", "p[red]")
+    g.add_edge("p[red]", "acc[i]", distance=1)
+    path = tmp_path / "br.json"
+    path.write_text(json.dumps(g.to_dict()))
+    out = tmp_path / "br.s.json"
+    code = main(["schedule", str(path), "--json", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0
+    assert printed.startswith("loop[k]: 2 ops")
+    # the ops table and the steady-state table name both ops; the summary's title names the loop
+    assert printed.count("acc[i]") >= 2 and printed.count("p[red]") >= 2
+    assert "loop[k] on h100" in printed
+    code = main(["show", str(out)])
+    shown = capsys.readouterr().out
+    assert code == 0 and shown.count("acc[i]") >= 2 and shown.count("p[red]") >= 2

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from rich.markup import escape
+
 from twill.cli import common
 from twill.cli.options import machine_options
 from twill.render.terminal import make_console
@@ -69,12 +71,12 @@ def run(args: argparse.Namespace) -> int:
         graph = graph_from_kernel(args.file, machine)
         # the pairs Triton's sm_100 pipeliner must keep apart bind only the Triton re-entry path
         apart = triton_apart(graph) if target == "sm_100" and args.backend == "triton" else ()
-        with console.status(f"solving {graph.name} for {machine}..."):
+        with console.status(f"solving {escape(graph.name)} for {escape(str(machine))}..."):
             sched = solve(graph, machine, time_limit=args.time_limit, apart=apart)
     if args.backend == "gluon":
         from twill.codegen.gluon import generate
 
-        with console.status(f"generating and compiling the Gluon kernel of {sched.problem.name}..."):
+        with console.status(f"generating and compiling the Gluon kernel of {escape(sched.problem.name)}..."):
             kernel = generate(sched, args.file, machine, out, compile=not args.no_compile)
         common.write_output(out / "schedule.json", sched.to_json())
         print(kernel.report.render())

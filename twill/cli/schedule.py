@@ -6,6 +6,8 @@ import argparse
 import time
 from typing import Any
 
+from rich.markup import escape
+
 from twill.cli import common
 from twill.cli.options import kernel_options, machine_options, search_kwargs, search_options
 from twill.errors import InterruptedSolveError
@@ -69,8 +71,8 @@ def run(args: argparse.Namespace) -> int:
            if args.json is not None else None)
     graph = common.graph_from_args(args)
     console = make_console()
-    console.print(f"[bold]{graph.name}[/]: {len(graph.ops)} ops, {len(graph.edges)} edges "
-                  f"(from {graph.source or args.file})")
+    console.print(f"[bold]{escape(graph.name)}[/]: {len(graph.ops)} ops, {len(graph.edges)} edges "
+                  f"(from {escape(graph.source or args.file)})")
     started = time.monotonic()
     try:
         with console.status("solving...") as status:
@@ -81,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
                 common.write_output(out, exc.schedule.to_json())
             console.print(render(exc.schedule))
             if out is not None:
-                console.print(f"wrote {out} (the best schedule before the interrupt, not proven optimal)")
+                console.print(f"wrote {escape(str(out))} (the best schedule before the interrupt, not "
+                              f"proven optimal)")
         raise
     if args.relax:
         console.print(f"[bold]what-if[/]: {', '.join(sorted(set(args.relax)))} left out; "
@@ -91,5 +94,5 @@ def run(args: argparse.Namespace) -> int:
     console.print(render(sched))
     console.print(f"solved in {time.monotonic() - started:.1f}s")
     if out is not None:
-        console.print(f"wrote {out}")
+        console.print(f"wrote {escape(str(out))}")
     return 0
