@@ -389,3 +389,26 @@ def test_op_names_with_brackets_are_printed_as_named(tmp_path: Path, cli: Any,
     code = main(["show", str(out)])
     shown = capsys.readouterr().out
     assert code == 0 and shown.count("acc[i]") >= 2 and shown.count("p[red]") >= 2
+
+
+# ---------------------------------------------------------------- 13: a register verdict adds up
+def test_the_live_list_of_a_register_violation_adds_up_to_its_peak() -> None:
+    import re
+    from dataclasses import replace
+
+    from twill.verify import violations
+
+    g = Graph("copies")
+    g.add_op("A", "alu", busy={"alu": 1}, regs=40)
+    g.add_op("B", "alu", busy={"alu": 1})
+    g.add_edge("A", "B", latency=20)  # A's value lives past one II: several iterations' copies at once
+    g.add_edge("A", "A", distance=1)
+    s = twill.schedule(g, "h100", max_groups=1)
+    low = replace(s.warp_groups[s.group["A"]], registers=24)
+    bad = replace(s, warp_groups=tuple(low if w.index == low.index else w for w in s.warp_groups))
+    message = next(str(e) for e in violations(bad) if "holds" in str(e))
+    peak, overhead, live = re.search(r"holds (\d+) registers per thread .*\((\d+) overhead; live: (.*)\)$",
+                                     message).groups()
+    terms = re.findall(r"(\w+) \((\d+)(?: x (\d+) copies)?\)", live)
+    assert any(copies for _, _, copies in terms), message  # the case with copies is the one exercised
+    assert int(overhead) + sum(int(w) * int(c or 1) for _, w, c in terms) == int(peak), message
