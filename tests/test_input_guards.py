@@ -412,3 +412,17 @@ def test_the_live_list_of_a_register_violation_adds_up_to_its_peak() -> None:
     terms = re.findall(r"(\w+) \((\d+)(?: x (\d+) copies)?\)", live)
     assert any(copies for _, _, copies in terms), message  # the case with copies is the one exercised
     assert int(overhead) + sum(int(w) * int(c or 1) for _, w, c in terms) == int(peak), message
+
+
+# ------------------------------------------------------------ 10: Triton's reason and the constexpr
+@pytest.mark.parametrize(("value", "reason"), [
+    ("48", r"Shape element 1 must be a power of 2 \(constexpr values given: BLOCK_N=48\)"),
+    ("abc", r"'str' object has no attribute 'type' \(constexpr values given: BLOCK_N='abc'\)"),
+])
+def test_a_constexpr_triton_refuses_keeps_its_reason_and_name(cli: Any, value: str, reason: str) -> None:
+    import re
+
+    code, err = cli(["schedule", f"{GEMM}::matmul", "--constexpr", f"BLOCK_N={value}"])
+    assert code == 2
+    assert re.match(rf"error \(FrontendError\): Triton cannot compile 'matmul' for sm_90: {reason}; "
+                    rf"CompilationError", err), err
