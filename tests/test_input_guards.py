@@ -114,6 +114,9 @@ def test_tune_refuses_bad_plot_format_machine_and_cache_before_the_sweep(tmp_pat
     base = ["tune", str(GEMM), "--grid", "BLOCK_N=64"]
     code, err = cli([*base, "--machine", "h100", "--plot", str(tmp_path / "t.txt")])
     assert code == 2 and "the picture format must be .png, .svg or .pdf" in err
+    same = tmp_path / "t.png"
+    code, err = cli([*base, "--machine", "h100", "--json", str(same), "--plot", str(same)])
+    assert code == 2 and "are the same file" in err
     code, err = cli([*base, "--machine", "a100"])
     assert code == 2 and "a100" in err
     afile = tmp_path / "cache"

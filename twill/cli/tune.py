@@ -14,6 +14,7 @@ are printed and written).
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
         for out in (args.json, args.plot):
             if out is not None:
                 check_output(out, inputs=(args.file, args.machine))
+        if args.json and args.plot and os.path.realpath(args.json) == os.path.realpath(args.plot):
+            raise TwillError(f"--json {args.json} and --plot {args.plot} are the same file")
         if args.plot is not None and Path(args.plot).suffix.lower() not in (".png", ".svg", ".pdf"):
             raise TwillError(f"--plot {args.plot}: the picture format must be .png, .svg or .pdf")
     except TwillError as exc:

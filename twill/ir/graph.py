@@ -809,7 +809,8 @@ def op_from_dict(d: Mapping[str, Any], where: str = "op") -> Op:
     _refuse_unknown(d, OP_FIELDS, label, op=None if name is None else str(name))
     missing = [k for k in ("name", "kind", "rrt", "latency", "issue_cycles") if k not in d]
     if missing:
-        raise GraphError(f"{label}: missing field(s) {', '.join(map(repr, missing))}",
+        placed = label if name is None or where == "op" else f"{label} ({where})"
+        raise GraphError(f"{placed}: missing field(s) {', '.join(map(repr, missing))}",
                          op=None if name is None else str(name))
     if not isinstance(d["rrt"], list):
         raise GraphError(f"{label}: rrt is {type(d['rrt']).__name__}, not a list of reservations",
