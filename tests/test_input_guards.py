@@ -168,70 +168,17 @@ def test_fixed_memory_is_not_coerced(key: str, value: Any) -> None:
 
 
 # --------------------------------------------------------------------------- 3: a machine file's name
-@pytest.mark.parametrize(("body", "message"), [
-    ('schema = 1\nbase = "h100"\n', r"missing key name: a machine file needs its own name, which schedules "
-                                    r"record \(it would record its base's name, 'h100'\)"),
-    ('schema = 1\nbase = "h100"\nname = "h200"\n', r"name = 'h200' is a bundled machine's name"),
-])
-def test_a_machine_file_needs_its_own_name(tmp_path: Path, body: str, message: str) -> None:
+def test_a_machine_file_needs_its_own_name(tmp_path: Path) -> None:
     path = tmp_path / "m.toml"
+    body = 'schema = 1\nbase = "h100"\n'
     path.write_text(body)
-    with pytest.raises(twill.MachineError, match=message) as info:
+    with pytest.raises(twill.MachineError, match=r"missing key name: a machine file needs its own name, "
+                                                 r"which schedules record \(it would record its base's "
+                                                 r"name, 'h100'\)") as info:
         twill.load_machine(path)
     assert str(path) in str(info.value)
-    path.write_text(body.replace('name = "h200"\n', "") + 'name = "mine"\n')
+    path.write_text(body + 'name = "mine"\n')
     assert twill.load_machine(path).name == "mine"
-
-
-# ------------------------------------------------------------------------------- 4: sanity limits
-def test_a_latency_above_the_sanity_limit_is_refused_when_the_op_is_made() -> None:
-    from twill.ir.graph import DURATION_LIMIT
-
-    g = Graph("big")
-    with pytest.raises(twill.GraphError, match=rf"op 'S': latency={10**9} is above the sanity limit "
-                                               rf"{DURATION_LIMIT} cycles"):
-        g.add_op("S", "gemm", busy={"tc": 1}, latency=10**9)
-    with pytest.raises(twill.GraphError, match=r"op 'T': reservation of unit 'tc' has cycles=2000000 is "):
-        g.add_op("T", "gemm", busy={"tc": 2 * DURATION_LIMIT})
-    g.add_op("A", "gemm", busy={"tc": 1}, latency=1)
-    g.add_op("B", "gemm", busy={"tc": 1}, latency=1)
-    with pytest.raises(twill.GraphError, match=r"edge A->B: latency=1000001 is above the sanity limit"):
-        g.add_edge("A", "B", latency=DURATION_LIMIT + 1)
-
-
-def test_durations_adding_up_past_the_limit_are_refused_at_load_naming_the_op() -> None:
-    from twill.ir.graph import DURATION_LIMIT
-
-    data = figure1_graph().to_dict()
-    data["ops"][0]["latency"] = DURATION_LIMIT  # each value is within the limit, their sum is not
-    name = data["ops"][0]["name"]
-    with pytest.raises(twill.GraphError, match=rf"graph 'figure1': the loop's durations add up to "
-                                               rf"\d+ cycles, above the sanity limit {DURATION_LIMIT} "
-                                               rf"\(op '{name}' alone: {DURATION_LIMIT}"):
-        Graph.from_dict(data)
-    data["ops"][0]["latency"] = 10**9
-    with pytest.raises(twill.GraphError, match=rf"op '{name}': latency={10**9} is above the sanity limit"):
-        Graph.from_dict(data)
-
-
-# ------------------------------------------------------------------------ 5: loops that use no unit
-@pytest.mark.parametrize(("latencies", "distances"), [((3,), (1,)), ((2, 5), (0, 2)), ((4, 4), (1, 1))])
-def test_a_loop_of_ops_that_use_no_unit_is_scheduled_at_its_recmii(latencies: tuple[int, ...],
-                                                                   distances: tuple[int, ...]) -> None:
-    import math
-
-    from twill.verify import violations
-
-    g = Graph("nounit")
-    names = [f"v{i}" for i in range(len(latencies))]
-    for name in names:
-        g.add_op(name, "alu", busy={}, latency=0)
-    for i, (lat, dist) in enumerate(zip(latencies, distances, strict=True)):
-        g.add_edge(names[i], names[(i + 1) % len(names)], latency=lat, distance=dist)
-    s = twill.schedule(g, "h100")
-    # the only cycle: its latency over its distance, rounded up, is the II (no unit bounds it)
-    assert s.ii_cycles == math.ceil(sum(latencies) / sum(distances))
-    assert s.certificate.proven_optimal and not violations(s)
 
 
 # ------------------------------------------------------------------------- 6: rates must be positive

@@ -261,23 +261,15 @@ def _load_raw(name_or_path: str | Path, seen: tuple[str, ...] = ()) -> tuple[dic
 
 
 def _check_own_name(raw: Mapping[str, Any], where: str) -> None:
-    """A user's machine file names itself, with a name no bundled machine has: schedules record the
-    machine's name, and ``twill apply --schedule`` resolves a bundled name to the bundled file, so a file
-    that inherited its base's name (or took a bundled one) would later be applied with the wrong costs."""
+    """A user's machine file names itself: schedules record the machine's name, and ``twill apply
+    --schedule`` resolves a bundled name to the bundled file, so a file that silently inherited its base's
+    name would later be applied with the base's costs. (A file may still take a bundled name on purpose:
+    an H100 with less shared memory, to apply an ``h100`` schedule under a smaller budget.)"""
     name = raw.get("name")
     if name is None:
         inherited = f" (it would record its base's name, {raw['base']!r})" if "base" in raw else ""
         raise MachineError(f"missing key name: a machine file needs its own name, which schedules "
                            f"record{inherited}", key="name", file=where)
-
-
-def _check_not_bundled_name(name: str, where: str) -> None:
-    """A user's machine file may not take a bundled machine's name (see :func:`_check_own_name`); checked
-    once the file is otherwise valid, so an edited copy of a bundled file hears of its other faults first."""
-    if not where.startswith("machines/") and name in known_machines():
-        raise MachineError(f"name = {name!r} is a bundled machine's name; a machine file needs its own (a "
-                           f"schedule records it, and twill apply --schedule would take the bundled "
-                           f"{name!r})", key="name", file=where)
 
 
 _OPEN_SECTIONS = ("chip", "cost")
@@ -465,5 +457,4 @@ def load_machine(machine: str | Path | Machine) -> Machine:
         constants=constants,
         file=where,
     )
-    _check_not_bundled_name(loaded.name, where)
     return loaded
