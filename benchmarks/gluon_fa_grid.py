@@ -16,7 +16,7 @@ the timing at N, the check at N = 1024 and N; its kernels go to
 ``benchmarks/gluon_fa_grid_b{B}_h{H}_n{N}_d{D}/`` (the default shape 4,32,8192,128 keeps
 ``benchmarks/gluon_fa_grid/``). ``generate --only fa_128_32_w8,... --time-limit S`` (re)makes some configs
 with a solver time limit, keeping the other entries of ``index.json``; a config the generator refuses is
-kept in ``index.json`` with its ``error`` and skipped by ``time``.
+kept in ``index.json`` with its ``error`` and skipped by ``time``; ``time --only ...`` times some configs.
 """
 
 from __future__ import annotations
@@ -110,8 +110,9 @@ def generate(shape: tuple[int, int, int, int] | None = None, *, only: set[str] |
         path.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
 
 
-def time_all(out_path: Path, shape: tuple[int, int, int, int] | None = None) -> None:
-    """Check and time every generated kernel beside the JIT (GPU)."""
+def time_all(out_path: Path, shape: tuple[int, int, int, int] | None = None, *,
+             only: set[str] | None = None) -> None:
+    """Check and time every generated kernel (those named in ``only``, if given) beside the JIT (GPU)."""
     import torch
     import triton
     from triton.testing import do_bench
@@ -152,6 +153,8 @@ def time_all(out_path: Path, shape: tuple[int, int, int, int] | None = None) -> 
         return gluon, triton_jit
 
     for e in index:
+        if only is not None and e["name"] not in only:
+            continue
         row = dict(e)
         if "error" in e:  # the generator refused this config (index.json says why)
             out["rows"].append(row)
@@ -205,12 +208,13 @@ def main(argv: list[str] | None = None) -> int:
     t = sub.add_parser("time")
     t.add_argument("--out", type=Path, required=True)
     t.add_argument("--shape", type=parse_shape, default=None, help="B,H,N,D (default 4,32,8192,128)")
+    t.add_argument("--only", default=None, help="comma-separated config names to time (default all)")
     args = p.parse_args(argv)
     if args.cmd == "generate":
         generate(args.shape, only=None if args.only is None else set(args.only.split(",")),
                  time_limit=args.time_limit)
     else:
-        time_all(args.out, args.shape)
+        time_all(args.out, args.shape, only=None if args.only is None else set(args.only.split(",")))
     return 0
 
 

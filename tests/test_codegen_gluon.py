@@ -10,9 +10,11 @@ the shared memory from the graph's tiles times the schedule's buffer depths; spi
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import random
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -20,7 +22,7 @@ import pytest
 pytest.importorskip("triton.experimental.gluon")
 
 import twill
-from twill.codegen.gluon import CodegenError, generate, load
+from twill.codegen.gluon import CodegenError, cpu_sim, generate, load
 from twill.codegen.gluon.cpu_sim import Descriptor, Pointer, SimulationError, run_kernel
 from twill.ir.machine import load_machine
 from twill.schedule import OpSlot, WarpGroup
@@ -387,6 +389,24 @@ def test_the_simulation_catches_a_missing_wait_and_a_missing_release(built):
     with pytest.raises(SimulationError, match="deadlock"):
         run_kernel(no_release, "attn_fwd_subtiled_sm90", [*descs, 0.1, 512, 64, 128, 128], (1, 1),
                    timeout=2.0)
+
+
+def test_the_simulation_does_not_depend_on_the_clock(built, monkeypatch):
+    """A loaded machine, here a clock that jumps 100 s at every look, neither makes a correct kernel look
+    deadlocked nor hides a deadlock: the simulator finds a deadlock by construction (every running partition
+    waits on a barrier state it has already seen), not by how long a wait took. Before, a wait longer than
+    ``timeout`` seconds was a deadlock, which a loaded CI machine could reach with a correct kernel."""
+    ticks = itertools.count()
+    clock = SimpleNamespace(monotonic=lambda: 100.0 * next(ticks))
+    monkeypatch.setattr(cpu_sim, "time", clock, raising=False)
+    kernel = built["fa_fwd_subtiled"][2]
+    assert _simulate_fa(kernel, 128) < 1e-2
+    no_release = re.sub(r"mbarrier\.arrive\(empty_v[^\n]*", "pass", kernel.source)
+    x = np.random.default_rng(0).standard_normal((512, 128)).astype(np.float16)
+    descs = [Descriptor(x, [64, 128]), Descriptor(x, [128, 128]), Descriptor(x, [128, 128]),
+             Descriptor(np.zeros_like(x), [64, 128])]
+    with pytest.raises(SimulationError, match="every partition still running waits on an mbarrier"):
+        run_kernel(no_release, "attn_fwd_subtiled_sm90", [*descs, 0.1, 512, 64, 128, 128], (1, 1))
 
 
 # ------------------------------------------------------------------------------------------ schedule variety

@@ -39,12 +39,14 @@ FA = str(ROOT / "examples/flash_attention_fwd.py")
 GRID = [(bm, bn, w) for w in (4, 8) for bm in (64, 128) for bn in (32, 64, 128)]
 
 
-def _config(block_m: int, block_n: int, num_warps: int = 4, num_stages: int = 2):
+def _config(block_m: int, block_n: int, num_warps: int = 4, num_stages: int = 2, head_dim: int | None = None):
     """The kernel spec of one tune config, with the descriptor blocks of its constexprs (as ``twill tune``
-    builds it: ``TWILL_TUNE``'s descriptors)."""
+    builds it: ``TWILL_TUNE``'s descriptors); ``head_dim`` replaces the example's ``HEAD_DIM``."""
     spec = load_kernel(FA)
     problem = load_tune_problem(spec.fn.__globals__.get("TWILL_TUNE"), spec.name, source=spec.source)
     consts = {**spec.constexprs, "BLOCK_M": block_m, "BLOCK_N": block_n}
+    if head_dim is not None:
+        consts["HEAD_DIM"] = head_dim
     sig = problem.signature(spec.signature, consts)
     return dataclasses.replace(spec, signature={**spec.signature, **sig}, constexprs=consts,
                                num_warps=num_warps, num_stages=num_stages)
@@ -138,3 +140,36 @@ def test_the_epilogue_store_reuses_q_after_its_reader_has_staged_to_it(tmp_path)
     assert report.shared_compiled - report.shared_model_buffers - report.barrier_bytes < 1024   # scratch
     for n in (128, 384):
         assert _simulate(kernel, n) < 1e-2, n
+
+
+@pytest.mark.parametrize("num_warps", [4, 8])
+def test_the_row_max_handed_to_the_next_iteration_on_another_group_computes_attention(tmp_path, num_warps):
+    """BLOCK_M 128, BLOCK_N 64, HEAD_DIM 64 (the configs ``benchmarks/gluon_fa_grid.py generate --shape
+    4,32,4096,64`` was refused on: "a loop-carried hand-off is not lowered"): ``alpha = exp(m_i -
+    new_max)`` is on another warp group than ``new_max`` and reads it in the same iteration and, through
+    the ``m_i`` iter_arg, in the next (distance 1). The row max goes through one staging ring of the
+    model's depth for both reads (``ceil((start(alpha) + II + 1 - end(new_max)) / II)``), so the kernel's
+    buffers are the model's; its first iteration takes ``m_i``'s initial value. It computes attention at
+    two trips per tile (the sequential body, whose first trip is the loop's) and six (the pipelined one)."""
+    machine = load_machine("h200")
+    config = _config(128, 64, num_warps, head_dim=64)
+    sched = _solve(config, machine)
+    group = {n: s.warp_group for n, s in sched.slots.items()}
+    edges = [e for e in sched.problem.edges if e.src == "new_max" and e.dst == "alpha"]
+    assert sorted(e.distance for e in edges) == [0, 1] and all(e.carrier == "register" for e in edges)
+    assert group["new_max"] != group["alpha"], "the config no longer splits new_max and alpha: pick another"
+    kernel = generate(sched, config, machine, tmp_path / "out", compile=num_warps == 4)
+    ii = sched.ii
+    end = sched.start["new_max"] + sched.problem.op("new_max").cycles
+    depth = max(1, -(-(sched.start["alpha"] + ii + 1 - end) // ii))
+    # the staging rings of BLOCK_M fp32 row values (the row max, the row sum's partial) and their depths
+    rows = re.findall(r"stage_\d+ = gl\.allocate_shared_memory\(gl\.float32, \[(\d+), 128\], ", kernel.source)
+    assert str(depth) in rows, (depth, rows)
+    # iteration 0 of the sequential body's loop (t = 0) takes m_i's initial value instead of the ring
+    assert "gl.where((t) > 0, " in kernel.source
+    report = kernel.report
+    assert "buffers beyond the model's (depth x bytes)" not in report.shared_difference
+    if num_warps == 4:
+        assert report.shared_compiled <= machine.smem_per_cta
+    for n in (128, 384):
+        assert _simulate(kernel, n, d=64) < 1e-2, n

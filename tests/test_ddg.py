@@ -124,16 +124,16 @@ def _broken(change) -> dict:
     (lambda d, g: g["nodes"][4].pop("latency"), r"node 4 \(ttng.tmem_load\): missing field 'latency'"),
     (lambda d, g: g["nodes"][7].update(occupancy=-3), r"node 7 \(arith.truncf\): occupancy=-3 must be"),
     (lambda d, g: g["nodes"][2].update(op_ref="nowhere"), r"node 2 .*op_ref 'nowhere' is not in the"),
-    (lambda d, g: g["edges"].append({"src": 3, "dst": 42, "distance": 0, "latency": 1}),
-     r"edge 3->42: src and dst must be node ids of loop 0"),
+    (lambda d, g: g["edges"].append({"src": 3, "dst": 42, "kind": "data", "distance": 0, "latency": 1}),
+     r"tiny_attention.ddg.json: edge 3->42: dst 42 not a node id of loop 0"),
     (lambda d, g: d["ops"]["p16"].update(result_types=["tensor<128x64xf99>"]),
      r"node 7 \(arith.truncf\): unknown element type 'f99'"),
-    (lambda d, g: g["edges"].append({"src": 7, "dst": 5, "distance": 0, "latency": 1}),
+    (lambda d, g: g["edges"].append({"src": 7, "dst": 5, "kind": "data", "distance": 0, "latency": 1}),
      r"dependence cycle .* has total distance 0"),
 ])
 def test_bad_dumps_name_what_is_wrong(change, message: str) -> None:
     with pytest.raises(FrontendError, match=message):
-        graph_from_ddg(_broken(change), B200)
+        graph_from_ddg(_broken(change), B200, origin=str(FIXTURE))
 
 
 def test_units_override_maps_another_pipeline() -> None:
@@ -160,3 +160,66 @@ def test_an_edge_without_its_latency_or_distance_is_refused(field: str) -> None:
     del edge[field]
     with pytest.raises(FrontendError, match=rf"edge {edge['src']}->{edge['dst']}.*missing field '{field}'"):
         twill.graph_from_ddg(data, machine="b200")
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda d, g: g["edges"][0].update(kind="memory"),
+     r"edge 0->1: kind 'memory' is not a ddg-0.1 edge kind; known kinds: 'data' \(the consumer reads the "
+     r"producer's result in the same iteration \(distance 0\)\); 'loop_carried' \("),
+    (lambda d, g: g["edges"][0].pop("kind"),
+     r"edge 0->1: missing field 'kind' \(one of data, loop_carried\)"),
+    (lambda d, g: g["edges"][0].update(distance=1),
+     r"edge 0->1: kind 'data' with distance 1: the consumer reads"),
+    (lambda d, g: g["edges"][8].update(distance=0),
+     r"edge 9->9: kind 'loop_carried' with distance 0: the result reaches the consumer through the loop's "
+     r"scf.yield"),
+    (lambda d, g: g["nodes"][2].pop("op_ref"), r"node 2 \(ttg.memdesc_trans\): missing field 'op_ref'"),
+    (lambda d, g: g["nodes"][4].update(ocupancy=64),
+     r"node 4 \(ttng.tmem_load\): unknown field 'ocupancy' \(did you mean 'occupancy'\?\)"),
+    (lambda d, g: g["edges"][3].update(latncy=600),
+     r"edge 3->4: unknown field 'latncy' \(did you mean 'latency'\?\)"),
+    (lambda d, g: g["nodes"][6].update(id=5), r"node 5 \(tt.reshape\): id 5 is used by two nodes of loop 0"),
+])
+def test_edge_kinds_op_refs_and_fields_are_checked(change, message: str) -> None:
+    """An edge's kind is read (and must agree with its distance), a node needs its op_ref, and a field the
+    importer does not read is refused with the nearest known one; the message names the file."""
+    graph_from_ddg(_broken(lambda d, g: None), B200)  # the unedited dump imports
+    with pytest.raises(FrontendError, match=rf"^{FIXTURE}: {message}"):
+        graph_from_ddg(_broken(change), B200, origin=str(FIXTURE))
+
+
+def test_the_command_line_names_the_file_not_a_dict(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "mine.ddg.json"
+    path.write_text(json.dumps(_broken(lambda d, g: g["nodes"][2].pop("op_ref"))))
+    assert main(["schedule", str(path), "--machine", "b200"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{path}: node 2 (ttg.memdesc_trans): missing field 'op_ref'" in err and "ddg dict" not in err
+
+
+def _with_token_back_edge(doc: dict) -> dict:
+    """The fixture with the loop's scf.yield passing the TMEM load's token (its result 1) to the next
+    iteration's QK MMA, which may overwrite the accumulator once the load has read it: FBTriton's
+    ``loop_carried`` edge ``tmem_load -> tc_gen5_mma`` (as in its FA dumps)."""
+    doc["ops"]["yield"] = {"kind": "scf.yield", "scope": "loop:0", "result_types": [],
+                           "operands": [{"op": "s_load", "result": 1}]}
+    doc["ops"]["qk"]["operands"].append({"iter_arg": {"loop": 0, "idx": 0}})
+    doc["loops"][0]["ddg"]["edges"].append({"src": 4, "dst": 3, "kind": "loop_carried", "distance": 1,
+                                            "latency": 150})
+    return doc
+
+
+def test_a_loop_carried_token_is_an_ordering_edge_not_the_register_tile() -> None:
+    doc = _with_token_back_edge(_doc())
+    # result 1 of s_load is "!ttg.async.token" (the fixture's ops table): it holds nothing
+    assert doc["ops"]["s_load"]["result_types"][1] == "!ttg.async.token"
+    g = graph_from_ddg(doc, B200)
+    back = next(e for e in g.edges if (e.src, e.dst) == ("tmem_load_4", "tc_gen5_mma_3"))
+    assert (back.carrier, back.distance, back.latency) == ("none", 1, None)  # 150 = the node's latency
+    # the data edge from the same load still carries its register tile (result 0)
+    assert next(e for e in g.edges if (e.src, e.dst) == ("tmem_load_4", "exp2_5")).carrier == "register"
+    # so the 64-register tile's lifetime is what it was without the back edge: it ends at exp2, not at the
+    # next iteration's MMA
+    p_with, p_without = build_problem(g, B200), build_problem(graph_from_ddg(_doc(), B200), B200)
+    assert ([(e.dst, d) for e, d in value_uses(p_with, "tmem_load_4", "register")]
+            == [(e.dst, d) for e, d in value_uses(p_without, "tmem_load_4", "register")])

@@ -222,8 +222,9 @@ def test_machine_toml_with_a_mistyped_key(tmp_path: Path) -> None:
     with pytest.raises(MachineError) as info:  # a misspelt key, which would otherwise be ignored
         load_machine(path)
     assert info.value.key == "memory.smem_per_ctb"
-    assert str(info.value) == (f"{path}: unknown key memory.smem_per_ctb (did you mean memory.smem_per_cta?); "
-                                  f"[memory] takes smem_per_cta")
+    assert str(info.value) == (f"{path}: unknown key memory.smem_per_ctb "
+                               "(did you mean memory.smem_per_cta?); "
+                               f"[memory] takes smem_per_cta")
     path = _h100_with(tmp_path, "file = { value = 65536,", 'file = { value = "64K",')  # of the wrong type
     with pytest.raises(MachineError, match=r"custom\.toml: registers\.file\.value = '64K' must be a number"):
         load_machine(path)

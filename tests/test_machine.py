@@ -117,21 +117,24 @@ def test_constant_without_source_named(tmp_path):
 
 def test_unknown_top_level_key_named(tmp_path):
     path = _edited(tmp_path, 'family = "hopper"\n', 'family = "hopper"\ncolour = "green"\n')
-    with pytest.raises(MachineError, match=r"top level: unknown key 'colour'; valid keys: arch, base") as info:
+    expected = r"top level: unknown key 'colour'; valid keys: arch, base"
+    with pytest.raises(MachineError, match=expected) as info:
         load_machine(path)
     assert info.value.key == "colour"
 
 
 def test_unknown_unit_field_named(tmp_path):
     path = _edited(tmp_path, "[units.tc]\n", "[units.tc]\nspeed = 3\n")
-    with pytest.raises(MachineError, match=r"units\.tc: unknown key 'speed'; valid keys: capacity, description") as info:
+    expected = r"units\.tc: unknown key 'speed'; valid keys: capacity, description"
+    with pytest.raises(MachineError, match=expected) as info:
         load_machine(path)
     assert info.value.key == "units.tc"
 
 
 def test_unknown_constant_field_named(tmp_path):
     path = _edited(tmp_path, "slots = { value = 4,", "slots = { value = 4, unit = \"warps\",")
-    with pytest.raises(MachineError, match=r"issue\.slots: unknown key 'unit'; valid keys: estimate, source, value") as info:
+    expected = r"issue\.slots: unknown key 'unit'; valid keys: estimate, source, value"
+    with pytest.raises(MachineError, match=expected) as info:
         load_machine(path)
     assert info.value.key == "issue.slots"
 

@@ -150,7 +150,7 @@ def load_graph(target: str, machine: str, constexprs: dict[str, Any] | None = No
 
         if is_ddg(data):  # an FBTriton modulo-scheduler dump (TRITON_MODULO_DUMP_DDG)
             _refuse(compile_only, target, "a ddg-0.1 dump is compiled already")
-            return graph_from_ddg(data, machine, loop_index=loop_index)
+            return graph_from_ddg(data, machine, loop_index=loop_index, origin=path_text)
         _refuse(not_compiled, target, "a graph JSON is not compiled")
         return Graph.from_dict(data)
     if path.suffix != ".py":

@@ -67,16 +67,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         common.ERR.print("[yellow]interrupted[/]")
         return 130
     except InfeasibleError as exc:
-        common.ERR.print(f"[red]no schedule[/]: {escape(str(exc))}")
+        common.ERR.print(f"[red]no schedule[/]: {escape(str(exc))}", soft_wrap=True)
         return 1
     except TwillError as exc:
-        common.ERR.print(f"[red]error[/] ({type(exc).__name__}): {escape(str(exc))}")
+        common.ERR.print(f"[red]error[/] ({type(exc).__name__}): {escape(str(exc))}", soft_wrap=True)
         return 2
     except BrokenPipeError:  # the reader of stdout went away (| head): stop quietly, as a shell tool does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     except OSError as exc:  # a file that could not be written after all (a full disk, a /proc path)
-        common.ERR.print(f"[red]error[/] ({type(exc).__name__}): {escape(str(exc))}")
+        common.ERR.print(f"[red]error[/] ({type(exc).__name__}): {escape(str(exc))}", soft_wrap=True)
         return 2
     finally:
         warnings.showwarning = previous

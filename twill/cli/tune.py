@@ -173,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
                        jobs=args.jobs, ray=args.ray, cache_dir=cache, on_start=start, on_result=step)
     except TwillError as exc:
         progress.stop()
-        err.print(f"[red]error[/] ({type(exc).__name__}): {escape(str(exc))}")
+        err.print(f"[red]error[/] ({type(exc).__name__}): {escape(str(exc))}", soft_wrap=True)
         return 2
     finally:
         progress.stop()
@@ -184,13 +184,13 @@ def run(args: argparse.Namespace) -> int:
              f"{', '.join(f'{k}={v}' for k, v in meta['problem'].items())} "
              f"({meta['finished']} of {meta['total']} configs, {meta['engine']})")
     console.print(render_table(results, names, top=args.top, title=title))
-    for r in results:
-        if r.get("fits") or r.get("error"):
+    bad = [r for r in results if r.get("error") in ("compile", "input", "internal")]
+    for r in results:  # every config that cannot run, whatever refused it (codegen included), in full
+        if r.get("fits") or any(r is b for b in bad):
             continue
         label = " ".join(f"{k}={v}" for k, v in r["constexprs"].items() if k in names)
         console.print(f"cannot run {escape(label)} w{r['num_warps']} s{r['num_stages']}: "
                       f"{escape(str(r['reason']))}", soft_wrap=True)
-    bad = [r for r in results if r.get("error") in ("compile", "input", "internal")]
     for r in bad:
         label = " ".join(f"{k}={v}" for k, v in r["constexprs"].items() if k in names)
         err.print(f"[yellow]config {escape(label)} w{r['num_warps']} s{r['num_stages']}[/]: "

@@ -34,6 +34,15 @@ each rule is a choice, stated here):
   A buffer op that reads another node's value and only renames it is a **view** (:data:`VIEW_KINDS`:
   transposes, subviews, reinterprets, and a ``local_alloc`` of a TMA load's result, which the load writes
   in place), so the buffer's liveness follows it to the real reader (docs/model.md §5).
+* **edge kinds** (:data:`EDGE_KINDS`; an edge must give one): ``data``, the consumer reads the producer's
+  result in the same iteration (``distance`` 0), and ``loop_carried``, the result is passed through the
+  loop's ``scf.yield`` to an ``iter_arg`` the consumer reads in a later iteration (``distance`` >= 1);
+  a kind that contradicts its distance is refused. Which result an edge carries is read off the ops table:
+  the operand ``{"op": <producer>, "result": r}`` of the consumer (``data``), or the ``scf.yield`` operand
+  that feeds the consumer's ``{"iter_arg": ...}`` (``loop_carried``); when the table does not link them
+  (a hand-written dump), the producer's first shaped result. A loop-carried ``!ttg.async.token`` of a
+  ``tmem_load`` (the next MMA may overwrite the accumulator once the load has read it) is so an ordering
+  edge, not the register tile the load also yields.
 * **edges**: the carrier is what the producer yields (register, smem, tmem; the TMEM accumulator of an
   MMA that yields only a token: tmem, and that MMA is a view of the accumulator it read, so the buffer
   lives until the accumulator's reader; an address, pointer or index value: an ordering edge, since it
@@ -42,9 +51,11 @@ each rule is a choice, stated here):
   is given no latency of its own, so a streaming load's edges get ``d = 0`` (paper §5.3); ``inplace``
   for an MMA's self edge.
 
-Anything else is refused with a :class:`~twill.errors.FrontendError` naming the node or edge: an
-unknown pipeline (``units=`` maps it), a super node (an inner loop), a missing field, an ``op_ref`` the
-table lacks, a result type of an unknown memory space.
+Anything else is refused with a :class:`~twill.errors.FrontendError` naming the file and the node or
+edge: an unknown pipeline (``units=`` maps it), a super node (an inner loop), a missing field (``op_ref``
+included: without it the node's value cannot be sized), a field the importer does not read (with the
+closest known name: a cost it ignored would change the answer), an ``op_ref`` the table lacks, an unknown
+edge kind, a result type of an unknown memory space.
 """
 
 from __future__ import annotations
@@ -57,10 +68,11 @@ from pathlib import Path
 from typing import Any
 
 from twill.errors import FrontendError, GraphError
+from twill.ir.fields import unknown_keys_message
 from twill.ir.graph import Graph, Reservation
 from twill.ir.machine import Machine, load_machine
 
-__all__ = ["KIND_UNITS", "PIPELINE_UNITS", "SCHEMA", "VIEW_KINDS", "graph_from_ddg", "is_ddg"]
+__all__ = ["EDGE_KINDS", "KIND_UNITS", "PIPELINE_UNITS", "SCHEMA", "VIEW_KINDS", "graph_from_ddg", "is_ddg"]
 
 SCHEMA = "ddg-0.1"
 """The ``schema_version`` this importer reads."""
@@ -76,6 +88,20 @@ VIEW_KINDS: frozenset[str] = frozenset({
     "ttg.memdesc_reinterpret", "ttg.memdesc_reshape", "ttng.tmem_subslice", "ttng.tmem_reinterpret",
 })
 """Op kinds that rename a buffer without copying it."""
+
+EDGE_KINDS: dict[str, str] = {
+    "data": "the consumer reads the producer's result in the same iteration (distance 0)",
+    "loop_carried": "the result reaches the consumer through the loop's scf.yield, iterations later "
+                    "(distance >= 1)",
+}
+"""The edge kinds of a ``ddg-0.1`` dump and what each means here."""
+
+NODE_FIELDS: tuple[str, ...] = ("id", "op_ref", "op_kind", "pipeline", "latency", "self_latency", "occupancy",
+                                "min_warps", "is_super_node", "inner_ii", "prologue_latency")
+"""The fields of a ``ddg-0.1`` node (``inner_ii`` and ``prologue_latency`` only on super nodes, which are
+refused)."""
+EDGE_FIELDS: tuple[str, ...] = ("src", "dst", "kind", "distance", "latency")
+"""The fields of a ``ddg-0.1`` edge."""
 
 _ASYNC_PIPELINES = ("TC", "TMA")
 _ELEMENT_BYTES = {"f64": 8, "i64": 8, "f32": 4, "i32": 4, "tf32": 4, "f16": 2, "bf16": 2, "i16": 2,
@@ -165,8 +191,64 @@ def _pick_loop(loops: list[Any], loop_index: int | None, origin: str) -> Mapping
     return inner[0]
 
 
+def _edge_kind(e: Mapping[str, Any], distance: int, where: str) -> str:
+    """The edge's ``kind`` (:data:`EDGE_KINDS`), checked against its distance."""
+    if "kind" not in e:
+        raise FrontendError(f"{where}: missing field 'kind' (one of {', '.join(EDGE_KINDS)})")
+    kind = e["kind"]
+    if kind not in EDGE_KINDS:
+        raise FrontendError(f"{where}: kind {kind!r} is not a ddg-0.1 edge kind; known kinds: "
+                            + "; ".join(f"{k!r} ({meaning})" for k, meaning in EDGE_KINDS.items()))
+    if (kind == "data") != (distance == 0):
+        raise FrontendError(f"{where}: kind {kind!r} with distance {distance}: {EDGE_KINDS[kind]}")
+    return kind
+
+
+def _carried_results(e: Mapping[str, Any], kind: str, src: Mapping[str, Any], dst: Mapping[str, Any],
+                     table: Mapping[str, Any], loop_id: Any) -> list[int]:
+    """Indices of the producer's results the edge carries, as the ops table links them: the consumer's
+    operands ``{"op": <producer>, "result": r}`` for a ``data`` edge; for a ``loop_carried`` one the
+    operands of the loop's ``scf.yield`` that feed an ``{"iter_arg": {"loop": id, "idx": k}}`` the consumer
+    reads (and, for a dump that writes the carried value as a direct operand, those). Empty when the table
+    does not link them."""
+    def refs(operands: Any) -> list[int]:
+        return [int(o.get("result", 0)) for o in operands if isinstance(o, Mapping)
+                and o.get("op") == src["ref"] and isinstance(o.get("result", 0), int)]
+
+    operands = table[dst["ref"]].get("operands", [])
+    operands = operands if isinstance(operands, list) else []
+    found = refs(operands)
+    if kind == "loop_carried":
+        slots = [o["iter_arg"].get("idx") for o in operands if isinstance(o, Mapping)
+                 and isinstance(o.get("iter_arg"), Mapping) and o["iter_arg"].get("loop") == loop_id]
+        for entry in table.values():
+            if (isinstance(entry, Mapping) and entry.get("kind") == "scf.yield"
+                    and entry.get("scope") == f"loop:{loop_id}"):
+                yielded = entry.get("operands", [])
+                picked = [yielded[k] for k in slots if isinstance(k, int) and 0 <= k < len(yielded)]
+                found = refs(picked) + found
+    return sorted(set(found))
+
+
+def _edge_carrier(e: Mapping[str, Any], src: Mapping[str, Any], dst: Mapping[str, Any], distance: int,
+                  table: Mapping[str, Any], loop_id: Any, where: str) -> str:
+    """What the edge carries: the producer's value (:func:`graph_from_ddg`'s carrier rules) when it carries
+    the producer's main result or the table does not say which; for another result (a ``tmem_load``'s
+    token), what that result is: ``none`` for a token, scalar or address (an ordering edge)."""
+    kind = _edge_kind(e, distance, where)
+    results = _carried_results(e, kind, src, dst, table, loop_id)
+    if not results or src["main"] in results:
+        return src["carrier"]
+    kinds = {src["values"][r][0] for r in results if r < len(src["values"])}
+    for carrier in ("tmem", "smem", "register"):
+        if carrier in kinds:
+            return carrier
+    return "none"
+
+
 def graph_from_ddg(source: str | Path | Mapping[str, Any], machine: str | Path | Machine = "b200", *,
-                   loop_index: int | None = None, units: Mapping[str, str | None] | None = None) -> Graph:
+                   loop_index: int | None = None, units: Mapping[str, str | None] | None = None,
+                   origin: str | None = None) -> Graph:
     """The :class:`~twill.ir.graph.Graph` of one loop of a ``ddg-0.1`` dump (rules in the module docstring).
 
     Parameters
@@ -180,6 +262,9 @@ def graph_from_ddg(source: str | Path | Mapping[str, Any], machine: str | Path |
         The ``loop_id`` to import; by default the dump's only inner loop.
     units : mapping of str to (str or None), optional
         Pipeline -> unit overrides on top of :data:`PIPELINE_UNITS` (``{"MFMA": "tc"}``).
+    origin : str, optional
+        Where a parsed ``source`` came from (its file), for messages and op sources; by default the path
+        ``source`` names, or ``"ddg-0.1 dump"`` for a mapping.
 
     Returns
     -------
@@ -192,7 +277,8 @@ def graph_from_ddg(source: str | Path | Mapping[str, Any], machine: str | Path |
     FrontendError
         Not a ``ddg-0.1`` dump, or a node or edge it cannot map (named, with what is wrong).
     """
-    origin = str(source) if isinstance(source, (str, Path)) else "ddg dict"
+    if origin is None:
+        origin = str(source) if isinstance(source, (str, Path)) else "ddg-0.1 dump"
     if isinstance(source, (str, Path)):
         try:
             data = json.loads(Path(source).read_text())
@@ -209,34 +295,48 @@ def graph_from_ddg(source: str | Path | Mapping[str, Any], machine: str | Path |
     loop = _pick_loop(list(data.get("loops", [])), loop_index, origin)
     ddg = loop.get("ddg") if isinstance(loop.get("ddg"), Mapping) else {}
     nodes, edges = list(ddg.get("nodes", [])), list(ddg.get("edges", []))
+    loop_id = loop.get("loop_id")
     if not nodes:
-        raise FrontendError(f"{origin}: loop {loop.get('loop_id')} has no ddg.nodes")
+        raise FrontendError(f"{origin}: loop {loop_id} has no ddg.nodes")
     meta = data.get("kernel")
     kernel = str(meta.get("name", "kernel")) if isinstance(meta, Mapping) else "kernel"
     g = Graph(f"{kernel}_loop{loop.get('loop_id', 0)}", source=origin)
 
     info: dict[int, dict[str, Any]] = {}
-    for node in nodes:
-        nid = node.get("id") if isinstance(node, Mapping) else None
-        if isinstance(nid, bool) or not isinstance(nid, int) or nid in info:
-            raise FrontendError(f"{origin}: node {node!r:.80} has a missing or repeated integer id")
+    for i, node in enumerate(nodes):
+        if not isinstance(node, Mapping):
+            raise FrontendError(f"{origin}: loop {loop_id}: ddg.nodes[{i}] is {type(node).__name__}, not an "
+                                f"object")
+        nid = node.get("id")
+        if isinstance(nid, bool) or not isinstance(nid, int):
+            raise FrontendError(f"{origin}: loop {loop_id}: ddg.nodes[{i}] has id {nid!r}; a node id is an "
+                                f"integer")
         kind = str(node.get("op_kind") or "")
         where = f"{origin}: node {nid} ({kind or '?'})"
+        if nid in info:
+            raise FrontendError(f"{where}: id {nid} is used by two nodes of loop {loop_id} "
+                                f"(ddg.nodes[{i}] and an earlier one)")
         if node.get("is_super_node"):
             raise FrontendError(f"{where} is a super node (an inner loop scheduled on its own); twill "
                                 f"schedules one loop without control flow: import the inner loop instead")
+        message = unknown_keys_message(node, NODE_FIELDS, where)
+        if message:
+            raise FrontendError(message)
         pipeline = _field(node, "pipeline", where)
         if pipeline not in pipes:
             raise FrontendError(f"{where}: pipeline {pipeline!r} has no twill unit (known: "
                                 f"{', '.join(sorted(pipes))}); map it with units={{{pipeline!r}: 'unit'}}")
-        ref = node.get("op_ref")
-        if ref is not None and ref not in table:
+        if "op_ref" not in node:
+            raise FrontendError(f"{where}: missing field 'op_ref' (the ops-table entry whose result types "
+                                f"say what the node yields; without it its value could not be sized)")
+        ref = node["op_ref"]
+        if not isinstance(ref, str) or ref not in table:
             raise FrontendError(f"{where}: op_ref {ref!r} is not in the dump's ops table")
-        entry = table.get(ref, {}) if ref is not None else {}
-        results = [str(t) for t in entry.get("result_types", [])]
+        results = [str(t) for t in table[ref].get("result_types", [])]
         values = [_value(t, where) for t in results]
+        main = next((k for k, v in enumerate(values) if v[0] != "none"), 0)
         info[nid] = {"node": node, "kind": kind, "where": where, "pipeline": pipeline,
-                     "value": next((v for v in values if v[0] != "none"), ("none", 0)),
+                     "value": values[main] if values else ("none", 0), "values": values, "main": main,
                      "name": f"{kind.rsplit('.', 1)[-1] or 'op'}_{nid}", "ref": ref}
 
     g.fixed_smem, g.fixed_tmem = _loop_invariant_buffers(table, info, origin)
@@ -307,15 +407,21 @@ def graph_from_ddg(source: str | Path | Mapping[str, Any], machine: str | Path |
         except GraphError as exc:
             raise FrontendError(f"{where}: {exc}") from exc
 
-    for e in edges:
-        where = (f"{origin}: edge {e.get('src')}->{e.get('dst')}" if isinstance(e, Mapping)
-                 else f"{origin}: edge {e!r:.80}")
-        if not isinstance(e, Mapping) or e.get("src") not in info or e.get("dst") not in info:
-            raise FrontendError(f"{where}: src and dst must be node ids of loop {loop.get('loop_id')}")
+    for i, e in enumerate(edges):
+        if not isinstance(e, Mapping):
+            raise FrontendError(f"{origin}: loop {loop_id}: ddg.edges[{i}] is {type(e).__name__}, not an "
+                                f"object")
+        where = f"{origin}: edge {e.get('src')}->{e.get('dst')}"
+        message = unknown_keys_message(e, EDGE_FIELDS, where)
+        if message:
+            raise FrontendError(message)
+        strange = [f"{end} {e.get(end)!r}" for end in ("src", "dst") if e.get(end) not in info]
+        if strange:
+            raise FrontendError(f"{where}: {' and '.join(strange)} not a node id of loop {loop_id}")
         src, dst = info[e["src"]], info[e["dst"]]
         latency = _field(e, "latency", where)  # required: a missing latency is not 0
         distance = _field(e, "distance", where)  # required: a missing distance is not 0
-        carrier = src["carrier"]  # "none" for an address, pointer or index value (known ahead of data)
+        carrier = _edge_carrier(e, src, dst, distance, table, loop_id, where)
         own = None if latency == src["node"].get("latency") else latency
         try:
             g.add_edge(src["name"], dst["name"], latency=own, distance=distance, carrier=carrier,

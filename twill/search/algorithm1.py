@@ -32,6 +32,7 @@ from twill.ir.graph import Graph
 from twill.ir.machine import Machine, load_machine
 from twill.model.bounds import bounds
 from twill.model.problem import Options, Problem, build_problem, check_resources
+from twill.model.stagebound import load_lp
 from twill.schedule import (
     STRATEGIES,
     Schedule,
@@ -48,9 +49,10 @@ from twill.search.certificate import (
 from twill.search.checks import check_apart, check_numbers, check_pool
 from twill.search.decide import decide_ii
 from twill.search.fallback import (
-    FALLBACK_S,
+    FALLBACK_LAST_S,
     HEURISTIC_SHARE,
     fallback_budget,
+    fallback_end,
     heuristic_fallback,
     heuristic_schedule,
 )
@@ -132,10 +134,11 @@ def schedule(
         Seconds for the whole search. When it runs out the best schedule found comes back marked not
         proven optimal; with none found (strategy ``"joint"``), a verified heuristic schedule
         (``certificate.heuristic``, with the proven lower bound ``certificate.ii_bound``; the fallback
-        takes up to :func:`~twill.search.fallback.fallback_budget` more seconds: a tenth of the limit,
-        1 to 30 s; what the heuristic leaves of them goes to joint probes for any schedule at a smaller
-        II, :func:`~twill.search.probe.joint_probes`), else :class:`InfeasibleError` says which IIs were
-        decided.
+        ends :func:`~twill.search.fallback.fallback_budget` seconds after the limit: a tenth of it, 0.2 to
+        30 s, so the call returns within max(0.1 T, 0.2 s) of ``T``; the heuristic's walk takes at most
+        :data:`~twill.search.fallback.HEURISTIC_SHARE` of that time and joint probes for any schedule at a
+        smaller II the rest, :func:`~twill.search.probe.joint_probes`), else :class:`InfeasibleError` says
+        which IIs were decided.
     max_groups, register_limit, register_plan, cross_group, max_stages, stage_slack, max_ii :
         See :class:`twill.problem.Options`.
     prefetch : int, optional
@@ -232,11 +235,13 @@ def schedule(
                          else frozenset(relax)),
                   apart=apart)
 
+    answer_by = None if time_limit is None else started + time_limit + fallback_budget(time_limit)
+
     def solve(depth: int, limit: float | None) -> Schedule:
         return _schedule(graph, mach, Options(**common, prefetch=depth), solver=solver, ilp=ilp,
                          modulo=modulo, strategy=strategy, time_limit=limit,
                          normalize_upper=normalize_upper, window_limit=window_limit, ranges=ranges,
-                         method=method, progress=progress)
+                         method=method, progress=progress, answer_by=answer_by)
 
     return with_prefetch(solve, prefetch, time_limit, started)
 
@@ -254,7 +259,8 @@ def _plan(register_plan: Any) -> tuple[int, ...] | None:
 
 def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp: str, modulo: str,
               strategy: str, time_limit: float | None, normalize_upper: int, window_limit: float | None,
-              progress: Progress | None, ranges: bool = True, method: str = "direct") -> Schedule:
+              progress: Progress | None, ranges: bool = True, method: str = "direct",
+              answer_by: float | None = None) -> Schedule:
     """One search at fixed options (:func:`schedule` without the prefetch-depth loop)."""
     started = time.monotonic()
     raw = build_problem(graph, mach, options)
@@ -265,6 +271,8 @@ def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp
         check_swp(raw)
     check_apart(raw, strategy)
     deadline = None if time_limit is None else started + time_limit
+    if deadline is not None:
+        load_lp()  # inside the limit, not at a first use near its end
     t0 = time.monotonic()
     raw_bounds = bounds(raw)
     t1 = time.monotonic()
@@ -276,7 +284,7 @@ def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp
     methods = (f"joint problem on {solver}{how}, modulo phase by {modulo}" if strategy == "joint"
                else f"modulo phase by {modulo} (Twill-SWP: no joint problem)")
     run = Run(problem, bound, deadline, progress, started, [], {}, {}, window_limit=window_limit,
-               ranges=ranges, methods=methods, method=method)
+               ranges=ranges, methods=methods, method=method, answer_by=answer_by)
     run.spend("bounds", (t1 - t0) + (time.monotonic() - t2))
     run.spend("normalize", t2 - t1)
     run.emit(EventKind.BOUNDS, res_mii=bound.res_mii, rec_mii=bound.rec_mii, mii=bound.mii)
@@ -291,10 +299,12 @@ def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp
         found, run.interrupted = run.found, True
     if found is None and run.timed_out and strategy == "joint":
         lo = least_open_ii(run)
-        budget = fallback_budget(FALLBACK_S if deadline is None else deadline - started)
-        until = time.monotonic() + budget
+        until = fallback_end(run)  # the limit plus the fallback's budget, less the certificate's reserve
+        budget = max(0.0, until - time.monotonic())
         # the heuristic's IIs walk up until one verifies: at most HEURISTIC_SHARE of the budget
-        fallback = heuristic_fallback(run, lo, limit_ii, until - budget * (1 - HEURISTIC_SHARE))
+        # (and at least FALLBACK_LAST_S of it: the walk is the answer the probes may only improve)
+        fallback = heuristic_fallback(run, lo, limit_ii, max(until - budget * (1 - HEURISTIC_SHARE),
+                                                             min(until, time.monotonic() + FALLBACK_LAST_S)))
         # the fallback's seconds left go to joint probes below the heuristic's II (twill.search.probe)
         top = limit_ii if fallback is None else fallback[1] - 1
         try:

@@ -30,8 +30,17 @@ from twill.solvers.normalize import Normalization
 from twill.solvers.status import CheckResult
 from twill.verify import violations
 
-__all__ = ["FALLBACK_FRACTION", "FALLBACK_MIN_S", "FALLBACK_S", "HEURISTIC_SHARE", "fallback_budget",
-           "heuristic_fallback", "heuristic_schedule"]
+__all__ = ["FALLBACK_FRACTION", "FALLBACK_LAST_S", "FALLBACK_MIN_S", "FALLBACK_S", "FINISH_RESERVE",
+           "HEURISTIC_SHARE", "fallback_budget", "fallback_end", "heuristic_fallback", "heuristic_schedule"]
+
+FINISH_RESERVE = 0.1
+"""Share of the fallback's budget kept for what follows it (the schedule's certificate and its
+verification), so the call returns by :attr:`Run.answer_by`."""
+
+FALLBACK_LAST_S = 0.05
+"""Seconds the fallback still gets when the search itself ran past :attr:`Run.answer_by` (a limit of a few
+milliseconds, or a loaded machine): one try of a small loop's heuristic schedule, which takes
+milliseconds, rather than no answer at all."""
 
 FALLBACK_S = 30.0
 """Most seconds the fallback heuristic (:func:`heuristic_fallback`) may take once the time limit has ended
@@ -39,8 +48,8 @@ the search without a schedule: a tuning choice (each II costs one iterative modu
 verification per split, well under a second on the FA loops)."""
 
 FALLBACK_FRACTION = 0.1
-"""The fallback's share of the time limit: a search with limit ``T`` returns within about ``1.1 T`` (the
-time-limit contract of ``benchmarks/solve_times.py --overshoot``)."""
+"""The fallback's share of the time limit: a search with limit ``T`` returns by ``T + max(0.1 T, 0.2 s)``
+(at most ``T + 30 s``), the time-limit contract of ``benchmarks/solve_times.py --overshoot``."""
 
 HEURISTIC_SHARE = 0.25
 """The share of :func:`fallback_budget` the heuristic's walk over IIs may take before the joint probes
@@ -49,19 +58,38 @@ iterative modulo scheduler's split verifies (milliseconds on the FA forwards); w
 sub-tiled FA backward on the H100) it used the whole budget to end with a list schedule at II 330, and
 the probes, given the seconds, found II 114-116 in 30-60 s at a load of 8 (solve_times_changes.md)."""
 
-FALLBACK_MIN_S = 1.0
-"""The fallback's least budget, for limits under 10 s (a heuristic schedule of a small loop takes
-milliseconds; a limit of 1 ms still gets one)."""
+FALLBACK_MIN_S = 0.2
+"""The fallback's least budget, for limits under 2 s: long enough for a heuristic schedule of a small loop
+(the iterative modulo schedule and one verification per split take milliseconds on the FA loops; the
+whole fallback of the 27-op FA backward and of the 60-op synthetic loop finishes in about 0.1 s,
+benchmarks/results/solve_times.json, ``overshoot``), short enough to keep a 1-2 s limit within 0.2 s."""
 
 
 def fallback_budget(time_limit: float) -> float:
-    """Seconds :func:`heuristic_fallback` may take after a search with ``time_limit`` seconds ran out:
-    ``min(FALLBACK_S, max(FALLBACK_MIN_S, FALLBACK_FRACTION x time_limit))``.
+    """Seconds past the time limit by which a search with ``time_limit`` seconds returns when the
+    fallback runs: ``min(FALLBACK_S, max(FALLBACK_MIN_S, FALLBACK_FRACTION x time_limit))``.
 
-    >>> fallback_budget(300.0), fallback_budget(60.0), fallback_budget(0.5)
-    (30.0, 6.0, 1.0)
+    The budget is counted from the time limit, not from the moment the search stopped: whatever the search
+    ran over its limit (a solver call that stops late) comes out of the fallback's share, so the call as a
+    whole returns by ``T + fallback_budget(T)`` (:attr:`Run.answer_by`).
+
+    >>> fallback_budget(300.0), fallback_budget(60.0), fallback_budget(5.0), fallback_budget(0.5)
+    (30.0, 6.0, 0.5, 0.2)
     """
     return min(FALLBACK_S, max(FALLBACK_MIN_S, FALLBACK_FRACTION * time_limit))
+
+
+def fallback_end(run: Run) -> float:
+    """The ``time.monotonic()`` value by which the fallback (the heuristic walk and the joint probes) must
+    stop: :attr:`Run.answer_by` (the time limit plus :func:`fallback_budget`) less :data:`FINISH_RESERVE`
+    of the budget, kept for the certificate and its verification; :data:`FALLBACK_S` from now without a
+    limit. A search that ran past its answer time still gets :data:`FALLBACK_LAST_S` for one try."""
+    if run.deadline is None:
+        end, share = time.monotonic() + FALLBACK_S, FALLBACK_S
+    else:
+        end = run.answer_by or run.deadline + fallback_budget(run.deadline - run.started)
+        share = max(0.0, end - run.deadline)
+    return max(end - FINISH_RESERVE * share, time.monotonic() + FALLBACK_LAST_S)
 
 
 def _splits(p: Problem) -> list[dict[str, int]]:
@@ -101,52 +129,49 @@ def heuristic_fallback(run: Run, lo: int, hi: int, until: float | None = None) -
     ``lo`` (the least II not refuted) upward in growing steps (1, 2, 4, ... up to ``hi``), the iterative
     modulo schedule of the problem with each :func:`_splits` assignment's crossing delays on the edges it
     makes cross, kept at the first II and split that pass :func:`twill.verify.violations`; then the IIs
-    between the last one that failed and it are bisected for a smaller one that passes. Takes at most
-    :func:`fallback_budget` seconds of the search's time limit, or until the ``time.monotonic()`` value
-    ``until`` when given; None if nothing passed (or a register plan is given: its budgets belong to the
-    pool's groups, which these splits do not follow)."""
+    between the last one that failed and it are bisected for a smaller one that passes. The schedules
+    without overlap (:func:`_last_resort`) are made first, so a fallback short of time still has one; a
+    modulo schedule replaces it when its II is smaller. Takes at most
+    :func:`fallback_budget` seconds past the search's time limit, counted from the limit
+    (:attr:`Run.answer_by`), less :data:`FINISH_RESERVE` of them, or until the ``time.monotonic()`` value
+    ``until`` when given; None if nothing passed in that time (or a
+    register plan is given: its budgets belong to the pool's groups, which these splits do not follow)."""
     p = run.problem
     if p.options.register_plan is not None:
         return None
     if until is None:
-        limit = FALLBACK_S if run.deadline is None else run.deadline - run.started
-        until = time.monotonic() + fallback_budget(limit)
+        until = fallback_end(run)
     splits = _splits(p)
+    clock = _Tries(until)
 
     def attempt(ii: int) -> tuple | None:
         for group in splits:
-            if time.monotonic() >= until:
+            if not clock.room():
                 return None
             edges = [dataclasses.replace(e, latency=p.crossing_delay(e))
                      if e.src != e.dst and group[e.src] != group[e.dst] else e for e in p.edges]
-            start = iterative_modulo_schedule(p.replace_times(p.ops, edges, p.cycles_per_unit), ii)
-            if start is None:
-                continue
-            found = _split_result(run, ii, start, group)
+            found = clock.timed(_modulo_try, run, p.replace_times(p.ops, edges, p.cycles_per_unit), ii,
+                                group)
             if found is not None:
                 return found
         return None
 
+    resort = _last_resort(run, splits, hi, clock)  # an answer in hand first: cheap, and always there
+    top = hi if resort is None else min(hi, resort[1] - 1)  # a modulo schedule must beat it
     ii, step, failed, best = lo, 1, lo - 1, None
-    last_resort = sorted(
-        (r for r in ([_list_schedule(p, group, hi) for group in splits]
-                     + [_no_overlap(p, group, hi) for group in splits]) if r is not None),
-        key=lambda r: (r[0], r[3]))
-    while ii <= hi and time.monotonic() < until:
+    while ii <= top and clock.room():
         best = attempt(ii)
         if best is not None:
             break
-        failed, ii, step = ii, min(hi, ii + step), step * 2
+        failed, ii, step = ii, min(top, ii + step), step * 2
         if ii == failed:
             break
-    for ii, start, group, how in last_resort if best is None else ():
-        best = _split_result(run, ii, start, group, how)
-        if best is not None:
-            break
+    if best is None:
+        best = resort
     if best is None:
         return None
     low, high = failed + 1, best[1] - 1
-    while low <= high and time.monotonic() < until:
+    while low <= high and clock.room():
         mid = (low + high) // 2
         better = attempt(mid)
         if better is not None:
@@ -154,6 +179,54 @@ def heuristic_fallback(run: Run, lo: int, hi: int, until: float | None = None) -
         else:
             low = mid + 1
     return best
+
+
+class _Tries:
+    """The fallback's end (a ``time.monotonic()`` value) and the longest try so far: a try that would not
+    finish by the end at that length is not started (the first always is)."""
+
+    def __init__(self, until: float) -> None:
+        self.until, self.longest, self.started = until, 0.0, False
+
+    def room(self) -> bool:
+        return not self.started or time.monotonic() + self.longest < self.until
+
+    def timed(self, fn: Any, *args: Any) -> Any:
+        self.started = True
+        began = time.monotonic()
+        try:
+            return fn(*args)
+        finally:
+            self.longest = max(self.longest, time.monotonic() - began)
+
+
+def _modulo_try(run: Run, problem: Problem, ii: int, group: dict[str, int]) -> tuple | None:
+    """The iterative modulo schedule of ``problem`` (crossing delays on the edges ``group`` makes cross) at
+    ``ii``, if it verifies with that split."""
+    start = iterative_modulo_schedule(problem, ii)
+    return None if start is None else _split_result(run, ii, start, group)
+
+
+def _last_resort(run: Run, splits: list[dict[str, int]], hi: int, clock: _Tries) -> tuple | None:
+    """The schedules without overlap (:func:`_list_schedule`, then :func:`_no_overlap`, for every split),
+    the one of least II (then by how it was made) that verifies; each made and checked only while
+    ``clock`` has room for it."""
+    p = run.problem
+    made = []
+    for build in (_list_schedule, _no_overlap):
+        for group in splits:
+            if not clock.room():
+                break
+            found = clock.timed(build, p, group, hi)
+            if found is not None:
+                made.append(found)
+    for ii, start, group, how in sorted(made, key=lambda r: (r[0], r[3])):
+        if not clock.room():
+            return None
+        best = clock.timed(_split_result, run, ii, start, group, how)
+        if best is not None:
+            return best
+    return None
 
 
 def _no_overlap(p: Problem, group: dict[str, int], hi: int) -> tuple | None:

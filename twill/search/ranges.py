@@ -87,6 +87,8 @@ def _close(run: Run, top: int, solver: str) -> int | None:
         The least II found to have a schedule (every II below it in its run refuted), or None when all
         were refuted or the deadline stopped a query.
     """
+    if run.expired():  # before the stage bounds of every pending II are computed: nothing is refuted
+        return None
     pending = [x for x in range(run.bound.mii, top + 1) if not is_complete(run, x)]
     for lo, last in ii_runs(pending):
         while lo <= last:

@@ -56,6 +56,7 @@ class Run:
     modulo_refuted: set[int] = field(default_factory=set)  # IIs without any modulo schedule
     stage_bounds: dict[int, int] = field(default_factory=dict)  # II -> stage_bound (computed once)
     found: tuple | None = None  # the schedule found before the closing phase, for Ctrl-C there
+    answer_by: float | None = None  # monotonic time the whole call must return by (the fallback's end)
 
     def note(self, attempt: Attempt, quiet: bool = False) -> None:
         """Record ``attempt``; report it (an ``attempt`` progress event) unless ``quiet``."""

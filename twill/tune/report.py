@@ -16,6 +16,7 @@ the top-level ``measure`` section then holds the count and the Spearman rank cor
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -104,16 +105,44 @@ def render_table(results: Sequence[Mapping[str, Any]], names: Sequence[str], *, 
     return table
 
 
-def short_reason(reason: str | None) -> str:
-    """The head of a reason, the resource or the stage that refused the config (the text before its first
-    ``:``), for a table cell; the whole reason is in the JSON and printed below the table.
+REASON_WIDTH = 100
+"""Characters of a refusal's reason shown in the table's note cell (the whole reason is printed below the
+table and is in the JSON)."""
 
-    >>> short_reason("shared memory: Triton allocates 294976 B per CTA, more than the 232448 B a CTA may use")
-    'shared memory'
+
+def short_reason(reason: str | None, width: int = REASON_WIDTH) -> str:
+    """A refusal's reason for a table cell: what refused the config (the text before its first ``": "``)
+    and why, at most ``width`` characters; the whole reason is in the JSON and printed below the table.
+
+    A reason of three or more ``": "``-separated parts (``"Gluon codegen: the Gluon backend cannot lower
+    this config: graph op 'sin_3' ... has no Gluon lowering"``) keeps its head and its last, most specific,
+    part. Over ``width``, parenthesised asides are dropped, then the text is cut at a word boundary and
+    ends with ``…``.
+
+    >>> short_reason("Gluon codegen: the Gluon backend cannot lower this config: graph op 's_3' (kind math) "
+    ...              "is made of math.sin at TTGIR line 12, which has no Gluon lowering (the backend lowers "
+    ...              "TMA descriptor loads, pointer loads and stores)")
+    "Gluon codegen: graph op 's_3' is made of math.sin at TTGIR line 12, which has no Gluon lowering"
+    >>> short_reason("shared memory: Triton allocates 294976 B per CTA, more than the 232448 B a CTA may use",
+    ...              width=60)
+    'shared memory: Triton allocates 294976 B per CTA, more than…'
     """
     if not reason:
         return ""
-    return str(reason).split(":", 1)[0][:40]
+    parts = " ".join(str(reason).split()).split(": ")
+    if len(parts) == 1:
+        text = parts[0]
+    else:
+        body = parts[-1] if len(parts) > 2 and len(parts[-1]) >= 20 else ": ".join(parts[1:])
+        text = f"{parts[0]}: {body}"
+    while len(text) > width and re.search(r"\s*\([^()]*\)", text):
+        text = re.sub(r"\s*\([^()]*\)(?!.*\()", "", text, count=1)
+    if len(text) <= width:
+        return text
+    cut = text[: width - 1]
+    if text[width - 1] != " " and " " in cut:  # do not end inside a word
+        cut = cut[: cut.rindex(" ")]
+    return cut.rstrip(" ,;:") + "…"
 
 
 def write_plot(path: str | Path, results: Sequence[Mapping[str, Any]], names: Sequence[str], *,

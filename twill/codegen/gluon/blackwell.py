@@ -393,6 +393,12 @@ class BlackwellPartition(PartitionEmitter):
                 return f"inv{info['index']}"
         return None
 
+    def _dead_ring(self, shape: tuple[int, ...], elem: str) -> str | None:
+        """No ring stages an epilogue store here: a tcgen05 MMA reads its ring slot asynchronously until its
+        mbarrier completes, and that a partition has seen every reader's completion is not shown for rings
+        (only for the loop-invariant tiles, :meth:`_reusable`); the store gets its own buffer."""
+        return None
+
     def _waited_finals(self) -> list[tuple[Op, TmemBuffer, str]]:
         return [f for f in self.tm.finals if (f[0].results[0].key, "after") in self.local]
 

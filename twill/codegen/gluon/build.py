@@ -323,8 +323,12 @@ def generate(schedule: Schedule, kernel: Any, machine: str | os.PathLike[str] | 
         if compiled is not None:
             (folder / f"{spec.name}.ptx").write_text(compiled.asm["ptx"])
             if shared > machine.smem_per_cta:
+                store = sum(b["bytes"] for b in source.buffers if b["what"] == "store staging")
+                why = (f"; {store} B of it stage the epilogue's stores, which no loop buffer whose readers "
+                       f"are done could hold (the model, which counts the loop's buffers, does not)"
+                       if store else "")
                 raise CodegenError(f"the generated kernel needs {shared} B of shared memory per CTA, more "
-                                   f"than machine {machine.name!r} has ({machine.smem_per_cta} B)")
+                                   f"than machine {machine.name!r} has ({machine.smem_per_cta} B){why}")
             tmem = int(getattr(compiled.metadata, "tmem_size", 0) or 0)
             if tmem > machine.tmem_columns:
                 raise CodegenError(f"the compiled kernel allocates {tmem} tensor-memory columns, more than "

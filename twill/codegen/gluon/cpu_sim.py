@@ -6,7 +6,11 @@ partition in its own thread:
 
 * an **mbarrier** counts arrivals and transaction bytes; a phase completes when both reach zero, and
   ``wait(bar, parity)`` blocks until the barrier's completed-phase count has the other parity (PTX
-  ``mbarrier.try_wait.parity``); a wait that never returns is reported as a deadlock;
+  ``mbarrier.try_wait.parity``); a wait that can never return is reported as a deadlock **by
+  construction**, not by a clock: when every partition still running is blocked in a wait and each has
+  looked at the barriers since the last change of any of them (an arrival, a completed phase, a copy or
+  MMA issued, a partition ending), none can ever be released. A slow machine cannot make a correct kernel
+  look deadlocked, nor a deadlocked one pass;
 * a **TMA load** lands in shared memory only when a partition waits on its barrier, and then completes its
   bytes there (a reader that does not wait for it sees stale data, deterministically);
 * a **wgmma** is computed when it completes (at the ``warpgroup_mma_wait`` that retires it, in issue order),
@@ -33,7 +37,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -157,6 +160,12 @@ class _Dummy:
         return _Dummy()
 
 
+def _changed(cond: threading.Condition) -> None:
+    """Record a change of barrier state (the caller holds ``cond``) and wake every waiter to look again."""
+    cond.epoch = getattr(cond, "epoch", 0) + 1
+    cond.notify_all()
+
+
 class Barrier:
     """One mbarrier."""
 
@@ -171,7 +180,7 @@ class Barrier:
         if self.pending <= 0 and self.tx <= 0:
             self.completed += 1
             self.pending, self.tx = self.count, 0
-            self.cond.notify_all()
+        _changed(self.cond)
 
 
 class BarrierArray:
@@ -193,6 +202,15 @@ class Smem:
 
     def permute(self, order: Sequence[int]) -> Smem:
         return Smem(np.transpose(self.data, tuple(order)))
+
+    def _reinterpret(self, dtype: Any, shape: Sequence[int], layout: Any = None) -> Smem:
+        """The first bytes of this buffer seen as a ``dtype`` tile of ``shape`` (they share memory: a
+        write through one is seen through the other)."""
+        flat = self.data.reshape(-1).view(np.uint8)
+        n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        if n > flat.size:
+            raise SimulationError(f"_reinterpret as {list(shape)} needs {n} B; the buffer has {flat.size} B")
+        return Smem(flat[:n].view(dtype).reshape(tuple(int(d) for d in shape)))
 
     def load(self, _layout: Any = None) -> Arr:
         return _arr(self.data.copy())
@@ -315,10 +333,14 @@ class _Machine:
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
+        self.cond.epoch = 0  # changes of barrier state so far (:func:`_changed`)
         self.pid = (0, 0, 0)
         self.local = threading.local()
         self.timeout = 20.0
         self.mma = "late"
+        self.live = 0  # partition threads still running (0 outside warp_specialize: the kernel's own thread)
+        self.waiting: dict[int, tuple[int, str]] = {}  # thread -> (epoch it last looked at, what it waits on)
+        self.deadlock: str | None = None
 
     # ---------------------------------------------------------------- gl
     def gl(self) -> Any:
@@ -426,19 +448,23 @@ class _Machine:
             def wait(bar: Barrier, phase: Any, pred: Any = True, deps: Any = ()) -> None:
                 if not pred:
                     return
-                deadline = time.monotonic() + m.timeout
+                me = threading.get_ident()
                 with m.cond:
-                    while True:
-                        while bar.in_flight:          # the copies a waiter sees land now
-                            bar.in_flight.pop(0)()
-                        if bar.completed % 2 != int(phase) % 2:
-                            break
-                        left = deadline - time.monotonic()
-                        if left <= 0:
-                            raise SimulationError(f"deadlock: {threading.current_thread().name} waits on an "
-                                                  f"mbarrier for parity {int(phase)} (completed phases "
-                                                  f"{bar.completed}, pending {bar.pending}, tx {bar.tx})")
-                        m.cond.wait(min(left, 0.5))
+                    try:
+                        while True:
+                            if m.deadlock is not None:
+                                raise SimulationError(m.deadlock)
+                            while bar.in_flight:          # the copies a waiter sees land now
+                                bar.in_flight.pop(0)()
+                            if bar.completed % 2 != int(phase) % 2:
+                                break
+                            m.waiting[me] = (m.cond.epoch, f"{threading.current_thread().name} waits on an "
+                                             f"mbarrier for parity {int(phase)} (completed phases "
+                                             f"{bar.completed}, pending {bar.pending}, tx {bar.tx})")
+                            m.check_deadlock()
+                            m.cond.wait()
+                    finally:
+                        m.waiting.pop(me, None)
         return MB()
 
     def tma(self) -> Any:
@@ -456,7 +482,7 @@ class _Machine:
                     bar._check()
                 with m.cond:
                     bar.in_flight.append(land)
-                    m.cond.notify_all()
+                    _changed(m.cond)
 
             @staticmethod
             def async_copy_shared_to_global(desc: Descriptor, coord: Sequence[int], smem: Smem) -> None:
@@ -502,7 +528,7 @@ class _Machine:
                 mma.complete()
             for bar in mma.bars:
                 bar.in_flight.append(mma.complete)
-            self.cond.notify_all()
+            _changed(self.cond)
 
     def tcgen05_commit(self, bar: Barrier) -> None:
         with self.cond:
@@ -511,7 +537,7 @@ class _Machine:
                 commit.complete()
             else:
                 bar.in_flight.append(commit.complete)
-            self.cond.notify_all()
+            _changed(self.cond)
 
     def allocate_tensor_memory(self, dtype: Any, shape: Sequence[int], layout: Any = None,
                                value: Any = None) -> Tmem:
@@ -521,6 +547,18 @@ class _Machine:
         return buf
 
     # ---------------------------------------------------------------- partitions
+    def check_deadlock(self) -> None:
+        """Raise (and flag for every waiter) a deadlock when every running thread waits and each has looked
+        at the current barrier state (called with :attr:`cond` held)."""
+        live = max(1, self.live)
+        if len(self.waiting) < live or any(e != self.cond.epoch for e, _ in self.waiting.values()):
+            return
+        self.deadlock = ("deadlock: every partition still running waits on an mbarrier no partition can "
+                         "complete: " + "; ".join(w for _, w in sorted(self.waiting.values(),
+                                                                       key=lambda x: x[1])))
+        _changed(self.cond)
+        raise SimulationError(self.deadlock)
+
     def run_partitions(self, entries: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]]) -> None:
         errors: list[BaseException] = []
 
@@ -529,11 +567,17 @@ class _Machine:
                 fn(*args)
             except BaseException as exc:  # reported by the caller
                 errors.append(exc)
+            finally:
+                with self.cond:  # one fewer thread that could release a waiter: the waiters look again
+                    self.live -= 1
+                    _changed(self.cond)
         threads = [threading.Thread(target=body, args=e, name=e[0].__name__, daemon=True) for e in entries]
+        with self.cond:
+            self.live = len(threads)
         for t in threads:
             t.start()
-        for t in threads:   # a blocked wait ends its thread with a deadlock error after `timeout` seconds
-            t.join(10 * self.timeout)
+        for t in threads:   # a deadlock ends every waiting thread at once; this catches a partition that
+            t.join(10 * self.timeout)  # neither waits nor ends (an endless loop)
         alive = [t.name for t in threads if t.is_alive()]
         if errors:
             raise SimulationError(f"{type(errors[0]).__name__}: {errors[0]}") from errors[0]
@@ -562,7 +606,9 @@ def run_kernel(source: str, kernel: str, args: Sequence[Any], grid: Sequence[int
     grid : sequence of int
         Programs along x, y (and z); they run one after the other.
     timeout : float
-        Seconds a barrier wait may block before the run is reported as a deadlock.
+        A tenth of the seconds a partition may run before the run is reported as not finishing (a
+        partition in an endless loop that never waits). A deadlock is found by construction, whatever the
+        time (module docstring).
     mma : {"late", "early"}
         When a tcgen05 MMA completes: when its barrier is waited on (default), or at issue.
 

@@ -94,7 +94,16 @@ def check_lowerable(lowering: Lowering, also: frozenset[str] = frozenset()) -> N
 
 def plan_staging(k: KernelFacts, parts: list[PartitionEmitter]) -> dict[int, dict[str, Any]]:
     """One staging buffer per register value read on another partition (the model's hand-off), with the
-    depth its lifetime needs: ``ceil((last reader's start - producer's end) / II)``."""
+    depth its lifetime needs: ``ceil((last read - producer's end) / II)``, a read of the value ``d``
+    iterations back (a loop-carried hand-off, through ``iter_args``) at its reader's start ``+ d * II``
+    (the model's rule, :func:`twill.model.liveness.memory_intervals`; ``"model_depth"``).
+
+    A reader partition frees the slot of iteration ``i`` at its last read of it, in iteration
+    ``i + d_last``; the producer does not store the iterations no reader reads in the loop (the last
+    ``"nearest"`` ones, the smallest distance of a read), so every slot it waits for is freed once the ring
+    has at least ``"distance" - "nearest"`` slots (largest minus smallest distance): the depth is the
+    larger of the two (a note says when that is more than the model's). A reader's first ``d``
+    iterations take the loop's initial value instead (:meth:`PartitionEmitter.body`)."""
     sched, ii = k.schedule, k.schedule.ii
     staging: dict[int, dict[str, Any]] = {}
     for part in parts:
@@ -104,17 +113,16 @@ def plan_staging(k: KernelFacts, parts: list[PartitionEmitter]) -> dict[int, dic
                     src = k.node_of[id(v.owner)]
                     if k.plan.part(src, sched) == part.p.position or src in k.plan.rings:
                         continue
-                    if dist:
-                        raise CodegenError(f"{k.where(m)} reads {v.name} of graph op {src!r} from a previous "
-                                           "iteration on another warp group: a loop-carried hand-off is not "
-                                           "lowered")
                     st = staging.setdefault(v.key, {"value": v, "node": src, "readers": set(), "end": 0,
-                                                    "id": len(staging)})
+                                                    "distance": 0, "nearest": dist, "id": len(staging)})
                     st["readers"].add(part.p.position)
-                    st["end"] = max(st["end"], sched.slots[n].start + 1)
+                    st["end"] = max(st["end"], sched.slots[n].start + dist * ii + 1)
+                    st["distance"] = max(st["distance"], dist)
+                    st["nearest"] = min(st["nearest"], dist)
     for st in staging.values():
         begin = sched.slots[st["node"]].start + sched.problem.op(st["node"]).cycles
-        st["depth"] = max(1, -(-(st["end"] - begin) // ii))
+        st["model_depth"] = max(1, -(-(st["end"] - begin) // ii))
+        st["depth"] = max(st["model_depth"], st["distance"] - st["nearest"])
         st["readers"] = sorted(st["readers"])
     return staging
 
@@ -169,6 +177,7 @@ def _with_short_loops(k: KernelFacts, parts: list[PartitionEmitter], short: int)
     seq = copy.copy(k)
     seq.plan = sequential_plan(k.plan, k.schedule)
     reused = {key: info.pop("reused", None) for key, info in k.invariant.items()}   # as before the first
+    seq.ring_reused = set()   # the other branch: its stores decide afresh, as the first body's did
     store_buffers = len(k.buffers)
     others = [PartitionEmitter(seq, p, prefix="x_") for p in seq.plan.partitions]
     _issue_invariants(seq, others)
@@ -276,6 +285,10 @@ def emit_kernel(schedule: Schedule, lowering: Lowering, plan: Plan, spec: Any,
         alloc.append(f"        mbarrier.init(sempty_{i}.index(i), count={len(st['readers'])})")
         buffers.append({"name": f"stage_{i}", "bytes": st["depth"] * v.type.nbytes,
                         "what": f"hand-off staging of {st['node']}", "depth": st["depth"]})
+        if st["depth"] > st["model_depth"]:
+            notes.append(f"the hand-off staging of {st['node']} has {st['depth']} slots, the model's "
+                         f"lifetime {st['model_depth']}: it is read {st['nearest']} to {st['distance']} "
+                         "iterations later, and a slot is freed at its last read")
         k.barrier_count += 2 * st["depth"]
         common += [f"stage_{i}", f"sready_{i}", f"sempty_{i}"]
     for h in k.after_handoff.values():

@@ -33,6 +33,7 @@ class KernelFacts:
 
     def __init__(self, schedule: Schedule, lowering: Lowering, plan: Plan, spec: Any) -> None:
         self.schedule, self.lowering, self.plan, self.spec = schedule, lowering, plan, spec
+        self.ring_reused: set[str] = set()  # rings an epilogue store stages its tile in (readers done)
         self.module = lowering.module
         self.loop = lowering.loop
         self.lines = self.module.text.splitlines()

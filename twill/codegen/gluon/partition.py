@@ -349,7 +349,19 @@ class PartitionEmitter:
                     # iteration 0 reads the iter_arg's initial value (a prologue / first trip: j is a number)
                     return self._outer_value(self.k.loop.operands[3 + v.index - 1])
                 y = self.k.yield_op.operands[v.index - 1]
-                return self._value(y, f"({j}) - 1", dist + 1, reader, complete)
+                prev = self._value(y, f"({j}) - 1", dist + 1, reader, complete)
+                if self._lowest(j) > 0 or not self._reads_other_partition(y):
+                    return prev   # (a chain of this partition's slots starts at the initial value)
+                # iteration j may be the first (the first steady trip, an epilogue trip of a short loop):
+                # it takes the initial value; the hand-off read of iteration j - 1 is predicated off then
+                key = (v.key, "first", j)
+                if key not in self.local:
+                    init = self._outer_value(self.k.loop.operands[3 + v.index - 1])
+                    name = self._fresh(f"{py_name(v)}_first")
+                    self._emit(f"{name} = gl.where(({j}) > 0, {prev}, {init})")
+                    self.kinds[name] = "tensor"
+                    self.local[key] = name
+                return self.local[key]
             return self._outer_value(v)
         op = v.owner
         if not self.k.in_loop(op):
@@ -357,7 +369,7 @@ class PartitionEmitter:
         if id(op) in self.k.node_of:
             node = self.k.node_of[id(op)]
             if self.k.plan.part(node, self.k.schedule) != self.p.position:
-                return self._remote(v, node, j, reader)
+                return self._remote(v, node, j, reader, dist)
             return self._chain_read(v, dist, reader, complete)
         # folded op: recompute for this iteration, once per trip
         key = (v.key, j)
@@ -365,7 +377,7 @@ class PartitionEmitter:
             return self.local[key]
         if op.name == "ttg.local_alloc" and op.operands and op.operands[0].owner is not None \
                 and op.operands[0].owner.name in LOADS:
-            return self._remote(v, self.k.node_of[id(op.operands[0].owner)], j, reader)
+            return self._remote(v, self.k.node_of[id(op.operands[0].owner)], j, reader, dist)
         args = self._operand_args(op, lambda u: self._value(u, j, dist, reader))
         expr = self._pure(op, args, v, j)
         name = self._fresh(py_name(v))
@@ -447,11 +459,34 @@ class PartitionEmitter:
         depth = self.k.plan.rings[node].depth
         return f"(({j}) % {depth})", f"((({j}) // {depth}) & 1)"
 
-    def _remote(self, v: Value, node: str, j: str, reader: Op | None) -> str:
-        """A value made by another partition (or a ring slot): a loaded tile's slot after its ready wait."""
+    def _lowest(self, j: str) -> int:
+        """The smallest value the iteration expression ``j`` takes in the current trip region: a steady
+        trip's ``t`` from its first trip, an epilogue trip's ``n_iter`` from the fewest iterations the
+        pipelined body runs (the longest prologue, at least one); ``j`` grows with both."""
+        if not re.fullmatch(r"[\w\s()+\-]+", j) or set(re.findall(r"[A-Za-z_]\w*", j)) - {"t", "n_iter"}:
+            raise CodegenError(f"partition {self.p.position}: iteration expression {j!r} (generator "
+                               "inconsistency)")
+        kind, t = self.region
+        first = self.p.stages - 1 + t if kind == "steady" else 0
+        return int(eval(j, {"__builtins__": {}}, {"t": first, "n_iter": max(1, self.p.stages - 1)}))
+
+    def _reads_other_partition(self, v: Value) -> bool:
+        """True if ``v`` (a loop value) is, or is computed from, a value of another partition or a ring."""
+        for u, _dist in self._sources(v, 0):
+            node = self.k.node_of[id(u.owner)]
+            if node in self.k.plan.rings or self.k.plan.part(node, self.k.schedule) != self.p.position:
+                return True
+        return False
+
+    def _remote(self, v: Value, node: str, j: str, reader: Op | None, dist: int = 0) -> str:
+        """A value made by another partition (or a ring slot): a loaded tile's slot after its ready wait.
+        ``dist``: how many iterations before its reader's the value is (``j`` is its iteration)."""
         ring = self.k.plan.rings.get(node)
         if ring is None:
-            return self._staged_read(v, node, j, reader)
+            return self._staged_read(v, node, j, reader, dist)
+        if dist and reader is not None and self._lowest(j) < 0:
+            raise CodegenError(f"{self.k.where(reader)} reads the TMA-loaded {v.name} of graph op {node!r} "
+                               f"from {dist} iteration(s) before: a loop-carried ring read is not lowered")
         slot, phase = self._ring_slot(node, j)
         key = (node, j)
         if key not in self.waited:
@@ -474,37 +509,47 @@ class PartitionEmitter:
         return stmt[:-1] + f", pred=({j}) >= 0)"
 
     # ------------------------------------------------------------------ hand-offs between partitions
-    def _staged_read(self, v: Value, node: str, j: str, reader: Op | None) -> str:
+    def _staged_read(self, v: Value, node: str, j: str, reader: Op | None, dist: int = 0) -> str:
         """A register value of another partition: wait for its staging slot, load it in this partition's
-        layout, free the slot."""
+        layout, free the slot. ``dist``: the value is of ``dist`` iterations before the reader's (a
+        loop-carried hand-off); where iteration ``j`` may be before the first (the first ``dist``
+        iterations of the reader), the wait, load and release are predicated on ``j >= 0`` and the reader
+        takes the loop's initial value (:meth:`_value`)."""
         st = self.k.staging.get(v.key)
         if st is None or self.p.position not in st["readers"]:
             raise CodegenError(f"{v.name} of graph op {node!r} is read by partition {self.p.position} "
-                               "through a path the hand-off planner did not see (a loop-carried value read "
-                               "on another warp group is not lowered)")
-        key = (v.key, "staged", j)
+                               "through a path the hand-off planner did not see")
+        # within a trip, an iteration is fixed by how far back it is: the reader's stage plus the distance
+        back = None if reader is None else self._stage(self.k.node_of[id(reader)]) + dist
+        key = (v.key, "staged", j if back is None else back)
         if key in self.local:
             return self.local[key]
         d = st["depth"]
-        slot, phase = f"(({j}) % {d})", f"((({j}) // {d}) & 1)"
+        low = self._lowest(j) if reader is not None else 0
+        pred = f", pred=({j}) >= 0" if low < 0 else ""
+        # a slot index >= 0 also where the read is predicated off (a whole number of turns of the ring on)
+        at = f"({j}) + {-(low // d) * d}" if low < 0 else j
+        slot, phase = f"(({at}) % {d})", f"((({j}) // {d}) & 1)"
         name = self._fresh(f"{py_name(v)}_in")
-        self._emit(f"mbarrier.wait(sready_{st['id']}.index({slot}), {phase})")
+        self._emit(f"mbarrier.wait(sready_{st['id']}.index({slot}), {phase}{pred})")
         self._emit(f"{name} = stage_{st['id']}.index({slot}).load({self._layout(v)})")
-        if reader is None or self._stage(self.k.node_of[id(reader)]) == self._last_staged_stage(v):
+        if back is None or back == self._last_staged_back(v):
             # the slot is freed once per iteration, by this partition's last read of it: readers in a later
-            # stage read the same iteration's slot trips later (the staging depth covers them: plan_staging)
-            self._emit(f"mbarrier.arrive(sempty_{st['id']}.index({slot}))")
+            # stage, or of a later iteration, read the same iteration's slot trips later (the staging depth
+            # covers them: plan_staging)
+            self._emit(f"mbarrier.arrive(sempty_{st['id']}.index({slot}){pred})")
         self.kinds[name] = "tensor"
         self.local[key] = name
         return name
 
-    def _last_staged_stage(self, v: Value) -> int:
-        """The latest stage among this partition's graph ops that read ``v`` (a value of another
-        partition): iteration ``i``'s value is read in trip ``i + s`` for each reader stage ``s``, the last
-        in this one."""
-        stages = [self._stage(n) for n in self.p.order for m in self.k.members[n]
-                  if any(u.key == v.key for u, _d in self.operand_sources(m))]
-        return max(stages, default=0)
+    def _last_staged_back(self, v: Value) -> int:
+        """The latest trip, counted back from the one an iteration's value is made in, in which this
+        partition reads ``v`` (a value of another partition): iteration ``i``'s value is read in trip
+        ``i + s + d`` for each reader of stage ``s`` reading it ``d`` iterations later, the last in this
+        one."""
+        backs = [self._stage(n) + d for n in self.p.order for m in self.k.members[n]
+                 for u, d in self.operand_sources(m) if u.key == v.key]
+        return max(backs, default=0)
 
     def _staged_write(self, v: Value, name: str, j: str, value: str | None = None) -> None:
         """Hand ``v`` (made here, in this trip unless ``value`` names the variable holding it) to the
@@ -517,10 +562,16 @@ class PartitionEmitter:
             value = self.local[(v.key, "node")]
         d = st["depth"]
         slot, phase = f"(({j}) % {d})", f"((({j}) // {d}) & 1)"
+        if st["nearest"]:
+            # read only in later iterations: the last ``nearest`` are never read in the loop (plan_staging)
+            self._emit(f"if ({j}) + {st['nearest']} < n_iter:")
+            self.ind += 1
         self._emit(f"mbarrier.wait(sempty_{st['id']}.index({slot}), {phase} ^ 1)")
         self._emit(f"stage_{st['id']}.index({slot}).store({value})")
         self._emit("fence_async_shared()")
         self._emit(f"mbarrier.arrive(sready_{st['id']}.index({slot}))")
+        if st["nearest"]:
+            self.ind -= 1
 
     def _release_stmt(self, node: str, j: str) -> str:
         slot, _ = self._ring_slot(node, j)
@@ -1013,7 +1064,13 @@ class PartitionEmitter:
             coords = [self._outer_value(u) for u in op.operands[2:]]
             shape, elem = self.k.desc_params[desc]
             reuse = self._reusable(shape, elem)
-            if reuse:
+            ring = None if reuse else self._dead_ring(shape, elem)
+            if ring:
+                buf = self._fresh("obuf")
+                self._emit(f"{buf} = {ring}._reinterpret({dtype_of(elem, 'the store')}, {list(shape)}, "
+                           f"{desc}.layout)   # the ring's readers are done: its bytes stage the store")
+                self._emit(f"{buf}.store({value})")
+            elif reuse:
                 self._emit(f"{reuse}.store({value})")
                 buf = reuse
             else:
@@ -1062,6 +1119,26 @@ class PartitionEmitter:
                 info["reused"] = True
                 return f"inv{info['index']}"
         return None
+
+    def _dead_ring(self, shape: tuple[int, ...], elem: str) -> str | None:
+        """A TMA ring of at least the tile's bytes that is dead after the loop, for an epilogue store with no
+        dead loop-invariant buffer (:meth:`_reusable`): every partition reading it is this one (whose
+        wgmmas are all retired when its loop ends) or one that has handed this one a loop result it has
+        waited on (a partition hands its results after all its wgmmas are complete). Its loads are all
+        landed then: the producer loads only iterations that exist, and each is read after its ready
+        barrier. The kernel's shared memory is then the steady state's, the model's (docs/gluon.md);
+        the smallest such ring is taken, each ring by one store (of one partition) only."""
+        waited = {h["from"] for i, h in self.k.after_handoff.items()
+                  if (self.k.yield_op.operands[i].key, "handed") in self.local}
+        need = tile_bytes(shape, elem)
+        fits = [(ring.depth * ring.nbytes, node) for node, ring in self.k.plan.rings.items()
+                if node not in self.k.ring_reused and ring.depth * ring.nbytes >= need and ring.readers
+                and all(r == self.p.position or r in waited for r in ring.readers)]
+        if not fits:
+            return None
+        node = min(fits)[1]
+        self.k.ring_reused.add(node)
+        return f"ring_{node}"
 
     def _reaches_by_registers(self, src: str, targets: set[str]) -> bool:
         """Whether graph op ``src`` reaches one of ``targets`` through same-iteration register edges."""
