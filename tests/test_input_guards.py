@@ -181,6 +181,57 @@ def test_a_machine_file_needs_its_own_name(tmp_path: Path) -> None:
     assert twill.load_machine(path).name == "mine"
 
 
+# ------------------------------------------------------------------------------- 4: sanity limits
+def test_a_latency_above_the_sanity_limit_is_refused_when_the_op_is_made() -> None:
+    from twill.ir.graph import DURATION_LIMIT
+
+    g = Graph("big")
+    with pytest.raises(twill.GraphError, match=rf"op 'S': latency={10**9} is above the sanity limit "
+                                               rf"{DURATION_LIMIT} cycles"):
+        g.add_op("S", "gemm", busy={"tc": 1}, latency=10**9)
+    with pytest.raises(twill.GraphError, match=r"op 'T': reservation of unit 'tc' has cycles=2000000 is "):
+        g.add_op("T", "gemm", busy={"tc": 2 * DURATION_LIMIT})
+    g.add_op("A", "gemm", busy={"tc": 1}, latency=1)
+    g.add_op("B", "gemm", busy={"tc": 1}, latency=1)
+    with pytest.raises(twill.GraphError, match=r"edge A->B: latency=1000001 is above the sanity limit"):
+        g.add_edge("A", "B", latency=DURATION_LIMIT + 1)
+
+
+def test_durations_adding_up_past_the_limit_are_refused_at_load_naming_the_op() -> None:
+    from twill.ir.graph import DURATION_LIMIT
+
+    data = figure1_graph().to_dict()
+    data["ops"][0]["latency"] = DURATION_LIMIT  # each value is within the limit, their sum is not
+    name = data["ops"][0]["name"]
+    with pytest.raises(twill.GraphError, match=rf"graph 'figure1': the loop's durations add up to "
+                                               rf"\d+ cycles, above the sanity limit {DURATION_LIMIT} "
+                                               rf"\(op '{name}' alone: {DURATION_LIMIT}"):
+        Graph.from_dict(data)
+    data["ops"][0]["latency"] = 10**9
+    with pytest.raises(twill.GraphError, match=rf"op '{name}': latency={10**9} is above the sanity limit"):
+        Graph.from_dict(data)
+
+
+# ------------------------------------------------------------------------ 5: loops that use no unit
+@pytest.mark.parametrize(("latencies", "distances"), [((3,), (1,)), ((2, 5), (0, 2)), ((4, 4), (1, 1))])
+def test_a_loop_of_ops_that_use_no_unit_is_scheduled_at_its_recmii(latencies: tuple[int, ...],
+                                                                   distances: tuple[int, ...]) -> None:
+    import math
+
+    from twill.verify import violations
+
+    g = Graph("nounit")
+    names = [f"v{i}" for i in range(len(latencies))]
+    for name in names:
+        g.add_op(name, "alu", busy={}, latency=0)
+    for i, (lat, dist) in enumerate(zip(latencies, distances, strict=True)):
+        g.add_edge(names[i], names[(i + 1) % len(names)], latency=lat, distance=dist)
+    s = twill.schedule(g, "h100")
+    # the only cycle: its latency over its distance, rounded up, is the II (no unit bounds it)
+    assert s.ii_cycles == math.ceil(sum(latencies) / sum(distances))
+    assert s.certificate.proven_optimal and not violations(s)
+
+
 # ------------------------------------------------------------------------- 6: rates must be positive
 RATES = ["cost.tc_flops_fp16", "cost.tc_flops_fp8", "cost.tma_bytes_per_cycle", "cost.mufu_per_cycle",
          "cost.alu_per_cycle", "cost.convert_per_cycle", "cost.smem_bytes_per_cycle",
