@@ -249,6 +249,9 @@ def run_machine(machine: str, log: Callable[[str], None], jobs: int = 1, only: s
     started = time.monotonic()
     spec = CASES[machine]
     graph = twill.graph_from_kernel(spec, machine=machine)
+    # the what-if machines (variant_machine) change registers and hand-offs, which build_problem reads from
+    # the machine, not the op costs lowered here: the graph is scheduled on each of them as it is
+    graph.machine = ""
     with tempfile.TemporaryDirectory(prefix="twill-sens-") as tmp:
         todo = [v | {"limit": limit, "window": window} for v in variants(graph, machine, Path(tmp))
                 if only is None or f"{v['knob']}:{v['factor']:g}" in only]

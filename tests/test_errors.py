@@ -203,6 +203,8 @@ def _h100_with(tmp_path: Path, old: str, new: str) -> Path:
     text = (resources.files("twill.machines") / "h100.toml").read_text(encoding="utf-8")
     assert text.count(old) == 1, old
     path = tmp_path / "custom.toml"
+    # an edited copy is another machine: it takes its own name (a bundled one is refused)
+    text = text.replace('name = "h100"', 'name = "h100-custom"')
     path.write_text(text.replace(old, new), encoding="utf-8")
     return path
 
@@ -963,7 +965,7 @@ def test_a_machine_with_smem_ports_needs_their_rate_to_price_hand_offs(tmp_path:
     g.add_op("A", "alu", busy={"alu": 64}, warps=4, result_bytes=8192)
     g.add_op("B", "exp", busy={"mufu": 64}, warps=4)
     g.add_edge("A", "B")
-    with pytest.raises(MachineError, match=r"custom\.toml: machine 'h100' has no constant "
+    with pytest.raises(MachineError, match=r"custom\.toml: machine 'h100-custom' has no constant "
                                            r"'cost\.smem_bytes_per_cycle' \(the SMEM port rate") as info:
         twill.schedule(g, str(path))
     assert info.value.key == "cost.smem_bytes_per_cycle"
@@ -976,7 +978,8 @@ def test_a_zero_smem_rate_is_named_and_cross_group_false_names_a_forced_crossing
     g.add_edge("A", "B")
     rate = "\nsmem_bytes_per_cycle = { value = "
     path = _h100_with(tmp_path, rate + "128,", rate + "0,")
-    with pytest.raises(MachineError, match=r"cost\.smem_bytes_per_cycle = 0 must be > 0"):
+    with pytest.raises(MachineError, match=r"custom\.toml: cost\.smem_bytes_per_cycle\.value = 0 must be "
+                                           r"> 0"):
         twill.schedule(g, str(path))
     # a value into a variable-latency op must cross groups: cross_group=False is refused before solving
     g.add_op("V", "atomic", busy={"lsu": 64}, variable_latency=True)

@@ -194,5 +194,5 @@ def test_from_dict_rejects_malformed_data():
     data = _three_ops().to_dict()
     name = data["ops"][0]["name"]
     del data["ops"][0]["rrt"]
-    with pytest.raises(GraphError, match=rf"op '{name}': missing field\(s\) 'rrt'"):
+    with pytest.raises(GraphError, match=rf"op '{name}' \(ops\[0\]\): missing field\(s\) 'rrt'"):
         Graph.from_dict(data)

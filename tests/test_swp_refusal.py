@@ -103,7 +103,7 @@ def test_refused_when_the_consumer_group_mixes_shapes() -> None:
 def test_fa_backward_not_refused(entry: str, machine: str) -> None:
     # these fit one consumer group by the floor (at most 24 + 2 x 64 + 64 = 216 against 240 for 8 warps)
     # and have one consumer shape, so Twill-SWP searches them exactly as before
-    p = build_problem(twill.graph_from_kernel(f"{FA_BWD}::{entry}"), load_machine(machine))
+    p = build_problem(twill.graph_from_kernel(f"{FA_BWD}::{entry}", machine=machine), load_machine(machine))
     check_swp_shapes(p)
     check_swp_registers(p)
 

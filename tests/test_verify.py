@@ -266,7 +266,7 @@ def test_memory_staging_buffer(quick_h100):
     assert {e.family for e in violations(moved)} == {"memory", "capacity", "dependence"}
     err = next(e for e in violations(moved) if e.family == "memory")
     assert "smem needs 248832 bytes > capacity 232448 at residue 0 (216064 loop-invariant; " \
-           "live: A (staging))" in str(err)
+           "live: A (staging) (32768))" in str(err)
 
 
 def test_capacity_counts_the_smem_traffic_of_a_hand_off(quick_h100):

@@ -457,6 +457,7 @@ class Schedule:
             if cert.lower_bound > ii:
                 raise ValueError(f"certificate.lower_bound {cert.lower_bound} is above the schedule's II "
                                  f"{ii}")
+            _check_certificate(cert, ii, strategy, scoped="scope" in c)
             sched = cls(problem, ii, length, slots, tuple(groups), cert, stats, strategy,
                         dict(_table(data.get("normalization", {}), "normalization")),
                         dict(_table(data.get("bounds_cycles", {}), "bounds_cycles")))
@@ -477,6 +478,40 @@ class Schedule:
         except RecursionError as exc:
             raise TwillError("not a twill schedule: the JSON is nested too deeply to read") from exc
         return cls.from_dict(data)
+
+
+def _check_certificate(cert: Certificate, ii: int, strategy: str, *, scoped: bool) -> None:
+    """ValueError naming the fields of a certificate that contradict each other (a hand-edited or
+    corrupted file): the lower bound is ``max(ResMII, RecMII, 1)``; a proof of optimality
+    (``proven_optimal``) is the joint strategy's, not the heuristic's, leaves no II undecided and covers
+    every II from the lower bound below the schedule's with a complete scope run (as
+    :func:`twill.search.certificate.finish` makes it); a heuristic schedule's ``ii_bound`` is at most
+    its II. ``scoped``: the file records the scope (files written before it was recorded are not held to
+    the coverage rule)."""
+    mii = max(cert.res_mii, cert.rec_mii, 1)
+    if cert.lower_bound != mii:
+        raise ValueError(f"certificate.lower_bound {cert.lower_bound} is not max(res_mii {cert.res_mii}, "
+                         f"rec_mii {cert.rec_mii}, 1) = {mii}")
+    if cert.heuristic and cert.ii_bound > ii:
+        raise ValueError(f"certificate.ii_bound {cert.ii_bound} is above the heuristic schedule's II {ii}")
+    if not cert.proven_optimal:
+        return
+    if cert.heuristic:
+        raise ValueError("certificate.proven_optimal is true but certificate.heuristic is true: a heuristic "
+                         "schedule proves nothing")
+    if strategy != "joint":
+        raise ValueError(f"certificate.proven_optimal is true for strategy {strategy!r}: only the joint "
+                         f"search proves optimality")
+    if cert.undecided:
+        raise ValueError(f"certificate.proven_optimal is true but certificate.undecided lists II(s) "
+                         f"{', '.join(map(str, cert.undecided))}: an undecided II is not refuted")
+    covered = {x for r in cert.scope if r.complete for x in range(r.lo, r.hi + 1)}
+    missing = [x for x in range(cert.lower_bound, ii) if x not in covered] if scoped else []
+    if missing:
+        span = f"{missing[0]}..{missing[-1]}" if len(missing) > 1 else str(missing[0])
+        raise ValueError(f"certificate.proven_optimal is true but II(s) {span} below the schedule's II {ii} "
+                         f"are not refuted for every stage count (certificate.scope, from the lower bound "
+                         f"{cert.lower_bound})")
 
 
 def _whole(value: Any, where: str, low: int | None = None, high: int | None = None) -> int:

@@ -226,6 +226,19 @@ def _occupancy(held: list[_Held], where: str, ii: int, base: int) -> list[int]:
     return [base + sum(h.weight * h.copies_at(t, ii) for h in mine) for t in range(ii)]
 
 
+def _live_terms(held: list[_Held], where: str, t: int, ii: int) -> str:
+    """What is live in ``where`` at residue ``t``, each value with its weight and, when more than one
+    iteration's copy is live, the count: ``o0 (96 x 4 copies)``; the terms add up to the occupancy of
+    :func:`_occupancy` less its base."""
+    terms = []
+    for h in held:
+        copies = h.copies_at(t, ii) if h.where == where else 0
+        if copies:
+            terms.append(f"{h.what} ({h.weight} x {copies} copies)" if copies > 1
+                         else f"{h.what} ({h.weight})")
+    return ", ".join(terms)
+
+
 def _memory(s: Schedule) -> Iterator[ScheduleError]:
     p, res = s.problem, s.problem.resources
     held = _held(s)
@@ -237,9 +250,9 @@ def _memory(s: Schedule) -> Iterator[ScheduleError]:
         peak = max(occ)
         if peak > capacity:
             t = occ.index(peak)
-            live = [h.what for h in held if h.where == kind and h.copies_at(t, s.ii)]
             yield ScheduleError(f"{kind} needs {peak} {unit} > capacity {capacity} at residue {t} "
-                                f"({fixed} loop-invariant; live: {', '.join(live)})", family="memory")
+                                f"({fixed} loop-invariant; live: {_live_terms(held, kind, t, s.ii)})",
+                                family="memory")
 
 
 def _groups(s: Schedule) -> Iterator[ScheduleError]:
@@ -312,10 +325,9 @@ def _registers(s: Schedule) -> Iterator[ScheduleError]:
                                 f"{need}, and its setmaxnreg budget is {g.registers}", family="registers")
         if peak > limit:
             t = occ.index(peak)
-            live = [f"{h.what} ({h.weight})" for h in held if h.where == where and h.copies_at(t, s.ii)]
             yield ScheduleError(f"warp group {g.index} holds {peak} registers per thread at residue {t} "
-                                f"> limit {limit} ({res.group_overhead} overhead; live: {', '.join(live)})",
-                                family="registers")
+                                f"> limit {limit} ({res.group_overhead} overhead; live: "
+                                f"{_live_terms(held, where, t, s.ii)})", family="registers")
 
 
 def _blocking(s: Schedule) -> Iterator[ScheduleError]:

@@ -546,13 +546,13 @@ def _flags(report: RegReport, cliffs: Mapping[int, Cliff]) -> str:
 
 def render_table(reports: Sequence[RegReport]) -> Any:
     """The register-rationing table as a :class:`rich.table.Table`."""
-    from rich.table import Table
+    from twill.render.terminal import PlainTable
 
     rows = sorted(reports, key=lambda r: r.num_warps)
     first = rows[0] if rows else None
     title = "registers" if first is None else (
         f"{first.kernel} ({Path(first.source).name}) on {first.target}, num_stages={first.num_stages}")
-    table = Table(title=title)
+    table = PlainTable(title=title)
     for col in ("num_warps", "threads", "regs/thread", "cap", "RF/CTA", "spill st/ld B", "STL/LDL", "SMEM B",
                 "setmaxnreg", "mma", "flags"):
         table.add_column(col, justify="left" if col in ("setmaxnreg", "mma", "flags") else "right")

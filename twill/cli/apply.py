@@ -5,11 +5,18 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from rich.markup import escape
+
 from twill.cli import common
 from twill.cli.options import machine_options
 from twill.render.terminal import make_console
 
-__all__ = ["add_parser", "run"]
+__all__ = ["WRITES", "add_parser", "run"]
+
+WRITES = ("schedule.json", "applied.ttgir", "report.txt", "report.json", "manifest.json", "kernel.py",
+          "twill_apply.json")
+"""File names either backend may write into the output folder (besides compiled artefacts), which no
+input may be."""
 
 HELP = "apply a schedule to the kernel: through Triton's compile, or as a generated Gluon kernel"
 
@@ -47,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
     from twill.apply import apply, refuse_unsupported, triton_apart
 
     console = make_console()
-    out = common.check_output(args.output, folder=True)
+    out = common.check_output(args.output, folder=True, inputs=(args.file, args.schedule, args.machine),
+                              writes=WRITES)
     machine = args.machine
     if args.schedule:
         sched = common.read_schedule(args.schedule)
@@ -63,14 +71,14 @@ def run(args: argparse.Namespace) -> int:
         graph = graph_from_kernel(args.file, machine)
         # the pairs Triton's sm_100 pipeliner must keep apart bind only the Triton re-entry path
         apart = triton_apart(graph) if target == "sm_100" and args.backend == "triton" else ()
-        with console.status(f"solving {graph.name} for {machine}..."):
+        with console.status(f"solving {escape(graph.name)} for {escape(str(machine))}..."):
             sched = solve(graph, machine, time_limit=args.time_limit, apart=apart)
     if args.backend == "gluon":
         from twill.codegen.gluon import generate
 
-        with console.status(f"generating and compiling the Gluon kernel of {sched.problem.name}..."):
+        with console.status(f"generating and compiling the Gluon kernel of {escape(sched.problem.name)}..."):
             kernel = generate(sched, args.file, machine, out, compile=not args.no_compile)
-        (out / "schedule.json").write_text(sched.to_json())
+        common.write_output(out / "schedule.json", sched.to_json())
         print(kernel.report.render())
         print(f"wrote {out}/")
         return 0
@@ -78,8 +86,8 @@ def run(args: argparse.Namespace) -> int:
                    compile=not args.no_compile, baseline=not args.no_baseline, peel=not args.no_peel,
                    machine=machine)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "schedule.json").write_text(sched.to_json())
-    (out / "applied.ttgir").write_text(result.ttgir)
+    common.write_output(out / "schedule.json", sched.to_json())
+    common.write_output(out / "applied.ttgir", result.ttgir)
     print(result.report.render())
     print(f"wrote {out}/")
     return 0

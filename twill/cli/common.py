@@ -7,7 +7,7 @@ import importlib.util
 import inspect
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -16,25 +16,43 @@ from rich.markup import escape
 from twill.errors import FrontendError, TwillError, TwillWarning
 from twill.render.terminal import make_console
 
-__all__ = ["ERR", "check_output", "load_graph", "read_schedule", "read_text", "showing_notes"]
+__all__ = ["ERR", "check_output", "graph_from_args", "load_graph", "read_schedule", "read_text",
+           "showing_notes", "write_output"]
 
 ERR = make_console(stderr=True)
 """The console errors, notes and progress lines go to (stderr); a test may replace it."""
 
 
-def check_output(path: str | os.PathLike[str], *, folder: bool = False) -> Path:
+def check_output(path: str | os.PathLike[str], *, folder: bool = False,
+                 inputs: Iterable[str | os.PathLike[str] | None] = (), writes: Iterable[str] = ()) -> Path:
     """``path`` as a :class:`~pathlib.Path` once it looks writable; checked before a solve, so that a long
     solve is not lost to a typo in the output name.
 
-    A file needs an existing, writable parent folder and must not be a folder itself; a ``folder`` may
-    not exist yet (it is created), but its nearest existing ancestor must be a writable folder.
+    A file needs a non-empty name, an existing, writable parent folder and must not be a folder itself; a
+    ``folder`` may not exist yet (it is created), but its nearest existing ancestor must be a writable
+    folder. No file written may be one of the command's ``inputs`` (a kernel ``FILE.py::NAME`` counts as
+    ``FILE.py``; a machine name that is not a file is skipped): for a file, ``path`` itself, for a folder,
+    each of the file names ``writes`` inside it.
 
     Raises
     ------
     TwillError
         Naming the path and what is wrong with it.
     """
+    if not os.fspath(path):
+        raise TwillError("an output path is empty; give a file name")
     p = Path(path)
+    written = [p / name for name in writes] if folder else [p]
+    for given in inputs:
+        if given is None or not os.fspath(given):
+            continue
+        source = Path(os.fspath(given).partition("::")[0])
+        if not source.is_file():
+            continue
+        for target in written:
+            if os.path.realpath(target) == os.path.realpath(source):
+                raise TwillError(f"cannot write {target}: it is the input {given}; give another output "
+                                 f"name")
     if folder:
         if p.exists() and not p.is_dir():
             raise TwillError(f"cannot write into {path}: it exists and is not a folder")
@@ -50,6 +68,15 @@ def check_output(path: str | os.PathLike[str], *, folder: bool = False) -> Path:
     if not base.is_dir() or not os.access(base, os.W_OK):
         raise TwillError(f"cannot write {path}: {base} is not a writable folder")
     return p
+
+
+def write_output(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path``; :class:`TwillError` ``cannot write PATH: REASON`` if the system
+    refuses (a path under ``/proc``, a full disk) after :func:`check_output` passed."""
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise TwillError(f"cannot write {path}: {exc.strerror or exc}") from exc
 
 
 def _builder(path: Path, name: str) -> Any:
@@ -90,6 +117,8 @@ def load_graph(target: str, machine: str, constexprs: dict[str, Any] | None = No
 
     path_text, _, name = target.partition("::")
     path = Path(path_text)
+    if path.is_dir():
+        raise FrontendError(f"{path_text} is a folder, not a kernel, TTGIR or graph file")
     if not path.is_file():
         raise FrontendError(f"no such file: {path_text}")
     if num_warps is not None and (num_warps < 1 or num_warps & (num_warps - 1)):
@@ -179,6 +208,8 @@ def read_schedule(path: str) -> Any:
     from twill.schedule import Schedule
 
     p = Path(path)
+    if p.is_dir():
+        raise TwillError(f"{path} is a folder, not a saved schedule")
     if not p.is_file():
         raise TwillError(f"no such file: {path}")
     text = read_text(p)

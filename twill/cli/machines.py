@@ -25,11 +25,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``twill machines``; returns 0."""
-    from rich.table import Table
-
     from twill.ir.machine import known_machines, load_machine
+    from twill.render.terminal import PlainTable
 
-    table = Table(title="bundled machines")
+    table = PlainTable(title="bundled machines")
     for col in ("name", "arch", "description", "units (capacity)", "regs", "SMEM/CTA", "TMEM cols"):
         table.add_column(col)
     for name in known_machines():

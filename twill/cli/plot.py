@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from rich.markup import escape
+
 from twill.cli import common
 from twill.cli.options import saved_schedule_options
 from twill.render.terminal import make_console
@@ -32,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from twill.render.plot import save
 
     sched = common.read_schedule(args.file)
-    common.check_output(args.output)
+    common.check_output(args.output, inputs=(args.file,))
     out = save(sched, args.output, title=args.title, width=args.width)
-    make_console().print(f"wrote {out}")
+    make_console().print(f"wrote {escape(str(out))}")
     return 0

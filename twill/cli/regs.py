@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
 from twill.cli import common
@@ -58,8 +57,8 @@ def run(args: argparse.Namespace) -> int:
     from twill.calibrate.regs import find_cliffs, render_table, sweep
     from twill.frontend.constexprs import parse_assignments, parse_constexprs
 
-    if args.json:
-        common.check_output(args.json)
+    if args.json is not None:
+        common.check_output(args.json, inputs=(args.file,))
     reports = sweep(args.file, target=args.target, num_warps=args.num_warps, num_stages=args.num_stages,
                     constexprs=parse_constexprs(args.constexpr),
                     signature=parse_assignments(args.signature, flag="--signature"))
@@ -75,5 +74,5 @@ def run(args: argparse.Namespace) -> int:
     if spilling:
         console.print(f"[red]spills[/] at num_warps {', '.join(map(str, spilling))}", soft_wrap=True)
     if args.json:
-        Path(args.json).write_text(json.dumps([r.to_dict() for r in reports], indent=1), encoding="utf-8")
+        common.write_output(args.json, json.dumps([r.to_dict() for r in reports], indent=1))
     return 0

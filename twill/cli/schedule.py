@@ -6,6 +6,8 @@ import argparse
 import time
 from typing import Any
 
+from rich.markup import escape
+
 from twill.cli import common
 from twill.cli.options import kernel_options, machine_options, search_kwargs, search_options
 from twill.errors import InterruptedSolveError
@@ -65,11 +67,12 @@ def run(args: argparse.Namespace) -> int:
     from twill.render.show import render
     from twill.search.algorithm1 import schedule
 
-    out = common.check_output(args.json) if args.json else None
+    out = (common.check_output(args.json, inputs=(args.file, args.machine))
+           if args.json is not None else None)
     graph = common.graph_from_args(args)
     console = make_console()
-    console.print(f"[bold]{graph.name}[/]: {len(graph.ops)} ops, {len(graph.edges)} edges "
-                  f"(from {graph.source or args.file})")
+    console.print(f"[bold]{escape(graph.name)}[/]: {len(graph.ops)} ops, {len(graph.edges)} edges "
+                  f"(from {escape(graph.source or args.file)})")
     started = time.monotonic()
     try:
         with console.status("solving...") as status:
@@ -77,18 +80,19 @@ def run(args: argparse.Namespace) -> int:
     except InterruptedSolveError as exc:
         if exc.schedule is not None:  # the best schedule found before Ctrl-C, marked not proven
             if out is not None:
-                out.write_text(exc.schedule.to_json())
+                common.write_output(out, exc.schedule.to_json())
             console.print(render(exc.schedule))
             if out is not None:
-                console.print(f"wrote {out} (the best schedule before the interrupt, not proven optimal)")
+                console.print(f"wrote {escape(str(out))} (the best schedule before the interrupt, not "
+                              f"proven optimal)")
         raise
     if args.relax:
         console.print(f"[bold]what-if[/]: {', '.join(sorted(set(args.relax)))} left out; "
                       "not a schedule the machine can run")
     if out is not None:  # saved before printing: a closed pipe must not lose the solve
-        out.write_text(sched.to_json())
+        common.write_output(out, sched.to_json())
     console.print(render(sched))
     console.print(f"solved in {time.monotonic() - started:.1f}s")
     if out is not None:
-        console.print(f"wrote {out}")
+        console.print(f"wrote {escape(str(out))}")
     return 0

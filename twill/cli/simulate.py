@@ -50,5 +50,5 @@ def run(args: argparse.Namespace) -> int:
     result = simulate(sched, args.iterations, latencies, args.seed, unit_order=args.unit_order)
     console = make_console()
     for line in result.summary():
-        console.print(line)
+        console.print(line, markup=False, highlight=False)
     return 0

@@ -14,6 +14,7 @@ are printed and written).
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
@@ -121,17 +122,25 @@ def run(args: argparse.Namespace) -> int:
         except TwillError as exc:
             err.print(f"[red]error[/]: {escape(str(exc))}")
             return 2
+    from twill.cli.common import check_output
+
+    try:
+        for out in (args.json, args.plot):
+            if out is not None:
+                check_output(out, inputs=(args.file, args.machine))
+        if args.json and args.plot and os.path.realpath(args.json) == os.path.realpath(args.plot):
+            raise TwillError(f"--json {args.json} and --plot {args.plot} are the same file")
+        if args.plot is not None and Path(args.plot).suffix.lower() not in (".png", ".svg", ".pdf"):
+            raise TwillError(f"--plot {args.plot}: the picture format must be .png, .svg or .pdf")
+    except TwillError as exc:
+        err.print(f"[red]error[/]: {escape(str(exc))}; nothing was tuned")
+        return 2
     for out in (args.json, args.plot):
         if not out:
             continue
         path = Path(out).resolve()
-        if not path.parent.is_dir():
-            err.print(f"[red]error[/]: the folder of {escape(out)} does not exist")
-            return 2
         probe = path.with_name(path.name + ".tmp")  # where write_json / write_plot write first
         try:
-            if path.is_dir():
-                raise IsADirectoryError(f"{out} is a folder")
             with open(probe, "a", encoding="utf-8"):
                 pass
             probe.unlink()
@@ -198,10 +207,10 @@ def run(args: argparse.Namespace) -> int:
                   f"{meta['cut']} cut (not run or not finished)")
     if args.measure and not outcome.sweep.interrupted:
         meta["measure"] = _measure(args, outcome, names, console, err)
-    if args.json:
+    if args.json is not None:
         write_json(args.json, results, **meta)
         console.print(f"wrote {escape(args.json)} ({len(results)} configs)")
-    if args.plot and results:
+    if args.plot is not None and results:
         write_plot(args.plot, results, names, title=title)
         console.print(f"wrote {escape(args.plot)}")
     return 130 if outcome.sweep.interrupted else 0

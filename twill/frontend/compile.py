@@ -428,8 +428,30 @@ def compile_to_ttgir(kernel: Any, *, target: str = "sm_90", signature: Mapping[s
     except FrontendError:
         raise
     except Exception as exc:  # Triton raises CompilationError, RuntimeError, AssertionError, ...
-        raise FrontendError(f"Triton cannot compile {spec.name!r} for sm_{capability}: "
-                            f"{type(exc).__name__}: {str(exc).strip()[:2000]}") from exc
+        given = ", ".join(f"{k}={v!r}" for k, v in (constexprs or {}).items())
+        given = f" (constexpr values given: {given})" if given else ""
+        raise FrontendError(f"Triton cannot compile {spec.name!r} for sm_{capability}: {_reason(exc)}"
+                            f"{given}; {type(exc).__name__}: {str(exc).strip()[:2000]}") from exc
+
+
+def _reason(exc: BaseException) -> str:
+    """The innermost message of Triton's exception chain (a ``CompilationError`` wraps the error of the
+    builtin that failed, e.g. ``Shape element 1 must be a power of 2``, under the source listing), or its
+    ``error_message``; the last line of ``exc`` when there is neither."""
+    reason = ""
+    seen: set[int] = set()
+    node: BaseException | None = exc
+    while node is not None and id(node) not in seen:
+        seen.add(id(node))
+        text = getattr(node, "error_message", None) or (
+            str(node).strip() if type(node).__name__ != "CompilationError" else "")
+        if text:
+            reason = str(text).strip()[:500]
+        node = node.__cause__ or node.__context__
+    if not reason:
+        lines = str(exc).strip().splitlines()
+        reason = lines[-1].strip() if lines else type(exc).__name__
+    return reason
 
 
 class _SplitPassFailed(Exception):

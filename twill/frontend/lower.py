@@ -420,6 +420,7 @@ def lower_loop(ttgir: str | os.PathLike[str] | TTGIRModule, machine: str | Machi
     machine = load_machine(machine)
     module = ttgir if isinstance(ttgir, TTGIRModule) else parse_ttgir(ttgir)
     _check_target(module, machine)
+    _check_warps(module.num_warps, machine)
     loop = find_loop(module, loop_index)
     ctx = LoweringContext(module, CostModel(machine), module.num_warps)
     body = LoopBody(loop, ctx)
@@ -431,7 +432,7 @@ def lower_loop(ttgir: str | os.PathLike[str] | TTGIRModule, machine: str | Machi
     per_iteration = body.per_iteration_tmem()
     fixed_smem, fixed_tmem = _fixed_memory(body, per_iteration)
     graph = Graph(name or module.function_name(loop) or "loop", fixed_smem, fixed_tmem,
-                  f"{module.source}:{loop.line}")
+                  f"{module.source}:{loop.line}", machine.name)
     for spec in specs:
         where = spec.members[0] if spec.members else spec.primary
         graph.add_op(spec.name, spec.kind, **spec.cost.op_kwargs(),
@@ -492,6 +493,14 @@ def graph_from_ttgir(text_or_path: str | os.PathLike[str], machine: str | Machin
     return lower_loop(text_or_path, machine, loop_index=loop_index).graph
 
 
+def _check_warps(num_warps: int, machine: Machine) -> None:
+    """:class:`FrontendError` if a CTA of ``num_warps`` warps has more threads than ``machine`` allows."""
+    if num_warps > machine.max_warps:
+        raise FrontendError(f"num_warps {num_warps} is {num_warps * 32} threads per CTA; machine "
+                            f"{machine.name!r} allows at most {machine.max_warps} warps "
+                            f"({machine.max_warps * 32} threads) per CTA (warps.max_per_cta)")
+
+
 def graph_from_kernel(spec_or_kernel: Any, machine: str | Machine = "h100", *,
                       constexprs: dict[str, Any] | None = None, loop_index: int | None = None,
                       **compile_options: Any) -> Graph:
@@ -519,6 +528,8 @@ def graph_from_kernel(spec_or_kernel: Any, machine: str | Machine = "h100", *,
     from twill.frontend.compile import compile_to_ttgir, target_for
 
     machine = load_machine(machine)
+    if isinstance(compile_options.get("num_warps"), int):
+        _check_warps(compile_options["num_warps"], machine)  # before the compile
     snapshots = compile_to_ttgir(spec_or_kernel, target=target_for(machine), constexprs=constexprs,
                                  **compile_options)
     module = parse_ttgir(snapshots.pre_swp)

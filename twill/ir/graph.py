@@ -246,6 +246,19 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+DURATION_LIMIT = 10**6
+"""Largest latency, duration, start, distance or reservation count one op or edge may have, and the largest
+sum of the loop's durations (:meth:`Graph.check`), in cycles: the schedule of a loop is at most about that
+long, and a saved schedule's II and length are read back only up to the same limit
+(:data:`twill.schedule.SANITY_LIMIT`); the listing and the verifier walk schedules cycle by cycle."""
+
+
+def _check_limit(value: Any, what: str, **where: Any) -> None:
+    if _is_int(value) and value > DURATION_LIMIT:
+        raise GraphError(f"{what}={value} is above the sanity limit {DURATION_LIMIT} cycles (a typo? twill "
+                         f"schedules loops of at most that many cycles)", **where)
+
+
 def check_op(op: Op, units: Iterable[str] | None = None) -> None:
     """Raise :class:`GraphError` if ``op`` has a negative, non-integer or missing cost.
 
@@ -265,6 +278,8 @@ def check_op(op: Op, units: Iterable[str] | None = None) -> None:
             if not _is_int(value) or value < low:
                 raise GraphError(f"{where}: reservation of unit {r.unit!r} has {fld}={value!r}, "
                                  f"must be an integer >= {low}", op=op.name, source=op.source)
+            _check_limit(value, f"{where}: reservation of unit {r.unit!r} has {fld}", op=op.name,
+                         source=op.source)
     if op.completion is not None:
         if not _is_int(op.completion) or op.completion < 0:
             raise GraphError(f"{where}: completion={op.completion!r} must be a non-negative integer "
@@ -278,6 +293,8 @@ def check_op(op: Op, units: Iterable[str] | None = None) -> None:
         if not _is_int(value) or value < 0:
             raise GraphError(f"{where}: {fld}={value!r} must be a non-negative integer", op=op.name,
                              source=op.source)
+    for fld in ("latency", "issue_cycles", "completion", "spill_cost"):
+        _check_limit(getattr(op, fld), f"{where}: {fld}", op=op.name, source=op.source)
     if op.spill_cost is not None and (not _is_int(op.spill_cost) or op.spill_cost < 0):
         raise GraphError(f"{where}: spill_cost={op.spill_cost!r} must be a non-negative integer",
                          op=op.name, source=op.source)
@@ -319,6 +336,8 @@ def check_dependence(dep: Dependence) -> None:
     if dep.carrier not in CARRIERS:
         raise GraphError(f"edge {dep.label}: carrier={dep.carrier!r} is not one of {', '.join(CARRIERS)}",
                          edge=edge, source=dep.source)
+    for fld in ("latency", "distance", "handoff"):
+        _check_limit(getattr(dep, fld), f"edge {dep.label}: {fld}", edge=edge, source=dep.source)
     if dep.handoff is not None and (not _is_int(dep.handoff) or dep.handoff < 0):
         raise GraphError(f"edge {dep.label}: handoff={dep.handoff!r} must be a non-negative integer (cycles "
                          f"a crossing between warp groups costs) or None", edge=edge, source=dep.source)
@@ -343,6 +362,11 @@ class Graph:
         Tensor-memory columns held for the whole loop by values defined outside it.
     source : str
         Where the graph came from (kernel file, TTGIR file).
+    machine : str
+        Name of the machine whose costs the graph's latencies and reservations are (set by the
+        frontend: ``graph_from_kernel(..., machine="h100")`` gives ``"h100"``); scheduling it on
+        another machine is refused (:func:`twill.model.problem.build_problem`). ``""`` (a hand-built
+        graph): machine-agnostic, scheduled on any machine.
 
     Notes
     -----
@@ -355,6 +379,7 @@ class Graph:
     fixed_smem: int = 0
     fixed_tmem: int = 0
     source: str = ""
+    machine: str = ""
     nx: nx.MultiDiGraph = field(default_factory=nx.MultiDiGraph, repr=False)
 
     # ----------------------------------------------------------------------------------------- building
@@ -579,6 +604,20 @@ class Graph:
                                  f"carries one (register, smem or tmem) from another op", op=op.name,
                                  source=op.source)
         self._check_zero_distance_cycles()
+        self._check_total_duration()
+
+    def _check_total_duration(self) -> None:
+        """:class:`GraphError` if the loop's durations (each op's latency or reservation length, whichever
+        is longer, and each edge's explicit latency and hand-off) add up past :data:`DURATION_LIMIT`: a
+        schedule can be that long, and neither its listing nor its saved JSON would be usable."""
+        costs = {op.name: max(op.latency, op.cycles) for op in self.ops}
+        edges = sum((d.latency or 0) + (d.handoff or 0) for d in self.edges)
+        total = sum(costs.values()) + edges
+        if total > DURATION_LIMIT:
+            worst = max(sorted(costs), key=costs.__getitem__)
+            raise GraphError(f"graph {self.name!r}: the loop's durations add up to {total} cycles, above the "
+                             f"sanity limit {DURATION_LIMIT} (op {worst!r} alone: {costs[worst]}; edges: "
+                             f"{edges})", op=worst, source=self.op(worst).source)
 
     def _check_zero_distance_cycles(self) -> None:
         zero = nx.DiGraph()
@@ -600,7 +639,7 @@ class Graph:
     # ----------------------------------------------------------------------------------------- copying
     def map_ops(self, fn: Any, *, name: str | None = None) -> Graph:
         """A new graph with every op replaced by ``fn(op)`` (same name) and the edges unchanged."""
-        out = Graph(name or self.name, self.fixed_smem, self.fixed_tmem, self.source)
+        out = Graph(name or self.name, self.fixed_smem, self.fixed_tmem, self.source, self.machine)
         for op in self.ops:
             out.add(fn(op))
         for dep in self.edges:
@@ -609,7 +648,7 @@ class Graph:
 
     def with_edges(self, fn: Any) -> Graph:
         """A new graph with every dependence replaced by ``fn(dep)``."""
-        out = Graph(self.name, self.fixed_smem, self.fixed_tmem, self.source)
+        out = Graph(self.name, self.fixed_smem, self.fixed_tmem, self.source, self.machine)
         for op in self.ops:
             out.nx.add_node(op.name, op=op)
         for dep in self.edges:
@@ -626,6 +665,7 @@ class Graph:
             "fixed_smem": self.fixed_smem,
             "fixed_tmem": self.fixed_tmem,
             "source": self.source,
+            **({"machine": self.machine} if self.machine else {}),
             "ops": [op_to_dict(op) for op in self.ops],
             "edges": [
                 {"src": d.src, "dst": d.dst, "latency": d.latency, "distance": d.distance,
@@ -649,21 +689,29 @@ class Graph:
         if not isinstance(data, Mapping):
             raise GraphError(f"graph data is {type(data).__name__}, not a JSON object")
         _refuse_unknown(data, GRAPH_FIELDS, f"graph {data.get('name', '?')!r}")
-        try:
-            g = cls(str(data["name"]), int(data.get("fixed_smem", 0)), int(data.get("fixed_tmem", 0)),
-                    str(data.get("source", "")))
-        except KeyError as exc:
-            raise GraphError(f"graph data is malformed: missing field {exc.args[0]!r}") from exc
-        except GraphError:
-            raise
-        except (TypeError, ValueError) as exc:
-            raise GraphError(f"graph {data.get('name')!r} is malformed: {exc}") from exc
+        if "name" not in data:
+            raise GraphError("graph data is malformed: missing field 'name'")
+        name = data["name"]
+        if not isinstance(name, str) or not name:
+            raise GraphError(f"graph name {name!r} must be a non-empty string")
+        for key in ("source", "machine"):
+            if not isinstance(data.get(key, ""), str):
+                raise GraphError(f"graph {name!r}: {key} {data[key]!r} must be a string")
+        for key in ("fixed_smem", "fixed_tmem"):  # checked as given: "100000", 1.5 or true is no count
+            value = data.get(key, 0)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise GraphError(f"graph {name!r}: {key} {value!r} must be a non-negative integer "
+                                 f"({'bytes' if key == 'fixed_smem' else 'TMEM columns'} held for the whole "
+                                 f"loop)")
+        g = cls(name, data.get("fixed_smem", 0), data.get("fixed_tmem", 0), data.get("source", ""),
+                data.get("machine", ""))
         try:
             g._read_rows(data)
         except GraphError:
             raise
         except (TypeError, ValueError, AttributeError) as exc:
             raise GraphError(f"graph {g.name!r} is malformed: {exc}") from exc
+        g._check_total_duration()
         return g
 
     def _read_rows(self, data: Mapping[str, Any]) -> None:
@@ -685,7 +733,7 @@ class Graph:
                        handoff=e.get("handoff"))
 
 
-GRAPH_FIELDS: tuple[str, ...] = ("name", "fixed_smem", "fixed_tmem", "source", "ops", "edges")
+GRAPH_FIELDS: tuple[str, ...] = ("name", "fixed_smem", "fixed_tmem", "source", "machine", "ops", "edges")
 """The fields of a graph JSON object (:meth:`Graph.to_dict`)."""
 OP_FIELDS: tuple[str, ...] = ("name", "kind", "rrt", "latency", "issue_cycles", "regs", "smem", "tmem",
                               "result_bytes", "variable_latency", "warps", "spill_cost", "source", "attrs",
@@ -761,7 +809,8 @@ def op_from_dict(d: Mapping[str, Any], where: str = "op") -> Op:
     _refuse_unknown(d, OP_FIELDS, label, op=None if name is None else str(name))
     missing = [k for k in ("name", "kind", "rrt", "latency", "issue_cycles") if k not in d]
     if missing:
-        raise GraphError(f"{label}: missing field(s) {', '.join(map(repr, missing))}",
+        placed = label if name is None or where == "op" else f"{label} ({where})"
+        raise GraphError(f"{placed}: missing field(s) {', '.join(map(repr, missing))}",
                          op=None if name is None else str(name))
     if not isinstance(d["rrt"], list):
         raise GraphError(f"{label}: rrt is {type(d['rrt']).__name__}, not a list of reservations",

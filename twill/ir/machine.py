@@ -245,6 +245,8 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 def _load_raw(name_or_path: str | Path, seen: tuple[str, ...] = ()) -> tuple[dict[str, Any], str]:
     raw, where = _read_toml(name_or_path)
     base = raw.get("base")
+    if not seen and not where.startswith("machines/"):
+        _check_own_name(raw, where)
     if base is None:
         return raw, where
     if not isinstance(base, str):
@@ -256,6 +258,18 @@ def _load_raw(name_or_path: str | Path, seen: tuple[str, ...] = ()) -> tuple[dic
     _refuse_new_open_keys(parent, raw, where, base)
     merged = _merge(parent, {k: v for k, v in raw.items() if k != "base"})
     return merged, f"{where} (base {parent_where})"
+
+
+def _check_own_name(raw: Mapping[str, Any], where: str) -> None:
+    """A user's machine file names itself: schedules record the machine's name, and ``twill apply
+    --schedule`` resolves a bundled name to the bundled file, so a file that silently inherited its base's
+    name would later be applied with the base's costs. (A file may still take a bundled name on purpose:
+    an H100 with less shared memory, to apply an ``h100`` schedule under a smaller budget.)"""
+    name = raw.get("name")
+    if name is None:
+        inherited = f" (it would record its base's name, {raw['base']!r})" if "base" in raw else ""
+        raise MachineError(f"missing key name: a machine file needs its own name, which schedules "
+                           f"record{inherited}", key="name", file=where)
 
 
 _OPEN_SECTIONS = ("chip", "cost")
@@ -317,6 +331,32 @@ def _collect(raw: Mapping[str, Any], where: str) -> dict[str, Constant]:
     return constants
 
 
+_POSITIVE_CHIP = ("sms", "clock_ghz", "dram_bytes_per_s", "max_threads_per_sm", "max_ctas_per_sm",
+                  "smem_per_sm", "l1_smem_per_sm", "register_alloc_unit")
+"""[chip] capacities and rates the cost model and the occupancy model divide by."""
+
+
+def _is_rate(dotted: str) -> bool:
+    """Whether the constant ``dotted`` (``section.key``) is a rate or capacity some cost divides by, which
+    must be > 0: every ``*_per_cycle`` / ``*_per_s`` rate, the Tensor Core FLOP rates (``tc_flops_*``), the
+    least MMA M (``tc_min_m``) and the [chip] capacities of :data:`_POSITIVE_CHIP`."""
+    section, _, key = dotted.partition(".")
+    if section == "chip":
+        return key in _POSITIVE_CHIP or key.endswith(("_per_cycle", "_per_s"))
+    if section == "cost":
+        return key.endswith(("_per_cycle", "_per_s")) or key.startswith("tc_flops_") or key == "tc_min_m"
+    return False
+
+
+def _check_rates(constants: Mapping[str, Constant], where: str) -> None:
+    """:class:`MachineError` naming the key and the file for a rate or capacity (:func:`_is_rate`) that is
+    not > 0 (a zero rate gave a ZeroDivisionError deep in the cost model)."""
+    for dotted, constant in sorted(constants.items()):
+        if _is_rate(dotted) and not constant.value > 0:
+            raise MachineError(f"{dotted}.value = {constant.value!r} must be > 0 (a rate or capacity the "
+                               f"cost model divides by)", key=dotted, file=where)
+
+
 def _reject_unknown_keys(constants: Mapping[str, Constant], where: str) -> None:
     """A key outside the fixed set of its section (a typo) would be ignored, or silently leave a base
     machine's value in place; ``[chip]`` and ``[cost]`` are open (the cost model reads what it needs)."""
@@ -375,6 +415,7 @@ def load_machine(machine: str | Path | Machine) -> Machine:
                            file=where)
     constants = _collect(raw, where)
     _reject_unknown_keys(constants, where)
+    _check_rates(constants, where)
     for section, keys in _REQUIRED.items():
         for key in keys:
             if f"{section}.{key}" not in constants:
@@ -393,7 +434,7 @@ def load_machine(machine: str | Path | Machine) -> Machine:
     if reg_min % step or reg_max % step:
         raise MachineError(f"setmaxnreg range [{reg_min}, {reg_max}] is not on the step {step}",
                            key="registers.setmaxnreg_step", file=where)
-    return Machine(
+    loaded = Machine(
         name=raw["name"],
         description=str(raw.get("description", "")),
         arch=raw["arch"],
@@ -408,11 +449,12 @@ def load_machine(machine: str | Path | Machine) -> Machine:
         group_overhead_regs=_int(constants, "registers.group_overhead", where),
         small_value_regs=_int(constants, "registers.small_value", where),
         smem_per_cta=_int(constants, "memory.smem_per_cta", where, 1),
-        tmem_lanes=_int(constants, "tmem.lanes", where) if has_tmem else 0,
-        tmem_columns=_int(constants, "tmem.columns", where) if has_tmem else 0,
-        tmem_alloc_step=_int(constants, "tmem.alloc_step", where) if has_tmem else 0,
+        tmem_lanes=_int(constants, "tmem.lanes", where, 1) if has_tmem else 0,
+        tmem_columns=_int(constants, "tmem.columns", where, 1) if has_tmem else 0,
+        tmem_alloc_step=_int(constants, "tmem.alloc_step", where, 1) if has_tmem else 0,
         max_warps=_int(constants, "warps.max_per_cta", where, 1),
         warps_per_group=_int(constants, "warps.per_warpgroup", where, 1),
         constants=constants,
         file=where,
     )
+    return loaded

@@ -15,15 +15,12 @@ from typing import Any
 
 from twill.errors import GraphError, OptionsError, ResourceError
 from twill.ir.fields import unknown_keys_message
-from twill.ir.graph import CARRIERS, Dependence, Graph, Op, check_op
+from twill.ir.graph import CARRIERS, DURATION_LIMIT, Dependence, Graph, Op, check_op
 from twill.ir.machine import Machine
 
 __all__ = ["HANDOFF_UNIT", "RELAXABLE", "Edge", "Options", "Problem", "Resources", "build_problem",
            "check_resources", "edge_key"]
 
-DURATION_LIMIT = 10**6
-"""Largest duration, latency, distance or reservation count :meth:`Problem.check` accepts in a problem read
-from a file (the verifier walks reservation tables cycle by cycle)."""
 
 RELAXABLE: dict[str, str] = {
     "registers": "live registers per warp group and moment (no per-thread limit, budgets need not hold them)",
@@ -110,6 +107,10 @@ class Options:
     apart: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
+        if isinstance(self.relax, str) or not isinstance(self.relax, Iterable):
+            raise OptionsError(f"relax={self.relax!r} must be a collection of constraint family names (e.g. "
+                               f"{{{next(iter(RELAXABLE))!r}}}), among {', '.join(RELAXABLE)}",
+                               option="relax")
         unknown = sorted(map(str, set(self.relax) - set(RELAXABLE)))
         if unknown:
             raise OptionsError(f"relax: {', '.join(unknown)} not among {', '.join(RELAXABLE)}",
@@ -621,9 +622,14 @@ def build_problem(graph: Graph, machine: Machine, options: Options | None = None
     Raises
     ------
     GraphError
-        The graph is malformed or uses a unit the machine lacks.
+        The graph is malformed, uses a unit the machine lacks, or was lowered for another machine
+        (:attr:`twill.ir.graph.Graph.machine`: its latencies and reservations are that machine's costs).
     """
     options = options or Options()
+    if graph.machine and graph.machine != machine.name:
+        raise GraphError(f"graph {graph.name!r} was lowered for machine {graph.machine!r} (its latencies "
+                         f"and reservations are that machine's costs); it cannot be scheduled on "
+                         f"{machine.name!r}: lower it again with machine={machine.name!r}")
     graph.check(machine.unit_names)
     _check_apart(options, {op.name for op in graph.ops}, graph.name)
     resolved = sorted(
@@ -656,7 +662,13 @@ def check_resources(problem: Problem) -> None:
     cap = res.max_regs
     if opts.register_plan:
         cap = min(cap, max(opts.register_plan))
+    if res.group_overhead > cap and "registers" not in opts.relax:
+        limit = "register plan's largest budget" if opts.register_plan and cap < res.max_regs else "limit"
+        raise ResourceError(f"the warp-group overhead alone, {res.group_overhead} registers per thread, is "
+                            f"above the {limit} {cap}: no op can be placed on any warp group",
+                            resource="registers")
     for op in problem.ops:
+        _check_reservations(op, res.units)
         if op.warps > res.max_warps and "groups" not in opts.relax:
             raise ResourceError(f"op {op.name!r} is issued by {op.warps} warps > {res.max_warps} warps per "
                                 f"CTA (source {op.source or '?'})", resource="warps")
@@ -670,6 +682,23 @@ def check_resources(problem: Problem) -> None:
         _check_rings(problem)
     if (res.tmem or problem.fixed_tmem or any(op.tmem for op in problem.ops)) and "tmem" not in opts.relax:
         _check_memory(problem, "tmem", res.tmem, problem.fixed_tmem, "columns")
+
+
+def _check_reservations(op: Op, capacity: Mapping[str, int]) -> None:
+    """:class:`ResourceError` if ``op`` alone holds more of a unit at some cycle of its reservation table
+    than the unit's capacity: the modulo table of any II holds at least that at that residue, so no II
+    fits (the search would walk every II up to ``max_ii`` to say so)."""
+    events: dict[str, list[tuple[int, int]]] = {}
+    for r in op.rrt:  # a sweep over the rows' starts and ends, per unit
+        events.setdefault(r.unit, []).extend(((r.start, r.count), (r.end, -r.count)))
+    for unit, marks in sorted(events.items()):
+        held = 0
+        for t, delta in sorted(marks, key=lambda m: (m[0], m[1])):  # ends before starts at one cycle
+            held += delta
+            if held > capacity.get(unit, 0):
+                raise ResourceError(f"op {op.name!r} reserves {held} of unit {unit!r} at cycle {t} of its "
+                                    f"reservation table, capacity {capacity.get(unit, 0)}: no II can hold "
+                                    f"it (source {op.source or '?'})", resource=unit)
 
 
 def _check_rings(problem: Problem) -> None:

@@ -213,8 +213,8 @@ def save(schedule: Schedule, path: str | Path, **options: Any) -> Path:
     Raises
     ------
     TwillError
-        The suffix is not a format matplotlib writes, or ``width`` (inches) is not a number in
-        [2, 100].
+        The suffix is not a format matplotlib writes, ``width`` (inches) is not a number in
+        [2, 100], or the file cannot be written (``cannot write PATH: REASON``).
     """
     out = Path(path)
     fmt = out.suffix.lstrip(".").lower()
@@ -229,5 +229,8 @@ def save(schedule: Schedule, path: str | Path, **options: Any) -> Path:
     metadata = {"svg": {"Date": None}, "pdf": {"CreationDate": None}, "png": {}}[fmt]
     with matplotlib.rc_context({"svg.hashsalt": "twill", "svg.fonttype": "none"}):
         fig = figure(schedule, **options)
-        fig.savefig(out, format=fmt, dpi=150 if fmt == "png" else None, metadata=metadata)
+        try:
+            fig.savefig(out, format=fmt, dpi=150 if fmt == "png" else None, metadata=metadata)
+        except OSError as exc:
+            raise TwillError(f"cannot write {path}: {exc.strerror or exc}") from exc
     return out

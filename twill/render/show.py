@@ -9,17 +9,17 @@ import io
 from collections.abc import Iterator
 
 from rich.console import Console, Group
-from rich.table import Table
 from rich.text import Text
 
+from twill.render.terminal import PlainTable
 from twill.schedule import Schedule
 
 __all__ = ["render", "to_text"]
 
 
-def _summary(s: Schedule) -> Table:
+def _summary(s: Schedule) -> PlainTable:
     cert = s.certificate
-    t = Table(title=f"{s.problem.name} on {s.machine} ({s.strategy})", show_header=False, box=None)
+    t = PlainTable(title=f"{s.problem.name} on {s.machine} ({s.strategy})", show_header=False, box=None)
     t.add_column(style="bold")
     t.add_column()
     cpu = s.problem.cycles_per_unit
@@ -49,8 +49,8 @@ def _summary(s: Schedule) -> Table:
     return t
 
 
-def _ops(s: Schedule) -> Table:
-    t = Table(title="ops by start (iteration 0; times in units of the problem)")
+def _ops(s: Schedule) -> PlainTable:
+    t = PlainTable(title="ops by start (iteration 0; times in units of the problem)")
     for col in ("start", "stage", "group", "op", "kind", "length", "units", "regs", "smem B", "tmem"):
         t.add_column(col, justify="right" if col not in ("op", "kind", "units") else "left")
     for slot in sorted(s.slots.values(), key=lambda x: (x.start, x.warp_group, x.name)):
@@ -61,8 +61,8 @@ def _ops(s: Schedule) -> Table:
     return t
 
 
-def _groups(s: Schedule) -> Table:
-    t = Table(title="warp groups")
+def _groups(s: Schedule) -> PlainTable:
+    t = PlainTable(title="warp groups")
     for col in ("group", "role", "warps", "setmaxnreg", "needed", "ops"):
         t.add_column(col)
     for g in s.warp_groups:
@@ -71,7 +71,7 @@ def _groups(s: Schedule) -> Table:
     return t
 
 
-def _handoffs(s: Schedule) -> Table | None:
+def _handoffs(s: Schedule) -> PlainTable | None:
     """Edges whose ends sit on different warp groups, with what each crossing costs (time units): the
     delay it adds past ``d`` (:meth:`Problem.crossing_delay`) and its SMEM-port time, the consumer's load
     plus, on the producer's first crossing edge, its one store."""
@@ -79,7 +79,7 @@ def _handoffs(s: Schedule) -> Table | None:
     crossing = [e for e in p.edges if s.group[e.src] != s.group[e.dst]]
     if not crossing:
         return None
-    t = Table(title="hand-offs between warp groups (per iteration; units of the problem)")
+    t = PlainTable(title="hand-offs between warp groups (per iteration; units of the problem)")
     for col in ("edge", "groups", "carrier", "bytes", "added delay", "SMEM port: load (+ store)"):
         t.add_column(col, justify="left" if col in ("edge", "groups", "carrier") else "right")
     stored: set[str] = set()  # a producer stores its value once, however many groups read it
@@ -92,9 +92,9 @@ def _handoffs(s: Schedule) -> Table | None:
     return t
 
 
-def _steady(s: Schedule) -> Table:
+def _steady(s: Schedule) -> PlainTable:
     rows = s.listing()["steady_state"]
-    t = Table(title=f"steady state (one II: times {(s.stages - 1) * s.ii}..{s.stages * s.ii - 1} of T, "
+    t = PlainTable(title=f"steady state (one II: times {(s.stages - 1) * s.ii}..{s.stages * s.ii - 1} of T, "
                     f"in units of the problem)")
     t.add_column("t")
     groups = sorted({g.index for g in s.warp_groups})
@@ -108,10 +108,10 @@ def _steady(s: Schedule) -> Table:
     return t
 
 
-def _smem(s: Schedule) -> Table:
+def _smem(s: Schedule) -> PlainTable:
     """Each SMEM buffer's bytes x ring depth, and the total against the machine's capacity."""
     use = s.smem_usage()
-    t = Table(title="shared memory (bytes per CTA)")
+    t = PlainTable(title="shared memory (bytes per CTA)")
     for col in ("buffer", "bytes", "depth", "bytes x depth"):
         t.add_column(col, justify="left" if col == "buffer" else "right")
     for b in use["buffers"]:
@@ -127,7 +127,7 @@ def _smem(s: Schedule) -> Table:
 
 def _certificate(s: Schedule) -> Iterator[object]:
     cert = s.certificate
-    t = Table(title="search (certificate)")
+    t = PlainTable(title="search (certificate)")
     for col in ("II", "stages", "phase", "status", "s", "reason"):
         t.add_column(col)
     runs: list[list] = []  # IIs refuted by one range query share a row: [first, last, attempt, seconds]
@@ -145,8 +145,8 @@ def _certificate(s: Schedule) -> Iterator[object]:
         yield Text(f"note: {note}", style="yellow")
 
 
-def _stats(s: Schedule) -> Table:
-    t = Table(title="solve statistics")
+def _stats(s: Schedule) -> PlainTable:
+    t = PlainTable(title="solve statistics")
     for col in ("phase", "seconds", "calls"):
         t.add_column(col)
     for p in s.stats:
@@ -163,7 +163,7 @@ def render(schedule: Schedule) -> Group:
     parts.append(_steady(schedule))
     depths = schedule.buffer_depths()
     if depths:
-        t = Table(title="buffer depths (copies alive at once)")
+        t = PlainTable(title="buffer depths (copies alive at once)")
         t.add_column("value")
         t.add_column("copies")
         for name, depth in depths.items():

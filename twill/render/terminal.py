@@ -8,9 +8,34 @@ makes on a closed pipe (status 141, 128 + SIGPIPE).
 
 from __future__ import annotations
 
-from rich.console import Console
+from typing import Any
 
-__all__ = ["make_console"]
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+__all__ = ["PlainTable", "make_console"]
+
+
+def _plain(value: Any) -> Any:
+    """A string as :class:`~rich.text.Text` (printed as is: never read as rich markup), anything else
+    unchanged."""
+    return Text(value) if isinstance(value, str) else value
+
+
+class PlainTable(Table):
+    """A :class:`~rich.table.Table` whose string cells and title are user text, not rich markup: an op
+    named ``acc[i]`` or ``p[red]`` is printed as named (a plain ``Table`` reads ``[i]`` as a style tag and
+    drops it). Style a cell by passing a :class:`~rich.text.Text`."""
+
+    def __init__(self, *headers: Any, **options: Any) -> None:
+        for key in ("title", "caption"):
+            if key in options:
+                options[key] = _plain(options[key])
+        super().__init__(*(_plain(h) for h in headers), **options)
+
+    def add_row(self, *renderables: Any, **options: Any) -> None:
+        super().add_row(*(_plain(r) for r in renderables), **options)
 
 
 class _PipeConsole(Console):

@@ -18,7 +18,8 @@ first II where that split passes :func:`twill.verify.verify`.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from twill.errors import (
     GraphError,
@@ -63,6 +64,8 @@ from twill.search.reasons import budget_sum, register_floor
 from twill.search.run import Run, with_note
 from twill.search.swp import check_swp
 from twill.solvers.cpsat import load_cp_model
+from twill.solvers.ilp import BACKENDS as ILP_BACKENDS
+from twill.solvers.modulo.methods import METHODS as MODULO_METHODS
 from twill.solvers.normalize import normalize_problem
 from twill.solvers.smt import SMT_BACKENDS, available_backends
 from twill.solvers.status import CheckResult
@@ -208,6 +211,15 @@ def schedule(
         raise OptionsError(f"solver {solver!r} is not one of {', '.join(JOINT_SOLVERS)}", option="solver")
     if method not in JOINT_METHODS:
         raise OptionsError(f"method {method!r} is not one of {', '.join(JOINT_METHODS)}", option="method")
+    if modulo not in MODULO_METHODS:
+        raise OptionsError(f"modulo {modulo!r} is not one of {', '.join(MODULO_METHODS)}", option="modulo")
+    if ilp not in ILP_BACKENDS:  # normalization uses it whatever the modulo method
+        raise OptionsError(f"ilp {ilp!r} is not one of {', '.join(ILP_BACKENDS)}", option="ilp")
+    if progress is not None and not callable(progress):
+        raise OptionsError(f"progress={progress!r} must be a callable taking a ProgressEvent (or None)",
+                           option="progress")
+    if not isinstance(ranges, bool):
+        raise OptionsError(f"ranges={ranges!r} must be True or False", option="ranges")
     if solver == "cpsat":  # SolverUnavailableError now, before any phase runs
         load_cp_model("solver 'cpsat'", ", ".join(available_backends()) or "none")
     if method == "decompose":
@@ -217,8 +229,10 @@ def schedule(
         raise OptionsError(f"register_limit={register_limit} is above {mach.name}'s "
                            f"{mach.max_regs_per_thread} registers per thread", option="register_limit")
     common = dict(max_groups=max_groups, register_limit=register_limit,
-                  register_plan=tuple(register_plan) if register_plan else None, cross_group=cross_group,
-                  max_stages=max_stages, stage_slack=stage_slack, max_ii=max_ii, relax=frozenset(relax),
+                  register_plan=_plan(register_plan), cross_group=cross_group,
+                  max_stages=max_stages, stage_slack=stage_slack, max_ii=max_ii,
+                  relax=(relax if isinstance(relax, str) or not isinstance(relax, Iterable)
+                         else frozenset(relax)),
                   apart=apart)
 
     answer_by = None if time_limit is None else started + time_limit + fallback_budget(time_limit)
@@ -230,6 +244,17 @@ def schedule(
                          method=method, progress=progress, answer_by=answer_by)
 
     return with_prefetch(solve, prefetch, time_limit, started)
+
+
+def _plan(register_plan: Any) -> tuple[int, ...] | None:
+    """``register_plan`` as a tuple (an empty one included, which :class:`Options` refuses); a value that
+    is not a sequence is an :class:`OptionsError`."""
+    if register_plan is None:
+        return None
+    if isinstance(register_plan, (str, bytes)) or not isinstance(register_plan, Iterable):
+        raise OptionsError(f"register_plan={register_plan!r} must be a non-empty list of integers "
+                           f"(setmaxnreg budgets, one per warp group)", option="register_plan")
+    return tuple(register_plan)
 
 
 def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp: str, modulo: str,

@@ -136,7 +136,8 @@ def normalize_costs(
         Every duration to map (cycles, non-negative integers); duplicates do not matter.
     counted : iterable of int, optional
         The list ``C`` whose normalized sum must lie in ``[1, U]``, with repetitions (default: ``costs``).
-        Each entry must be one of ``costs``.
+        Each entry must be one of ``costs``. When no positive cost is counted (every op of a loop uses no
+        unit) the bound is vacuous and the mapping is the exact one (divide by the gcd).
     upper : int
         ``U``.
     keep_positive : bool
@@ -166,8 +167,8 @@ def normalize_costs(
     if extra:
         raise ValueError(f"counted costs {sorted(extra)} are not among the costs to normalize")
     mult = [listed.count(c) if multiset else int(c in listed) for c in raw]
-    if not any(mult):
-        raise ValueError("no positive cost is counted in the sum bound")
+    # No positive cost counted (a loop of ops that use no unit, whose only durations are edge latencies):
+    # the sum bound constrains nothing, and the exact mapping (the gcd reduction, no error) below holds it.
     g = math.gcd(*raw)
     reduced = [c // g for c in raw]
     if sum(k * c for k, c in zip(mult, reduced, strict=True)) <= upper:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from twill.errors import TwillError
 from twill.tune.grid import Config, GridError, evaluate, expand, load_tune_problem
 from twill.tune.runner import SweepResult, run_sweep
 from twill.tune.worker import Task, default_cache_dir, tune_config
@@ -87,6 +90,25 @@ def plan(kernel: str, grid: Mapping[str, Sequence[Any]], num_warps: Sequence[int
     return spec, tp, configs, sizes
 
 
+def _check_machine(machine: str) -> None:
+    """Load ``machine`` and its compile target once, so a bad name fails the sweep before it starts rather
+    than every config."""
+    from twill.frontend.compile import target_for
+    from twill.ir.machine import load_machine
+
+    target_for(load_machine(machine))
+
+
+def _check_cache_dir(cache: str | os.PathLike[str]) -> None:
+    """:class:`TwillError` if the compile cache ``cache`` cannot be a folder twill writes into."""
+    path = Path(cache)
+    if path.exists() and not path.is_dir():
+        raise TwillError(f"--cache-dir {cache}: it exists and is not a folder")
+    base = next(a for a in (path.resolve(), *path.resolve().parents) if a.exists())
+    if not base.is_dir() or not os.access(base, os.W_OK):
+        raise TwillError(f"--cache-dir {cache}: {base} is not a writable folder")
+
+
 def tune(kernel: str, machine: str, grid: Mapping[str, Sequence[Any]], *,
          num_warps: Sequence[int] | None = None, num_stages: Sequence[int] | None = None,
          problem: Mapping[str, int] | None = None, backend: str = "triton", time_limit: float = 5.0,
@@ -127,14 +149,19 @@ def tune(kernel: str, machine: str, grid: Mapping[str, Sequence[Any]], *,
     FrontendError, GridError
         As :func:`plan` (before any config runs).
     TwillError
-        ``--ray`` without Ray installed, bad ``jobs``.
+        ``--ray`` without Ray installed, bad ``jobs``; a ``machine`` that is not a bundled name or a
+        readable machine file, or whose arch Triton cannot compile for; a ``cache_dir`` that is a file
+        or lies under no writable folder (each before any config runs).
     """
     if backend not in BACKENDS:
         raise GridError(f"--backend {backend!r} is not supported; use {' or '.join(BACKENDS)}")
     if not time_limit > 0:
         raise GridError(f"--time-limit {time_limit!r} must be > 0 seconds")
+    _check_machine(machine)
     spec, tp, configs, sizes = plan(kernel, grid, num_warps, num_stages, problem)
     cache = default_cache_dir() if cache_dir == "default" else cache_dir
+    if cache is not None:
+        _check_cache_dir(cache)
     tasks = [Task(kernel, machine, dict(c.constexprs), c.num_warps, c.num_stages, dict(sizes), time_limit,
                   backend, cache, c.index) for c in configs]
     if on_start is not None:

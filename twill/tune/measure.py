@@ -186,9 +186,9 @@ def measure(results: Sequence[dict[str, Any]], top: int, *,
 
 def render_measured(m: Measurement, names: Sequence[str], *, title: str = "") -> Any:
     """A :class:`rich.table.Table` of the measured configs: predicted and measured ms and their ratio."""
-    from rich.table import Table
+    from twill.render.terminal import PlainTable
 
-    table = Table(title=title or None)
+    table = PlainTable(title=title or None)
     for col in ("#", *names, "warps", "stages", "predicted ms", "measured ms", "measured / predicted"):
         table.add_column(col, justify="right", no_wrap=True)
     for i, r in enumerate(m.measured, 1):

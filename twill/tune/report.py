@@ -77,9 +77,9 @@ def render_table(results: Sequence[Mapping[str, Any]], names: Sequence[str], *, 
     registers, SMEM, CTAs per SM, and a short note (spills; for a config that cannot run, what refused
     it: the whole reason is printed below the table and is in the JSON). Cycles per trip and twill's II
     are in the JSON (``details``, ``schedule``)."""
-    from rich.table import Table
+    from twill.render.terminal import PlainTable
 
-    table = Table(title=title or None)
+    table = PlainTable(title=title or None)
     for col in ("#", *names, "warps", "stages", "ms", "TFLOP/s", "regs", "SMEM KB", "CTAs/SM", "note"):
         if col == "note":
             table.add_column(col, justify="left", overflow="fold", min_width=10)
