@@ -52,10 +52,16 @@ def _config(block_m: int, block_n: int, num_warps: int = 4, num_stages: int = 2,
                                num_warps=num_warps, num_stages=num_stages)
 
 
+SOLVE_LIMIT = 45.0
+"""Seconds each config's solve may take. The tests need the schedule, not its proof: every config here has
+its first schedule within about 2 s (the joint phase), but the closing phase of some D 64 configs (refuting
+the IIs below it, issue 26) runs for minutes; stopped by the limit it returns that same schedule."""
+
+
 def _solve(config, machine):
     snaps = compile_to_ttgir(config, target=target_for(machine))
     graph = lower_loop(parse_ttgir(snaps.pre_swp), machine, name=config.name).graph
-    return solve(graph, machine, prefetch=max(0, config.num_stages - 1))
+    return solve(graph, machine, prefetch=max(0, config.num_stages - 1), time_limit=SOLVE_LIMIT)
 
 
 def _reference(q, k, v, heads, n, scale):
@@ -175,14 +181,16 @@ def test_the_row_max_handed_to_the_next_iteration_on_another_group_computes_atte
         assert _simulate(kernel, n, d=64) < 1e-2, n
 
 
-PIPELINED = [(128, 32, 4, 128), (128, 128, 8, 128), (64, 32, 4, 64), (128, 32, 8, 64)]
+PIPELINED = [(128, 32, 4, 128), (128, 128, 8, 128), (64, 32, 4, 64),
+             (128, 32, 8, 64)]
 """Configs (BLOCK_M, BLOCK_N, warps, HEAD_DIM) whose kernels ptxas serialized (C7515 / C7512 in
 ``benchmarks/gluon_fa_grid*/*/report.json`` before the generator stopped carrying wgmmas in flight across
 the loop's back-edge): one warp group or two consumers, one or two stages of O, D 128 and D 64."""
 
 
 @pytest.mark.parametrize("block_m,block_n,num_warps,head_dim", PIPELINED,
-                         ids=[f"M{m}-N{n}-w{w}-D{d}" for m, n, w, d in PIPELINED])
+                         ids=[f"M{m}-N{n}-w{w}-D{d}" for m, n, w, d in
+                              (c.values if hasattr(c, "values") else c for c in PIPELINED)])
 def test_ptxas_keeps_the_wgmma_pipeline_of_grid_configs(tmp_path, wgmma_serializations, block_m, block_n,
                                                         num_warps, head_dim):
     """Compiled for sm_90, each config's PTX assembles without a ptxas note that it serializes the wgmmas
