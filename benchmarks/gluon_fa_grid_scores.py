@@ -34,10 +34,45 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "benchmarks" / "calibrate"))
 
-TERMS = ("ii", "simulated", "serialized", "conflicts", "signals", "arrives", "conflicts_alone")
+TERMS = ("ii", "simulated", "serialized", "conflicts", "signals", "arrives", "conflicts_alone", "sass",
+         "sass_alone")
 
 
-def predict_folder(folder: Path, shape: tuple[int, int, int, int]) -> list[dict[str, Any]]:
+def folder_sass(folder: Path) -> str:
+    """The SASS (``nvdisasm -c -g``) of a committed kernel folder's ``kernel.py``, compiled again for sm_90
+    on the CPU (the same compile as the generator's: :func:`twill.codegen.gluon.build.compile_source`
+    with the manifest's descriptors and constexprs)."""
+    import importlib.util
+
+    from triton.experimental.gluon import language as gl
+
+    from twill.codegen.gluon.build import compile_source
+    from twill.tune.sass_trip import disassemble
+
+    man = json.loads((folder / "manifest.json").read_text())
+    spec = importlib.util.spec_from_file_location(f"twill_scores_{folder.parent.name}_{folder.name}",
+                                                  folder / "kernel.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    types = {"f16": (gl.float16, "fp16"), "bf16": (gl.bfloat16, "bf16"), "f32": (gl.float32, "fp32")}
+    sig: dict[str, str] = {}
+    for a in man["arg_names"]:
+        if a in man["constexprs"]:
+            sig[a] = "constexpr"
+        elif a in man["descriptors"]:
+            d = man["descriptors"][a]
+            ty, text = types[d["dtype"]]
+            layout = gl.NVMMASharedLayout.get_default_for(list(d["block_shape"]), ty)
+            sig[a] = f"tensordesc<{text}[{', '.join(map(str, d['block_shape']))}],{layout!r}>"
+        else:
+            sig[a] = "fp32" if a == "sm_scale" else "i32"
+    compiled = compile_source(getattr(mod, man["kernel"]), sig, dict(man["constexprs"]), man["num_warps"])
+    return disassemble(compiled.asm["cubin"])
+
+
+def predict_folder(folder: Path, shape: tuple[int, int, int, int], *, overlap: float | None = None
+                   ) -> list[dict[str, Any]]:
     """Per kernel of ``folder``'s ``index.json``: the predicted ms after each term (CPU)."""
     from gluon_fa_grid import FA
 
@@ -50,6 +85,7 @@ def predict_folder(folder: Path, shape: tuple[int, int, int, int]) -> list[dict[
     from twill.tune.gluon_terms import result_encodings, trip_terms
     from twill.tune.gluon_worker import gluon_prediction
     from twill.tune.grid import load_tune_problem
+    from twill.tune.sass_trip import coupled_groups, latencies_from_machine, trip_bounds
     from twill.tune.triton_model import gemm_operands, wgmma_serialized
 
     b, h, n, d = shape
@@ -73,13 +109,19 @@ def predict_folder(folder: Path, shape: tuple[int, int, int, int]) -> list[dict[
         report = json.loads((folder / e["name"] / "report.json").read_text())
         spills = report["spill_store_bytes"] + report["spill_load_bytes"]
         trips = -(-n // e["BLOCK_N"])
+        bounds = trip_bounds(folder_sass(folder / e["name"]), (folder / e["name"] / "kernel.py").read_text(),
+                             report["partitions"], latencies_from_machine(machine))
+        walks = {g: b["cycles"] for g, b in bounds.items()}
         terms = trip_terms(sched, low.graph, gemm_operands(low), result_encodings(low), cm,
-                           serialized=wgmma_serialized(report["not_kept"], spills > 0), trips=trips)
+                           serialized=wgmma_serialized(report["not_kept"], spills > 0), trips=trips,
+                           walks=walks, components=coupled_groups(low.graph, sched), overlap=overlap)
         k = cm.ctas_per_sm(report["threads"], report["registers_ptxas"], report["shared_compiled"])
         row = {"name": e["name"], "BLOCK_M": e["BLOCK_M"], "BLOCK_N": e["BLOCK_N"],
                "num_warps": e["num_warps"], "ctas_per_sm": k, "trips": trips,
                "serialized_wgmma": terms["serialized_wgmma"],
-               "handoffs": terms["handoffs"], "cycles_per_trip": {}, "predicted_ms": {}}
+               "handoffs": terms["handoffs"], "walks": {str(g): b for g, b in sorted(bounds.items())},
+               "components": [list(c) for c in coupled_groups(low.graph, sched)],
+               "cycles_per_trip": {}, "predicted_ms": {}}
         for term in TERMS:
             pred = gluon_prediction(ii_cycles=terms[term], drain_cycles=(sched.length - sched.ii)
                                     * sched.problem.cycles_per_unit, stages=sched.stages,

@@ -453,8 +453,9 @@ def result_encodings(lowering: Any) -> dict[str, tuple[str, str]]:
 
 
 def trip_terms(schedule: Any, graph: Graph, operands: Mapping[str, tuple[int, int, int, bool, str]],
-               encodings: Mapping[str, tuple[str, str]], cm: CostModel, *, serialized: bool, trips: int
-               ) -> dict[str, Any]:
+               encodings: Mapping[str, tuple[str, str]], cm: CostModel, *, serialized: bool, trips: int,
+               walks: Mapping[int, float] | None = None, components: Sequence[Sequence[int]] | None = None,
+               overlap: float | None = None) -> dict[str, Any]:
     """The cycles per trip of the Gluon kernel of ``schedule``, one term at a time (each row adds to the
     one before; ``benchmarks/gluon_fa_grid_scores.py`` scores each):
 
@@ -469,7 +470,14 @@ def trip_terms(schedule: Any, graph: Graph, operands: Mapping[str, tuple[int, in
       issue (after all its instructions when ptxas serialized it) and a wait before the next
       (:func:`twill.analysis.simulate.simulate` ``barrier_cycles``);
     * ``arrives``: and the partition barrier before each arrive (:func:`barrier_arrives`,
-      :func:`arrive_graph`, ``handoff.named_barrier``). This is the kernel's trip.
+      :func:`arrive_graph`, ``handoff.named_barrier``);
+    * ``sass``: at least what the compiled kernel's warp groups take per trip on their own, walked in
+      its SASS (``walks``: :func:`twill.tune.sass_trip.trip_bounds` cycles by group; ``components``:
+      :func:`twill.tune.sass_trip.coupled_groups`, whose walks add up,
+      :func:`twill.tune.sass_trip.coupled_trip` with ``overlap``, default ``cost.sass_overlap``). This
+      is the kernel's trip; without ``walks`` it is ``arrives``.
+
+    ``sass_alone`` is the SASS walks' bound alone (0 without ``walks``).
 
     ``conflicts_alone`` is the last without the serialization (each term's share in either order).
     Also ``arrive_counts`` (:func:`barrier_arrives`), ``handoffs`` (:class:`HandoffConflict` ``to_dict``
@@ -495,6 +503,16 @@ def trip_terms(schedule: Any, graph: Graph, operands: Mapping[str, tuple[int, in
     fenced = arrive_graph(conflicted, arrives, float(cm.machine.const("handoff.named_barrier")))
     out["arrives"] = simulated_trip_cycles(schedule, fenced, trips, tma_latency=tma,
                                            barrier_cycles=float(cm.machine.const("handoff.mbarrier")))
+    if walks:
+        from twill.tune.sass_trip import coupled_trip
+
+        k = float(cm.machine.const("cost.sass_overlap")) if overlap is None else float(overlap)
+        comps = components if components is not None else [(g,) for g in walks]
+        out["sass_alone"] = coupled_trip(walks, comps, overlap=k)
+        out["sass"] = max(out["arrives"], out["sass_alone"])
+    else:
+        out["sass_alone"] = 0.0
+        out["sass"] = out["arrives"]
     out["arrive_counts"] = dict(sorted(arrives.items()))
     out["handoffs"] = [h.to_dict() for h in found]
     out["serialized_wgmma"] = bool(serialized)

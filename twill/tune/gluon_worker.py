@@ -11,8 +11,9 @@ the schedule's, since the Gluon kernel issues each partition's ops in the schedu
   costs the compiled kernel adds: a serialized wgmma pipeline when ptxas reports one, the bank
   conflicts of the hand-offs through the backend's unswizzled staging buffers, its mbarrier signals
   between warp groups and the partition barrier before each arrive
-  (:func:`twill.tune.gluon_terms.trip_terms`, the ``arrives`` row; on the 12 H200 Gluon FA kernels these
-  take Spearman from -0.61 with ``T = II`` to 0.95, nothing fitted: ``benchmarks/results/tune_scores.md``);
+  (:func:`twill.tune.gluon_terms.trip_terms`, the ``arrives`` row), and at least what each warp group
+  takes per trip on its own in the compiled SASS, the walks of groups that hand registers to each other
+  added (:func:`sass_walks`, the ``sass`` row: ``benchmarks/results/tune_scores.md`` scores each);
 * per CTA: ``trips x T`` cycles, plus the prologue's ``(stages - 1) x T`` and the drain's ``L - II``
   (the epilogue trips end ``L - II`` after the last start), plus one TMA round trip in and one out
   (``cost.tma_latency``: the first tile's load, the last store), as the Triton path charges;
@@ -33,10 +34,11 @@ import dataclasses
 import hashlib
 import json
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
-__all__ = ["gluon_folder", "gluon_prediction", "tune_gluon"]
+__all__ = ["gluon_folder", "gluon_prediction", "sass_walks", "tune_gluon"]
 
 
 def gluon_folder(task: Any) -> Path:
@@ -71,6 +73,29 @@ def gluon_prediction(*, ii_cycles: float, drain_cycles: float, stages: int, res_
                               sms=sms, clock_ghz=clock_ghz, prologue=(stages - 1) * per_trip + edge,
                               epilogue=max(0.0, drain_cycles) + edge, flops=flops)
     return {**pred, "cycles_per_trip": per_trip}
+
+
+def sass_walks(kernel: Any, schedule: Any, graph: Any, machine: Any, details: dict[str, Any]
+               ) -> tuple[dict[int, float] | None, list[tuple[int, ...]] | None]:
+    """Each warp group's cycles per trip walked in the compiled kernel's SASS
+    (:func:`twill.tune.sass_trip.trip_bounds`) and the groups whose walks add up
+    (:func:`twill.tune.sass_trip.coupled_groups`); ``(None, None)`` when the kernel was not compiled or
+    nvdisasm fails, which ``details["sass_walk"]`` then says (the trip is priced without the walk)."""
+    from twill.tune.sass_trip import coupled_groups, disassemble, latencies_from_machine, trip_bounds
+
+    compiled = getattr(kernel, "compiled", None)
+    if compiled is None or "cubin" not in getattr(compiled, "asm", {}):
+        details["sass_walk"] = "not walked: no compiled cubin"
+        return None, None
+    try:
+        sass = disassemble(compiled.asm["cubin"])
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        details["sass_walk"] = f"not walked: {exc}"
+        return None, None
+    parts = [{"position": p.position, "group": p.group, "warps": p.warps} for p in kernel.report.partitions]
+    bounds = trip_bounds(sass, kernel.source, parts, latencies_from_machine(machine))
+    details["sass_walk"] = {str(g): b for g, b in sorted(bounds.items())}
+    return {g: b["cycles"] for g, b in bounds.items()}, coupled_groups(graph, schedule)
 
 
 def tune_gluon(task: Any, spec: Any, machine: Any, *, ctas: int, trips: int, flops: float,
@@ -158,10 +183,12 @@ def tune_gluon(task: Any, spec: Any, machine: Any, *, ctas: int, trips: int, flo
                                    f"than the {int(machine.const('chip.smem_per_sm'))} B of an SM",
                       schedule=summary, details=details)
     cpu = sched.problem.cycles_per_unit
+    walks, components = sass_walks(kernel, sched, graph, machine, details)
     terms = trip_terms(sched, graph, gemm_operands(lowering), result_encodings(lowering), cm,
-                       serialized=wgmma_serialized(report.not_kept, spill > 0), trips=trips)
+                       serialized=wgmma_serialized(report.not_kept, spill > 0), trips=trips,
+                       walks=walks, components=components)
     details["trip_terms"] = terms
-    pred = gluon_prediction(ii_cycles=terms["arrives"], drain_cycles=(sched.length - sched.ii) * cpu,
+    pred = gluon_prediction(ii_cycles=terms["sass"], drain_cycles=(sched.length - sched.ii) * cpu,
                             stages=sched.stages,
                             res_mii_cycles=float(sched.bounds_cycles.get("res_mii", 0.0)), ctas_per_sm=k,
                             trips=trips, ctas=ctas, sms=int(machine.const("chip.sms")),
