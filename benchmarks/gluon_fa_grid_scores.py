@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "benchmarks" / "calibrate"))
 
 TERMS = ("ii", "simulated", "serialized", "conflicts", "signals", "arrives", "conflicts_alone", "sass",
-         "sass_alone")
+         "sass_alone", "sass_over_simulated")
 
 
 def folder_sass(folder: Path) -> str:
@@ -153,6 +154,8 @@ def score(rows: list[dict[str, Any]], measured: dict[str, float]) -> dict[str, A
         out[term] = {"spearman": round(spearman(pred, meas), 3),
                      "kendall": round(kendall_tau_b(pred, meas), 3), "pick": pick,
                      "pick_vs_best": round(measured[pick] / best, 3),
+                     "mean_abs_log_error": round(
+                         sum(abs(math.log(a / b)) for a, b in zip(pred, meas, strict=True)) / len(names), 3),
                      "predicted_over_measured": ratios}
     return {"kernels": len(names), "best": names[meas.index(best)], "terms": out}
 
@@ -165,16 +168,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shape", type=parse_shape, default=None, help="B,H,N,D (default 4,32,8192,128)")
     p.add_argument("--measured", type=Path, help="an H200 timing file of benchmarks/gluon_fa_grid.py time")
     p.add_argument("--predicted", type=Path, help="score this committed prediction file (no new prediction)")
+    p.add_argument("--overlap", type=float, default=None,
+                   help="cost.sass_overlap for this prediction (default: the machine file's)")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
     shape = args.shape or (4, 32, 8192, 128)
     if args.predicted:
         rows = json.loads(args.predicted.read_text())["rows"]
     else:
-        rows = predict_folder(shape_folder(args.shape), shape)
+        rows = predict_folder(shape_folder(args.shape), shape, overlap=args.overlap)
+    overlap = "the machine file's" if args.overlap is None else args.overlap
     out: dict[str, Any] = {"shape": dict(zip("BHND", shape, strict=True)), "machine": "h200",
                            "terms": list(TERMS),
-                           "fitted": "nothing: every term is priced from machines/h200.toml",
+                           "fitted": ("nothing here: every term is priced from machines/h200.toml "
+                                      f"(cost.sass_overlap: {overlap})"),
                            "rows": rows}
     if args.measured:
         measured = {r["name"]: r["gluon_ms"] for r in json.loads(args.measured.read_text())["rows"]

@@ -471,13 +471,17 @@ def trip_terms(schedule: Any, graph: Graph, operands: Mapping[str, tuple[int, in
       (:func:`twill.analysis.simulate.simulate` ``barrier_cycles``);
     * ``arrives``: and the partition barrier before each arrive (:func:`barrier_arrives`,
       :func:`arrive_graph`, ``handoff.named_barrier``);
-    * ``sass``: at least what the compiled kernel's warp groups take per trip on their own, walked in
-      its SASS (``walks``: :func:`twill.tune.sass_trip.trip_bounds` cycles by group; ``components``:
+    * ``sass``: and at least what the compiled kernel's warp groups take per trip, walked in its SASS
+      (``walks``: :func:`twill.tune.sass_trip.trip_bounds` cycles by group; ``components``:
       :func:`twill.tune.sass_trip.coupled_groups`, whose walks add up,
-      :func:`twill.tune.sass_trip.coupled_trip` with ``overlap``, default ``cost.sass_overlap``). This
-      is the kernel's trip; without ``walks`` it is ``arrives``.
+      :func:`twill.tune.sass_trip.coupled_trip` with ``overlap``, default ``cost.sass_overlap``): the
+      larger of ``arrives`` and the walk. This is the kernel's trip; without ``walks`` it is
+      ``arrives``.
 
-    ``sass_alone`` is the SASS walks' bound alone (0 without ``walks``).
+    ``sass_alone`` is the SASS walks' bound alone (0 without ``walks``); ``sass_over_simulated`` the walk
+    over ``simulated`` instead of ``arrives`` (the walk sees a serialized pipeline's waits and every
+    ``BAR.SYNC`` in the code itself; scored, not used: it loses the spilled kernel, whose ``arrives``
+    prices the spills as serialization).
 
     ``conflicts_alone`` is the last without the serialization (each term's share in either order).
     Also ``arrive_counts`` (:func:`barrier_arrives`), ``handoffs`` (:class:`HandoffConflict` ``to_dict``
@@ -510,9 +514,11 @@ def trip_terms(schedule: Any, graph: Graph, operands: Mapping[str, tuple[int, in
         comps = components if components is not None else [(g,) for g in walks]
         out["sass_alone"] = coupled_trip(walks, comps, overlap=k)
         out["sass"] = max(out["arrives"], out["sass_alone"])
+        out["sass_over_simulated"] = max(out["simulated"], out["sass_alone"])
     else:
         out["sass_alone"] = 0.0
         out["sass"] = out["arrives"]
+        out["sass_over_simulated"] = out["simulated"]
     out["arrive_counts"] = dict(sorted(arrives.items()))
     out["handoffs"] = [h.to_dict() for h in found]
     out["serialized_wgmma"] = bool(serialized)

@@ -105,11 +105,16 @@ class SassLatencies:
     convert : float
         ``F2FP`` (fp32 -> fp16x2) results.
     smem : float
-        ``LDS`` / ``LDSM`` results and an mbarrier ``SYNCS.PHASECHK`` that finds its phase done.
+        ``LDS`` / ``LDSM`` results.
     smem_bytes_per_cycle : float
         The SM's shared-memory port rate (a warp's request of ``n`` bytes holds it ``n / rate`` cycles).
     bar_sync : float
-        A ``BAR.SYNC`` of the partition's warps.
+        A ``BAR.SYNC`` of 4 warps (one warp group) arriving together.
+    bar_sync_per_warp : float
+        What each warp beyond 4 adds to it (the thread count is the instruction's second operand).
+    trywait : float
+        An mbarrier ``SYNCS.PHASECHK`` (try-wait) that finds its phase complete, until its predicate is
+        readable.
     uniform : float
         Uniform-datapath results (``UIADD3``, ``R2UR``...).
     tc_flops : float
@@ -133,6 +138,8 @@ class SassLatencies:
     smem: float
     smem_bytes_per_cycle: float
     bar_sync: float
+    bar_sync_per_warp: float
+    trywait: float
     uniform: float
     tc_flops: float
     wgmma_smem_bytes_per_cycle: float
@@ -153,7 +160,9 @@ def latencies_from_machine(machine: Any) -> SassLatencies:
                          shfl=c("cost.sass_shfl_latency"), convert=c("cost.sass_convert_latency"),
                          smem=c("cost.sass_smem_latency"),
                          smem_bytes_per_cycle=c("cost.smem_bytes_per_cycle"),
-                         bar_sync=c("cost.sass_bar_sync"), uniform=c("cost.sass_uniform_latency"),
+                         bar_sync=c("cost.sass_bar_sync"),
+                         bar_sync_per_warp=c("cost.sass_bar_sync_per_warp"),
+                         trywait=c("cost.sass_trywait_latency"), uniform=c("cost.sass_uniform_latency"),
                          tc_flops=c("cost.tc_flops_fp16"),
                          wgmma_smem_bytes_per_cycle=c("cost.wgmma_smem_bytes_per_cycle"),
                          tc_latency=c("cost.tc_latency"),
@@ -272,23 +281,30 @@ def _expand(reg: str, n: int) -> list[str]:
     return [f"{m.group(1)}{int(m.group(2)) + k}" for k in range(n)]
 
 
+_TWO_DESTS = ("SHFL", "PLOP3")
+"""Opcodes that write their first two operands (``SHFL.BFLY PT, R15, R88, ...``: a predicate and the
+value; ``PLOP3`` and ``*SETP``: two predicates); ``PT`` is the discarded predicate."""
+
+
+def _two_dests(ins: Instr) -> bool:
+    return ins.base in _TWO_DESTS or ins.base.endswith("SETP")
+
+
 def _dests(ins: Instr) -> list[str]:
     """Registers and predicates ``ins`` writes (SASS puts them first)."""
     b = ins.base
     if b in _NO_DEST or ins.opcode.startswith("SYNCS.ARRIVE") or not ins.operands:
         return []
+    if _two_dests(ins):
+        return [r for text in ins.operands[:2] for r in _regs(text)]
     first = _regs(ins.operands[0])
     if not first:
         return []
-    out = _expand(first[0], _width(ins)) if b in ("LDS", "LDSM", "LDL", "LDG", "LD", "LDC") else [first[0]]
-    if (b == "SHFL" or b.endswith("SETP") or b == "PLOP3") and len(ins.operands) > 1:
-        out += _regs(ins.operands[1])[:1]
-    return out
+    return _expand(first[0], _width(ins)) if b in ("LDS", "LDSM", "LDL", "LDG", "LD", "LDC") else [first[0]]
 
 
 def _sources(ins: Instr, dests: Sequence[str]) -> list[str]:
-    skip = len(dests) if ins.base in ("SHFL",) or ins.base.endswith("SETP") or ins.base == "PLOP3" else (
-        1 if dests else 0)
+    skip = 2 if _two_dests(ins) else (1 if dests else 0)
     out = _regs(ins.guard)
     for text in ins.operands[skip:]:
         out += _regs(text)
@@ -303,13 +319,28 @@ def _latency(ins: Instr, lat: SassLatencies) -> float:
         return lat.shfl
     if b == "F2FP":
         return lat.convert
-    if b in ("LDS", "LDSM") or ins.opcode.startswith("SYNCS.PHASECHK"):
+    if ins.opcode.startswith("SYNCS.PHASECHK"):
+        return lat.trywait
+    if b in ("LDS", "LDSM"):
         return lat.smem
     if b in _LOCAL or b in ("LDG", "LD", "LDC"):
         return lat.local
     if b.startswith("U") or b in ("R2UR", "S2UR", "VOTEU"):
         return lat.uniform
     return lat.alu
+
+
+def _bar_cycles(ins: Instr, lat: SassLatencies, warps: int) -> float:
+    """A ``BAR.SYNC`` 's cost: ``bar_sync`` for 4 warps plus ``bar_sync_per_warp`` per warp beyond, the
+    warps from its thread-count operand (``BAR.SYNC.DEFER_BLOCKING 0x0, 0x80``: 128 threads), else
+    ``warps`` (the partition's)."""
+    n = warps
+    if len(ins.operands) > 1:
+        try:
+            n = max(1, int(ins.operands[1], 0) // 32)
+        except ValueError:
+            n = warps
+    return lat.bar_sync + lat.bar_sync_per_warp * max(0, n - 4)
 
 
 def _smem_bytes(ins: Instr) -> int:
@@ -354,7 +385,8 @@ def walk_trip(body: Sequence[Instr], lat: SassLatencies, *, warps_per_scheduler:
     the Tensor Cores.
 
     >>> lat = SassLatencies(alu=4, mufu=18, mufu_interval=8, shfl=24, convert=5, smem=30,
-    ...                     smem_bytes_per_cycle=128, bar_sync=20, uniform=2, tc_flops=4096,
+    ...                     smem_bytes_per_cycle=128, bar_sync=20, bar_sync_per_warp=2, trywait=40,
+    ...                     uniform=2, tc_flops=4096,
     ...                     wgmma_smem_bytes_per_cycle=192, tc_latency=88,
     ...                     tc_serial_latency=56, local=30)
     >>> ins, labels = parse_sass('''
@@ -399,8 +431,9 @@ def walk_trip(body: Sequence[Instr], lat: SassLatencies, *, warps_per_scheduler:
                     last_stall["register"] = last_stall.get("register", 0.0) + drain - at
                     at = drain
             elif b == "BAR":
-                last_stall["barrier"] = last_stall.get("barrier", 0.0) + lat.bar_sync
-                at += lat.bar_sync
+                cost = _bar_cycles(ins, lat, 4 * int(w))
+                last_stall["barrier"] = last_stall.get("barrier", 0.0) + cost
+                at += cost
             elif b == "MUFU":
                 if mufu_free > at:
                     last_stall["mufu"] = last_stall.get("mufu", 0.0) + mufu_free - at
