@@ -40,15 +40,22 @@ TERMS = ("ii", "simulated", "serialized", "conflicts", "signals", "arrives", "co
 
 
 def folder_sass(folder: Path) -> str:
-    """The SASS (``nvdisasm -c -g``) of a committed kernel folder's ``kernel.py``, compiled again for sm_90
-    on the CPU (the same compile as the generator's: :func:`twill.codegen.gluon.build.compile_source`
-    with the manifest's descriptors and constexprs)."""
+    """The SASS (``nvdisasm -c -g``) of a committed kernel folder's ``kernel.py``, compiled again
+    (:func:`folder_compiled`)."""
+    from twill.tune.sass_trip import disassemble
+
+    return disassemble(folder_compiled(folder).asm["cubin"])
+
+
+def folder_compiled(folder: Path) -> Any:
+    """A committed kernel folder's ``kernel.py`` compiled again for sm_90 on the CPU (the same compile as
+    the generator's: :func:`twill.codegen.gluon.build.compile_source` with the manifest's descriptors
+    and constexprs)."""
     import importlib.util
 
     from triton.experimental.gluon import language as gl
 
     from twill.codegen.gluon.build import compile_source
-    from twill.tune.sass_trip import disassemble
 
     man = json.loads((folder / "manifest.json").read_text())
     spec = importlib.util.spec_from_file_location(f"twill_scores_{folder.parent.name}_{folder.name}",
@@ -68,8 +75,7 @@ def folder_sass(folder: Path) -> str:
             sig[a] = f"tensordesc<{text}[{', '.join(map(str, d['block_shape']))}],{layout!r}>"
         else:
             sig[a] = "fp32" if a == "sm_scale" else "i32"
-    compiled = compile_source(getattr(mod, man["kernel"]), sig, dict(man["constexprs"]), man["num_warps"])
-    return disassemble(compiled.asm["cubin"])
+    return compile_source(getattr(mod, man["kernel"]), sig, dict(man["constexprs"]), man["num_warps"])
 
 
 def predict_folder(folder: Path, shape: tuple[int, int, int, int], *, overlap: float | None = None

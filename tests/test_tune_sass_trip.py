@@ -201,3 +201,45 @@ def test_walk_is_monotone_in_each_latency():
     for field in ("alu", "mufu", "shfl", "smem", "bar_sync", "tc_latency"):
         slower = trip_bounds(sass, kernel_py, parts, replace(LAT, **{field: getattr(LAT, field) + 10}))
         assert all(slower[g]["cycles"] >= base[g]["cycles"] for g in base), field
+
+
+def test_the_tune_worker_walks_the_compiled_kernel_it_generated():
+    """``twill tune --backend gluon``'s worker (:func:`twill.tune.gluon_worker.sass_walks`) walks the
+    compiled cubin of the kernel it generated: the same walks as :func:`trip_bounds` on that SASS, each
+    group by its report entry, and the two consumer groups of 128/32 at 4 warps (P and the row
+    statistics handed between them) coupled, the producer alone; without a cubin it says so."""
+    pytest.importorskip("triton")
+    import sys
+
+    from twill.tune.gluon_worker import sass_walks
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from gluon_fa_grid_scores import folder_compiled
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    folder = ROOT / "benchmarks" / "gluon_fa_grid" / "fa_128_32_w4"
+    compiled = folder_compiled(folder)
+    report = json.loads((folder / "report.json").read_text())
+    kernel = NS(compiled=compiled, source=(folder / "kernel.py").read_text(),
+                report=NS(partitions=[NS(**{k: p[k] for k in ("position", "group", "warps")})
+                                      for p in report["partitions"]]))
+    groups = {p["group"]: p["trip_order"] for p in report["partitions"]}
+    g = Graph("t")
+    for ops in groups.values():
+        for n in ops:
+            g.add_op(n, "alu", busy={"alu": 1})
+    g.add_edge("p", "out", carrier="register")          # P, computed on group 1, read by group 2's PV
+    sched = NS(warp_groups=[NS(index=k, ops=tuple(v)) for k, v in sorted(groups.items())])
+    details: dict = {}
+    walks, comps = sass_walks(kernel, sched, g, load_machine("h200"), details)
+    from twill.tune.sass_trip import disassemble
+
+    expected = trip_bounds(disassemble(compiled.asm["cubin"]), kernel.source, report["partitions"],
+                           latencies_from_machine(load_machine("h200")))
+    assert walks == {k: v["cycles"] for k, v in expected.items()} and sorted(walks) == [0, 1, 2]
+    assert comps == [(0,), (1, 2)]
+    assert details["sass_walk"]["1"]["instructions"] == expected[1]["instructions"]
+    none: dict = {}
+    assert sass_walks(NS(compiled=None), sched, g, load_machine("h200"), none) == (None, None)
+    assert "no compiled cubin" in none["sass_walk"]
