@@ -1,27 +1,31 @@
 """Cycles per loop trip of each warp group of a compiled Gluon kernel, read from its SASS.
 
 The Gluon backend (:mod:`twill.codegen.gluon`) makes one loop per partition, and each partition's warps
-issue that loop's instructions in order. On the repaired FA kernels (no serialized wgmma, swizzled
-staging) a trip measured on the H200 takes 1.1-3x the schedule's II although every partition issues
-only 100-600 instructions per trip (``benchmarks/results/tune_scores.md``): the partitions' warps stall
-on their own dependences. A group of 4 warps has one warp on each of the SM's 4 schedulers, and that
-warp waits for each result (an exponential, a shuffle of a row reduction, the accumulator of the wgmma it
-waits for before the back-edge) before the next instruction that reads it: nothing else on that
-scheduler hides it.
+issue that loop's instructions in order. On the repaired FA kernels (no serialized wgmma, swizzled staging)
+a trip measured on the H200 takes 1.1-3x the schedule's II (700-7400 cycles) although every partition issues
+only 60-640 instructions per trip (``benchmarks/results/tune_scores.md``): the partitions' warps stall on
+their own dependences. A group of 4 warps has one warp on each of the SM's 4 schedulers, and that warp waits
+for each result (an exponential, a shuffle of a row reduction, the accumulator of the wgmma it waits for
+before the back-edge) before the next instruction that reads it: nothing else on that scheduler hides it.
 
-:func:`walk_trip` prices that: it issues one loop body's instructions in order, one per cycle per warp,
-each when its source registers are ready (each result ready a class latency after its issue,
-:class:`SassLatencies`), a ``MUFU`` every ``32 / (mufu_per_cycle / 4)`` cycles, shared-memory
-instructions at ``cost.smem_bytes_per_cycle``, a ``BAR.SYNC`` costing a barrier, each ``HGMMA`` on the
-Tensor Cores at ``cost.tc_flops_fp16`` (shared by the group's warp groups), its commit group done
-``cost.tc_latency`` after the last one's throughput time and ``WARPGROUP.DEPBAR`` waiting for it. The
-body is walked several times so that values carried over the back-edge count; the cycles between two
-trips are the group's trip. An mbarrier wait (``SYNCS.PHASECHK``) is priced as one that finds its phase
-done (the other group is ahead): what the walk gives is the group's own bound.
+:func:`walk_trip` prices that: it issues one loop body's instructions in order, one per cycle per warp, each
+when its source registers are ready (each result ready a class latency after its issue,
+:class:`SassLatencies`, measured on the H200 by ``benchmarks/calibrate/latency.cu``), a ``MUFU`` every
+``32 / (mufu_per_cycle / 4)`` cycles, shared-memory instructions at ``cost.smem_bytes_per_cycle``, a
+``BAR.SYNC`` costing a barrier, each ``HGMMA`` on the Tensor Cores at ``cost.tc_flops_fp16`` (shared by
+the group's warp groups), its commit group done ``cost.tc_latency`` after the last one's throughput time
+and ``WARPGROUP.DEPBAR`` waiting for it. The body is walked several times so that values carried over the
+back-edge count; the cycles between two trips are the group's trip. An mbarrier wait (``SYNCS.PHASECHK``)
+is priced as one that finds its phase done (the other group is ahead): what the walk gives is the group's
+own bound.
 
-:func:`loop_bodies` finds each partition's steady loop in the disassembly (the conditional backward
-branch with the longest body among those whose lines fall in the partition's function of the generated
-``kernel.py``), :func:`trip_bounds` walks each.
+:func:`loop_bodies` finds each partition's steady loop in the disassembly (the conditional backward branch
+with the longest body among those whose lines fall in the partition's function of the generated
+``kernel.py``; on the 34 committed FA grid kernels that is the main loop, never the short-trip-count
+variant),
+:func:`trip_bounds` walks each. :func:`coupled_groups` and :func:`coupled_trip` combine the groups' walks:
+groups that hand registers to each other every trip wait for each other, so their walks add up (less the
+fitted ``cost.sass_overlap``).
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ _REG = re.compile(r"(?<![A-Za-z0-9_.])(U?R\d+|U?P\d)(?![0-9])")
 _HGMMA = re.compile(r"HGMMA\.(\d+)x(\d+)x(\d+)")
 _NO_DEST = ("ST", "STS", "STG", "STL", "STSM", "BAR", "BRA", "WARPGROUP", "HGMMA", "UTMALDG", "UTMASTG",
             "UTMACMDFLUSH", "FENCE", "MEMBAR", "EXIT", "NOP", "RET", "BSYNC", "BSSY", "WARPSYNC",
-            "CCTL", "ERRBAR", "DEPBAR", "UTMAPF", "CALL", "YIELD", "RED", "REDUX.SUM.S32")
+            "CCTL", "ERRBAR", "DEPBAR", "UTMAPF", "CALL", "YIELD", "RED")
 _SMEM = ("LDS", "STS", "LDSM", "STSM")
 _LOCAL = ("LDL", "STL")
 
