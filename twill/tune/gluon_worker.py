@@ -95,6 +95,12 @@ def sass_walks(kernel: Any, schedule: Any, graph: Any, machine: Any, details: di
     parts = [{"position": p.position, "group": p.group, "warps": p.warps} for p in kernel.report.partitions]
     bounds = trip_bounds(sass, kernel.source, parts, latencies_from_machine(machine))
     details["sass_walk"] = {str(g): b for g, b in sorted(bounds.items())}
+    missing = sorted(p["group"] for p in parts if p["group"] not in bounds)
+    if missing:   # a partition without a steady loop in the SASS (none has on the FA / GEMM kernels)
+        details["sass_walk_missing"] = (f"no steady loop found in the SASS for group(s) {missing}: "
+                                        "their trips are priced by the schedule's terms alone")
+    if not bounds:
+        return None, None
     return {g: b["cycles"] for g, b in bounds.items()}, coupled_groups(graph, schedule)
 
 

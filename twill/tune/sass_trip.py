@@ -383,10 +383,26 @@ def walk_trip(body: Sequence[Instr], lat: SassLatencies, *, warps_per_scheduler:
     """Walk ``body`` (a loop's instructions, back-edge last) ``trips`` times in order and return the
     cycles of the last trip (see the module docstring).
 
-    ``warps_per_scheduler``: warps of the partition on each scheduler (a partition of 8 warps has 2):
-    they take turns, so each warp's instructions hold the scheduler, the ``MUFU`` and the shared-memory
-    ports that many times as long. ``warpgroups``: the partition's warp groups, whose ``HGMMA`` s share
-    the Tensor Cores.
+    Parameters
+    ----------
+    body : sequence of Instr
+        One loop body (:func:`loop_bodies`), back-edge last.
+    lat : SassLatencies
+        Latencies and rates, in SM cycles (:func:`latencies_from_machine`).
+    warps_per_scheduler : int
+        Warps of the partition on each scheduler (a partition of 8 warps has 2): they take turns, so each
+        warp's instructions hold the scheduler, the ``MUFU`` and the shared-memory ports that many times
+        as long.
+    warpgroups : int
+        The partition's warp groups, whose ``HGMMA`` s share the Tensor Cores.
+    trips : int
+        Trips walked (values carried over the back-edge need 2; 4 reach the steady state of every FA
+        kernel's loop).
+
+    Returns
+    -------
+    WalkResult
+        Cycles of the last trip (SM cycles), instructions per trip, stalls of the last trip by cause.
 
     >>> lat = SassLatencies(alu=4, mufu=18, mufu_interval=8, shfl=24, convert=5, smem=30,
     ...                     smem_bytes_per_cycle=128, bar_sync=20, bar_sync_per_warp=2, trywait=40,
@@ -490,11 +506,26 @@ def disassemble(cubin: bytes) -> str:
 
 def trip_bounds(sass: str, kernel_py: str, partitions: Sequence[Mapping[str, Any]],
                 lat: SassLatencies) -> dict[int, dict[str, Any]]:
-    """Per warp group (``partitions``: the report's ``position``, ``group``, ``warps``): its steady loop's
-    :func:`walk_trip` (``cycles``, ``instructions``, ``stall``); groups whose function has no loop are
-    left out.
+    """Per warp group, its steady loop's :func:`walk_trip`.
 
-    The partition at ``position`` p is the generated function ``_part{p}_g{group}``.
+    Parameters
+    ----------
+    sass : str
+        ``nvdisasm -c -g`` of the kernel (:func:`disassemble`).
+    kernel_py : str
+        The generated ``kernel.py`` the SASS was compiled from (its line numbers name each partition's
+        function: the partition at ``position`` p is ``_part{p}_g{group}``).
+    partitions : sequence of mappings
+        The report's partitions: ``position``, ``group``, ``warps``.
+    lat : SassLatencies
+        Latencies and rates (:func:`latencies_from_machine`).
+
+    Returns
+    -------
+    dict
+        ``{group: {"cycles", "instructions", "stall", "warps"}}``, cycles per trip in SM cycles; a group
+        whose function has no loop in the SASS is left out (the caller says so:
+        :func:`twill.tune.gluon_worker.sass_walks`).
     """
     instrs, labels = parse_sass(sass)
     bodies = loop_bodies(instrs, labels, kernel_py)
