@@ -33,11 +33,12 @@ def main() -> int:
     import twill.tune.sass_trip as sass_trip
 
     original = sass_trip.latencies_from_machine
-    measured = [{r["name"]: r["gluon_ms"] for r in json.loads((ROOT / "benchmarks" / "results" / m).read_text())
-                 ["rows"] if "gluon_ms" in r} for _, _, m in GRIDS]
+    results = ROOT / "benchmarks" / "results"
+    measured = [{r["name"]: r["gluon_ms"] for r in json.loads((results / m).read_text())["rows"]
+                 if "gluon_ms" in r} for _, _, m in GRIDS]
     cases: list[tuple[str | None, float]] = [(None, 1.0)] + [(f, x) for f in FIELDS for x in (0.5, 1.5)]
     for field, factor in cases:
-        def patched(machine, field=field, factor=factor):  # noqa: ANN001, ANN202
+        def patched(machine, field=field, factor=factor):
             lat = original(machine)
             return lat if field is None else replace(lat, **{field: getattr(lat, field) * factor})
 
