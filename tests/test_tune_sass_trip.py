@@ -42,6 +42,15 @@ def test_a_dependent_chain_takes_the_sum_of_its_latencies():
     assert walk_trip(body, LAT).cycles == 4 + 18 + 4
 
 
+def test_issue_times_of_the_last_trip():
+    body = _loop("FFMA R1, R1, R2, R3", "MUFU.EX2 R1, R1", "FADD R1, R1, R4")
+    times: list[float] = []
+    walk_trip(body, LAT, issue=times)
+    # the trip starts in the slot after the last trip's branch, 2 after that trip's FADD; FFMA waits for
+    # the FADD's R1 (4 after its issue: 2 more), MUFU 4 after FFMA, FADD 18 after MUFU, the branch next
+    assert times == [2, 2 + 4, 2 + 4 + 18, 2 + 4 + 18 + 1]
+
+
 def test_independent_instructions_issue_one_per_cycle_per_warp():
     body = _loop(*(f"FFMA R{10 + i}, R2, R3, R4" for i in range(10)))
     assert walk_trip(body, LAT).cycles == 11                      # 10 FFMA + the branch

@@ -379,7 +379,7 @@ class WalkResult:
 
 
 def walk_trip(body: Sequence[Instr], lat: SassLatencies, *, warps_per_scheduler: int = 1,
-              warpgroups: int = 1, trips: int = 4) -> WalkResult:
+              warpgroups: int = 1, trips: int = 4, issue: list[float] | None = None) -> WalkResult:
     """Walk ``body`` (a loop's instructions, back-edge last) ``trips`` times in order and return the
     cycles of the last trip (see the module docstring).
 
@@ -398,6 +398,9 @@ def walk_trip(body: Sequence[Instr], lat: SassLatencies, *, warps_per_scheduler:
     trips : int
         Trips walked (values carried over the back-edge need 2; 4 reach the steady state of every FA
         kernel's loop).
+    issue : list, optional
+        Filled with each instruction's issue time in the last trip, cycles after that trip's start
+        (where a group's arrives and waits fall in its trip).
 
     Returns
     -------
@@ -429,6 +432,8 @@ def walk_trip(body: Sequence[Instr], lat: SassLatencies, *, warps_per_scheduler:
     for _trip in range(trips):
         starts.append(t)
         last_stall = {}
+        if issue is not None:
+            issue.clear()
         for ins in body:
             dests = _dests(ins)
             srcs = _sources(ins, dests)
@@ -478,6 +483,8 @@ def walk_trip(body: Sequence[Instr], lat: SassLatencies, *, warps_per_scheduler:
                     open_count = 0
             for r in dests:
                 ready[r] = at + _latency(ins, lat)
+            if issue is not None:
+                issue.append(at - starts[-1])
             t = at + w            # the scheduler's next slot for this warp (w warps take turns)
     cycles = t - starts[-1]
     return WalkResult(cycles=float(cycles), instructions=len(body),
