@@ -421,6 +421,22 @@ def walk_trip(body: Sequence[Instr], lat: SassLatencies, *, warps_per_scheduler:
     >>> walk_trip(ins, lat).cycles         # FFMA (4) then MUFU (18) on the carried R1; the branch overlaps
     22.0
     """
+    gen = _walk(body, lat, warps_per_scheduler=warps_per_scheduler, warpgroups=warpgroups, trips=trips,
+                issue=issue)
+    try:
+        request = next(gen)
+        while True:
+            request = gen.send(request[3])     # alone: every wait finds its phase done
+    except StopIteration as stop:
+        return stop.value
+
+
+def _walk(body: Sequence[Instr], lat: SassLatencies, *, warps_per_scheduler: int, warpgroups: int,
+          trips: int, issue: list[float] | None) -> Any:
+    """:func:`walk_trip` as a generator: before each ``SYNCS`` (mbarrier) or ``UTMALDG`` instruction it
+    yields ``(trip, index, instr, at)`` (``at``: when it could issue) and takes back when it issues (a
+    co-simulation of several groups makes a wait issue when its arrive has landed); its return value is
+    the :class:`WalkResult`."""
     ready: dict[str, float] = {}
     t = 0.0                       # the next issue slot of this warp
     mufu_free = smem_free = tc_free = 0.0
@@ -434,7 +450,7 @@ def walk_trip(body: Sequence[Instr], lat: SassLatencies, *, warps_per_scheduler:
         last_stall = {}
         if issue is not None:
             issue.clear()
-        for ins in body:
+        for idx, ins in enumerate(body):
             dests = _dests(ins)
             srcs = _sources(ins, dests)
             need = max([ready.get(r, 0.0) for r in srcs], default=0.0)
@@ -455,7 +471,12 @@ def walk_trip(body: Sequence[Instr], lat: SassLatencies, *, warps_per_scheduler:
                 if drain > at:
                     last_stall["register"] = last_stall.get("register", 0.0) + drain - at
                     at = drain
-            elif b == "BAR":
+            elif b in ("SYNCS", "UTMALDG"):
+                later = yield (_trip, idx, ins, at)
+                if later > at:
+                    last_stall["mbarrier"] = last_stall.get("mbarrier", 0.0) + later - at
+                    at = later
+            if b == "BAR":
                 cost = _bar_cycles(ins, lat, 4 * int(w))
                 last_stall["barrier"] = last_stall.get("barrier", 0.0) + cost
                 at += cost
@@ -489,6 +510,8 @@ def walk_trip(body: Sequence[Instr], lat: SassLatencies, *, warps_per_scheduler:
     cycles = t - starts[-1]
     return WalkResult(cycles=float(cycles), instructions=len(body),
                       stall={k: round(v, 1) for k, v in sorted(last_stall.items())})
+
+
 
 
 def disassemble(cubin: bytes) -> str:
