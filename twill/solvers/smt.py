@@ -190,9 +190,6 @@ class SmtSession:
         range, tens of seconds on a 60-op loop) honours the time limit too."""
         self.assertions = 0
         """Formulas asserted so far (:meth:`add` calls)."""
-        self.interrupt_if: Callable[[], bool] | None = None
-        """Asked while a check runs (every 50 ms): True stops the search, and the check answers
-        ``TIMEOUT`` (a speculative solve whose work became void, :mod:`twill.solvers.joint.speculate`)."""
         self._assumptions: list[Any] = []  # pySMT terms of :meth:`assume`
         self._assumed: list[Any] = []  # the same as backend terms
 
@@ -344,9 +341,6 @@ class SmtSession:
                 if not done.is_set() and deadline is not None and time.monotonic() >= deadline:
                     stopped = CheckResult.TIMEOUT
                     self._halt(done)
-                elif not done.is_set() and self.interrupt_if is not None and self.interrupt_if():
-                    stopped = CheckResult.TIMEOUT
-                    self._halt(done)
         except KeyboardInterrupt:
             if thread.ident is not None:  # started: it sets ``done`` when it returns
                 self._halt(done)
@@ -355,8 +349,6 @@ class SmtSession:
             raise
         self.checks += 1
         self.check_seconds += time.monotonic() - start
-        with contextlib.suppress(KeyboardInterrupt):  # it has returned: no thread left behind (a fork then
-            thread.join(1.0)  # copies one thread; the worker has set ``done`` and only exits)
         if "err" in box:
             err = box["err"]
             if stopped and "canceled" in str(err).lower():

@@ -23,7 +23,6 @@ from twill.model.liveness import smem_footprint
 from twill.model.problem import Problem
 from twill.solvers.joint.encoding import Encoder
 from twill.solvers.joint.result import GOAL_KEYS, GOALS, TIEBREAKS, JointResult, goal_deadline
-from twill.solvers.joint.speculate import Speculator, Superseded, available, slots
 from twill.solvers.smt import BuildDeadline, SmtSession
 from twill.solvers.status import CheckResult
 
@@ -60,7 +59,6 @@ def solve_joint(
     window_s: float | None = None,
     optimize: bool = True,
     groups: Mapping[str, int] | None = None,
-    speculate: bool = True,
 ) -> JointResult:
     """Solve the joint problem at ``ii`` for schedules of ``stages`` stages, or of the first window of
     ``first .. stages`` that has one.
@@ -94,43 +92,12 @@ def solve_joint(
         :mod:`twill.search.probe`): the answer is then the one at these groups only, so an UNSAT answer
         refutes nothing about the II. A group an op may not take (:class:`Formulation`'s ``groups_of``)
         makes the formula UNSAT; an op left out keeps its choice.
-    speculate : bool
-        Ask the probes predicted refuted (:data:`~twill.solvers.joint.speculate.PREDICTED`) on forked
-        copies of the process, beside the search's next checks (:mod:`twill.solvers.joint.speculate`:
-        the answer does not depend on the timing or on the core count). ``False``: every check in the
-        one session (start times may then differ where every goal ties).
 
     Raises
     ------
     KeyboardInterrupt
         Ctrl-C during a check (after the search was stopped).
     """
-    spec = Speculator(slots()) if speculate and available() else None
-    try:
-        result = _solve(problem, ii, stages, first, min_length, backend, deadline, window_s, optimize, groups,
-                        spec)
-    except Superseded:  # a child's probe was not refuted: its answer is this one's (spec.finish)
-        result = None
-    except BaseException as exc:
-        if spec is not None and spec.is_child:
-            spec.fail(exc)  # never returns: a fork does not unwind into the caller
-        if spec is not None:
-            spec.abandon()
-        raise
-    if spec is None:
-        return result
-    try:
-        return spec.finish(result)
-    except BaseException as exc:
-        if spec.is_child:
-            spec.fail(exc)
-        raise
-
-
-def _solve(problem: Problem, ii: int, stages: int, first: int | None, min_length: int, backend: str,
-           deadline: float | None, window_s: float | None, optimize: bool, groups: Mapping[str, int] | None,
-           spec: Speculator | None) -> JointResult:
-    """:func:`solve_joint` in one process (``spec``: the probes predicted refuted go to forked copies)."""
     start = time.monotonic()
     first = stages if first is None else first
     with SmtSession(backend) as sess:
@@ -145,8 +112,7 @@ def _solve(problem: Problem, ii: int, stages: int, first: int | None, min_length
                                build_s=time.monotonic() - start, length_low=min_length)
         sess.build_deadline = None
         build_s = time.monotonic() - start
-        sess.interrupt_if = None if spec is None else spec.superseded
-        status, window, deadline = _windows(enc, sess, first, deadline, window_s, spec)
+        status, window, deadline = _windows(enc, sess, first, deadline, window_s)
         length_low = max(min_length, (window - 1) * ii + 1)  # the windows below ``window`` are refuted
         if status != CheckResult.SAT:
             return JointResult(ii, stages, status, checks=sess.checks, wall_s=time.monotonic() - start,
@@ -159,8 +125,7 @@ def _solve(problem: Problem, ii: int, stages: int, first: int | None, min_length
                 try:
                     best, proven[goal], low = _tighten(enc, sess, goal, best,
                                                        goal_deadline(goal, deadline, time.monotonic()),
-                                                       length_low if goal == "length" else None,
-                                                       spec if goal == "length" else None)
+                                                       length_low if goal == "length" else None)
                     if goal == "length":
                         length_low = low
                 except KeyboardInterrupt:  # keep the schedule found; the caller reports the interrupt
@@ -173,12 +138,10 @@ def _solve(problem: Problem, ii: int, stages: int, first: int | None, min_length
 
 
 def _windows(enc: Encoder, sess: SmtSession, first: int, deadline: float | None,
-             window_s: float | None, spec: Speculator | None = None) -> tuple[CheckResult, int, float | None]:
+             window_s: float | None) -> tuple[CheckResult, int, float | None]:
     """Check the windows ``first .. enc.n`` in order; returns the status, the window it ended in
     (``enc.n + 1`` when every window is refuted) and that window's deadline. After ``SAT`` the window's
-    bound stays asserted, so the goals are tightened inside it. With ``spec``, each window below
-    ``enc.n`` is asked on a forked copy and this process goes on as if it were refuted (the copy takes
-    over if not)."""
+    bound stays asserted, so the goals are tightened inside it."""
 
     def until() -> float | None:
         if window_s is None:
@@ -192,15 +155,10 @@ def _windows(enc: Encoder, sess: SmtSession, first: int, deadline: float | None,
         return status, enc.n + (status == CheckResult.UNSAT), end
     for n in range(first, enc.n + 1):
         end = until()
-        if spec is not None and n < enc.n and not spec.branch(sess.checks):
-            sess.add(enc.m.GT(enc.length, enc.int_(n * enc.ii)))  # as if refuted (the copy asks it)
-            continue
         sess.push()
         mark = len(enc.scoped)
         sess.add(enc.m.LE(enc.length, enc.int_(n * enc.ii)))
         status = check_lazily(enc, sess, end)
-        if spec is not None:
-            spec.verdict(status, sess.checks)  # in the copy: exits if refuted
         if status != CheckResult.UNSAT:
             return status, n, end
         sess.pop()
@@ -341,37 +299,34 @@ def _goal(enc: Encoder, goal: str) -> tuple[Any, int, int]:
 
 
 def _tighten(enc: Encoder, sess: SmtSession, goal: str, best: dict[str, Any],
-             deadline: float | None, low: int | None = None,
-             spec: Speculator | None = None) -> tuple[dict[str, Any], bool, int]:
+             deadline: float | None, low: int | None = None) -> tuple[dict[str, Any], bool, int]:
     """Minimize ``goal`` by bisection between a lower bound and the best model; fix it there.
 
     Each probe asserts ``goal <= mid`` inside a push/pop: SAT lowers the upper end to the model's value,
     UNSAT proves the optimum is above ``mid``. Returns the best model, whether its value is proven
     minimal (False if the deadline stopped a probe; the session is then spent), and the proven lower
-    bound on the goal's value. ``low`` is a proven lower bound known beforehand. ``spec``: the first
-    probe is asked on a forked copy (:func:`_bisect`).
+    bound on the goal's value. ``low`` is a proven lower bound known beforehand.
     """
     term, step, least = _goal(enc, goal)
     low = least if low is None else max(low, least)
     key = GOAL_KEYS[goal]
     order = PROBE_ORDER.get(goal, "top")
     best, low, status = _bisect(enc, sess, term, step, low, best, key, deadline, top=order == "top",
-                                climb=order == "climb", spec=spec)
+                                climb=order == "climb")
     if status == CheckResult.SAT:
         sess.add(enc.m.Equals(term, enc.int_(best[key])))
     return best, status == CheckResult.SAT, low
 
 
 def _bisect(enc: Encoder, sess: SmtSession, term: Any, step: int, low: int, best: dict[str, Any], key: str,
-            deadline: float | None, *, top: bool = False, climb: bool = False,
-            spec: Speculator | None = None) -> tuple[dict[str, Any], int, CheckResult]:
+            deadline: float | None, *, top: bool = False,
+            climb: bool = False) -> tuple[dict[str, Any], int, CheckResult]:
     """Least value of ``term`` (a multiple of ``step``, at least ``low``) over the models, by bisection
     between ``low`` and the model ``best`` (whose value is ``best[key]``).
 
     ``top``: the first probe is one step below ``best``; ``climb``: after an UNSAT probe the next is the
     new lower bound itself (:data:`PROBE_ORDER`). Otherwise, and when such a probe is out of range, the
-    probe is the midpoint. ``spec``: the first probe is asked on a forked copy, and this process goes on
-    as if it were refuted (:mod:`twill.solvers.joint.speculate`; the copy takes over if not).
+    probe is the midpoint.
 
     Each probe asserts ``term <= mid`` inside a push/pop: SAT lowers the upper end to the model's value,
     UNSAT proves the least value is above ``mid``; lazily found liveness checks hold everywhere and are
@@ -384,18 +339,10 @@ def _bisect(enc: Encoder, sess: SmtSession, term: Any, step: int, low: int, best
     while lo < hi:
         mid = ahead if ahead is not None and lo <= ahead < hi else (lo + hi) // 2
         ahead = None
-        copy = spec is not None and spec.branch(sess.checks)
-        if spec is not None and not copy:  # as if refuted: the copy asks it
-            spec, lo = None, mid + 1
-            ahead = lo if climb else None
-            continue
         sess.push()
         mark = len(enc.scoped)
         sess.add(enc.m.LE(term, enc.int_(mid * step)))
         status = check_lazily(enc, sess, deadline)
-        if spec is not None:
-            spec.verdict(status, sess.checks)  # in the copy: exits if refuted
-            spec = None
         if status == CheckResult.SAT:
             best = _extract(enc, sess)
             hi = best[key] // step
