@@ -563,8 +563,9 @@ def sm_units(units: Mapping[str, float], cm: CostModel, *, local: float = 0.0) -
     One CTA's loads are issued by one elected thread, ``num_stages - 1`` ahead, and arrive at the rate
     one such stream gets (the simulated trip; fitted on the tuning grids). Co-resident CTAs issue
     independent streams that the SM's L2 port serves together: on the H200 Triton's GEMM as one wave of
-    132 x k CTAs moves 22-39 B/cycle per CTA at one CTA per SM and up to 70-72 B/cycle per SM at two or
-    three (``benchmarks/calibrate/results/triton_occupancy.json``, ``run_gemm_sync.py``).
+    132 x k CTAs moves 22-53 B/cycle with one CTA per SM (its stream, latency-bound at 2-3 stages) and up
+    to 72 B/cycle per SM with two or three (``benchmarks/calibrate/results/triton_occupancy.json``,
+    ``gemm_sync_derived.json``; ``run_gemm_sync.py``).
 
     Raises
     ------
@@ -604,7 +605,7 @@ def serial_chain_cycles(graph: Graph, cm: CostModel, *, issue: float, barriers: 
 
     On the H200 (``gemm_sync.json``, ``triton_occupancy.json``, one CTA per SM) Triton's 128x128x64 GEMM at
     8 warps takes 845 cycles per trip where 4 warps take 615, and 128x256x64 / 256x128x64 at 8 warps
-    1405 / 1441; this sum gives 893, 1413 and 1449.
+    1405 / 1441; this sum gives 890, 1410 and 1446.
 
     Raises
     ------
