@@ -322,3 +322,29 @@ def test_the_gemm_sync_constants_are_what_the_h200_runs_give():
     # a bar.sync added to two warp groups' serialized loop costs the measured named-barrier hand-off
     bar = float(H200.const("handoff.named_barrier"))
     assert derived["bar_sync_cycles"]["n128"] == pytest.approx(bar, abs=1.5)
+
+
+def test_tune_prices_the_serialized_8_warp_gemm_by_its_chain(tmp_path):
+    pytest.importorskip("triton")
+    from twill.tune.api import tune
+
+    out = tune(GEMM, "h200", {"BLOCK_M": [128], "BLOCK_N": [128], "BLOCK_K": [64]}, num_warps=[4, 8],
+               num_stages=[4], jobs=1, cache_dir=str(tmp_path), time_limit=2.0,
+               problem={"M": 4096, "N": 4096, "K": 4096})
+    by_warps = {r["num_warps"]: r for r in out.results}
+    d8, d4 = by_warps[8]["details"], by_warps[4]["details"]
+    # ptxas serializes the 8-warp kernel (C7515) and not the 4-warp one; Triton's loop has 4 bar.sync
+    assert d8["wgmma_serialized"] and not d4["wgmma_serialized"]
+    assert d8["loop_barriers"] == d4["loop_barriers"] == 4
+    # the chain: two warp groups keep the Tensor Cores busy 2 x 128 x 128 x 64 / 4096 cycles, then the last
+    # instruction's wait, the trip's issue slots (SASS instructions x 8 warps / 4 schedulers), 4 barriers
+    tail = float(H200.const("cost.tc_serial_latency"))
+    bar = float(H200.const("handoff.named_barrier"))
+    issue = d8["loop_sass_instructions"] * 8 / 4
+    want = 2 * 128 * 128 * 64 / TC_RATE + tail + issue + 4 * bar
+    assert d8["terms"]["serial_chain"] == pytest.approx(want, abs=0.2)
+    assert d8["cycles_per_trip"] >= d8["terms"]["serial_chain"] - 0.1
+    assert d4["terms"]["serial_chain"] == 0.0
+    # one CTA per SM at 4 stages (4 x 32 KB of buffers): the 8-warp trip is longer than the 4-warp one
+    assert d8["ctas_per_sm"] == d4["ctas_per_sm"] == 1
+    assert by_warps[8]["predicted_ms"] > by_warps[4]["predicted_ms"]
