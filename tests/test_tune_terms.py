@@ -222,3 +222,129 @@ def test_last_wave_runs_at_its_own_occupancy():
     same = predict_from_parts(per_trip_cycles=1800, trips=64, ctas=2048, ctas_per_sm=3, sms=132,
                               clock_ghz=1.0, prologue=1, epilogue=1, flops=1e9)
     assert same["ms"] == pytest.approx(6 * (2 + 64 * 1800) / 1e9 * 1e3)
+
+
+# ---------------------------------------------------------------- serialized wgmma pipeline, the SM's L2 port
+def test_loop_barriers_count_the_cta_wide_waits_of_the_loop():
+    from twill.calibrate.regs import parse_sass_loop_barriers
+
+    sass = "\n".join(f"        /*{a:04x}*/  {op} ;" for a, op in (
+        (0x0, "BAR.SYNC.DEFER_BLOCKING 0x0"), (0x10, "BAR.SYNC.DEFER_BLOCKING 0x0"),
+        (0x20, "BAR.ARRIVE 0x1, 0x100"),
+        (0x30, "BAR.RED.POPC RZ, 0x0, PT"), (0x40, "HGMMA.64x128x16.F32 R24, gdesc[UR20], R24, gsb0"),
+        (0x50, "@!P0 BRA 0x10"), (0x60, "BAR.SYNC.DEFER_BLOCKING 0x0"), (0x70, "EXIT")))
+    # the loop is 0x10-0x50: one BAR.SYNC and one BAR.RED; the arrive does not wait, 0x0 and 0x60 are outside
+    assert parse_sass_loop_barriers(sass) == 2
+    assert parse_sass_loop_barriers("        /*0000*/  EXIT ;") is None
+
+
+def _gemm_graph(warps: int):
+    from twill.ir.graph import Graph
+
+    g = Graph("gemm")
+    g.add_op("acc", "gemm", **CM.gemm(128, 128, 64, warps=warps, serialized=True).op_kwargs(), regs=64,
+             result_bytes=128 * 128 * 4)
+    return g
+
+
+def test_serial_chain_is_the_gemm_chain_then_the_issue_then_the_barriers():
+    from twill.tune.triton_model import serial_chain_cycles
+
+    tail = float(H200.const("cost.tc_serial_latency"))
+    bar = float(H200.const("handoff.named_barrier"))
+    # 8 warps: two warp groups, each 4 x m64n128k16 (64 cycles each) waited one by one; together they keep
+    # the Tensor Cores busy for 2 x 128 x 128 x 64 / 4096 = 512 cycles, then the last one's wait
+    tc = 2 * 128 * 128 * 64 / TC_RATE
+    got = serial_chain_cycles(_gemm_graph(8), CM, issue=186, barriers=4)
+    assert got == pytest.approx(tc + tail + 186 + 4 * bar)
+    # 4 warps: one warp group runs the 2 x 4 instructions one after another, each its 64 cycles + the wait
+    one = 2 * 64 * 128 * 16 / TC_RATE + tail
+    got = serial_chain_cycles(_gemm_graph(4), CM, issue=95, barriers=4)
+    assert got == pytest.approx(8 * one + 95 + 4 * bar)
+    with pytest.raises(ValueError, match="barriers"):
+        serial_chain_cycles(_gemm_graph(8), CM, issue=1, barriers=-1)
+
+
+def test_a_serialized_trip_is_bounded_by_its_own_chain_not_added_to_the_other_ctas():
+    from dataclasses import replace
+
+    t = replace(_terms(tc=512, issue=186, tma=400), serial_chain=893.0)
+    # one CTA: the chain (893) beats the simulated trip (782)
+    assert effective_cycles(782, t, 1, 782) == 893
+    # two CTAs: the other CTA's Tensor Core time and issue fill this one's issue and barrier phases, so the
+    # in-step bound C + D = 782 + 698 holds, not 893 + 698
+    assert effective_cycles(782, t, 2, 782) == 782 + 512 + 186
+    # not serialized: no such bound
+    assert effective_cycles(700, _terms(tc=512, issue=186), 1, 700) == 700
+
+
+def test_co_resident_ctas_share_the_sms_l2_port():
+    from dataclasses import replace
+
+    from twill.tune.triton_model import sm_units
+
+    stream = float(H200.const("cost.tma_kernel_bytes_per_cycle"))
+    port = float(H200.const("cost.l2_sm_bytes_per_cycle"))
+    units = {"tc": 512.0, "tma": 32768 / stream, "smem": 256.0}
+    shared = sm_units(units, CM)
+    assert shared["tma"] == pytest.approx(32768 / port)
+    assert shared["tc"] == 512.0 and shared["smem"] == 256.0
+    # spilled registers on the L2 path keep their rate: only the loads' part moves
+    spilled = sm_units({"tma": 32768 / stream + 1000.0}, CM, local=1000.0)
+    assert spilled["tma"] == pytest.approx(32768 / port + 1000.0)
+    with pytest.raises(ValueError, match="exceed"):
+        sm_units({"tma": 10.0}, CM, local=20.0)
+    # 3 CTAs of 128x128x64 (32 KB of loads, 512 Tensor Core cycles each): the SM bound is 3 x 512 (Tensor
+    # Cores), not 3 x 32768 / 42 (one stream's rate three times)
+    t = replace(_terms(tc=512, issue=94, tma=32768 / stream), shared_units=shared)
+    assert 3 * t.sm_throughput == pytest.approx(3 * max(512, 32768 / port))
+    want = max(783 + 2 * (512 + 94), 3 * max(512, 32768 / port))
+    assert effective_cycles(783, t, 3, 783) == pytest.approx(want)
+
+
+def test_the_gemm_sync_constants_are_what_the_h200_runs_give():
+    import json
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks" / "calibrate"))
+    import derive_gemm_sync
+
+    results = ROOT / "benchmarks" / "calibrate" / "results"
+    sync = json.loads((results / "gemm_sync.json").read_text(encoding="utf-8"))
+    occupancy = json.loads((results / "triton_occupancy.json").read_text(encoding="utf-8"))
+    derived = derive_gemm_sync.derive(sync, occupancy)
+    assert derived == json.loads((results / "gemm_sync_derived.json").read_text(encoding="utf-8"))
+    # the port rate in the machine file is the largest per-SM rate measured: k x (BM + BN) x BK x 2 / cycles
+    best = max((r["ctas_per_sm"] * (r["config"][0] + r["config"][1]) * r["config"][2] * 2
+                / r["cycles_per_trip_at_1p6ghz"]) for r in occupancy["configs"]
+               if "cycles_per_trip_at_1p6ghz" in r)
+    assert float(H200.const("cost.l2_sm_bytes_per_cycle")) == round(best)
+    # a bar.sync added to two warp groups' serialized loop costs the measured named-barrier hand-off
+    bar = float(H200.const("handoff.named_barrier"))
+    assert derived["bar_sync_cycles"]["n128"] == pytest.approx(bar, abs=1.5)
+
+
+def test_tune_prices_the_serialized_8_warp_gemm_by_its_chain(tmp_path):
+    pytest.importorskip("triton")
+    from twill.tune.api import tune
+
+    out = tune(GEMM, "h200", {"BLOCK_M": [128], "BLOCK_N": [128], "BLOCK_K": [64]}, num_warps=[4, 8],
+               num_stages=[4], jobs=1, cache_dir=str(tmp_path), time_limit=2.0,
+               problem={"M": 4096, "N": 4096, "K": 4096})
+    by_warps = {r["num_warps"]: r for r in out.results}
+    d8, d4 = by_warps[8]["details"], by_warps[4]["details"]
+    # ptxas serializes the 8-warp kernel (C7515) and not the 4-warp one; Triton's loop has 4 bar.sync
+    assert d8["wgmma_serialized"] and not d4["wgmma_serialized"]
+    assert d8["loop_barriers"] == d4["loop_barriers"] == 4
+    # the chain: two warp groups keep the Tensor Cores busy 2 x 128 x 128 x 64 / 4096 cycles, then the last
+    # instruction's wait, the trip's issue slots (SASS instructions x 8 warps / 4 schedulers), 4 barriers
+    tail = float(H200.const("cost.tc_serial_latency"))
+    bar = float(H200.const("handoff.named_barrier"))
+    issue = d8["loop_sass_instructions"] * 8 / 4
+    want = 2 * 128 * 128 * 64 / TC_RATE + tail + issue + 4 * bar
+    assert d8["terms"]["serial_chain"] == pytest.approx(want, abs=0.2)
+    assert d8["cycles_per_trip"] >= d8["terms"]["serial_chain"] - 0.1
+    assert d4["terms"]["serial_chain"] == 0.0
+    # one CTA per SM at 4 stages (4 x 32 KB of buffers): the 8-warp trip is longer than the 4-warp one
+    assert d8["ctas_per_sm"] == d4["ctas_per_sm"] == 1
+    assert by_warps[8]["predicted_ms"] > by_warps[4]["predicted_ms"]

@@ -11,13 +11,15 @@ of the grid's ``"problems"`` entry: ``fa_fwd`` ``batch`` / ``heads`` / ``seq`` (
 The predicted time of a config is rebuilt from the parts ``twill tune`` records, so each term can be
 switched off and the estimated constants varied without compiling again (per CTA trip, ``k`` CTAs per SM)::
 
-    per_trip = max(L + f, C + r + f + (k - 1) D, R, k T)                   (triton_model.effective_cycles)
+    per_trip = max(L + f, C + r + f + (k - 1) D, S + r + f, R, k T')       (triton_model.effective_cycles)
     r = spilled-register reload on the chain: local cycles (+ tma_latency on the L2 path)
     f = waits * barrier_wait + stretch,  stretch = sum over GEMMs of max(0, reads - tc)
     reads = smem_bytes / wgmma_smem_bytes_per_cycle (each GEMM's wgmma operand bytes in its layout)
     T = max(issue, tc', smem', l2', mufu, alu)      tc' = sum of max(tc, reads), smem' = smem + reads
     l2' = (TMA bytes + spilled-register bytes when they leave L1) / tma_kernel_bytes_per_cycle
     D = tc' + issue                                 (co-resident CTAs in lock-step)
+    S = serialized wgmma pipeline: GEMM chains + issue + loop barriers x handoff.named_barrier (0 if not)
+    T' = T with the loads at the SM's L2 port rate cost.l2_sm_bytes_per_cycle (co-resident CTAs together)
     R = (tma_latency + TMA busy) / (num_stages - 1)
     time = ((waves - 1) * (2 * tma_latency + trips * per_trip(k))
             + 2 * tma_latency + trips * per_trip(k_tail)) / clock     k_tail: the last wave's CTAs per SM
@@ -28,10 +30,12 @@ with loads that arrive at once.
 Terms, added one at a time (the score table): the layout of each wgmma (``warpsPerCTA`` / ``instrShape``:
 replicated rows and per-instruction operand reads), local-memory traffic of spilled registers, co-resident
 CTAs in lock-step, the simulation's TMA unit at the kernel's L2 rate (``sim_rate``), spilled registers
-reloaded on the chain (``reload``), the last wave at its own occupancy (``tail``). Constants fitted (least
-mean absolute log error of the time): on the committed grid per family (fit on GEMM, score FA; fit on FA,
-score GEMM) and leave-one-tile-out; across grids (fit on the committed grid, score the held-out one, and
-the other way round); on both grids (the machine file: both grids have now been seen). A grid given with
+reloaded on the chain (``reload``), the last wave at its own occupancy (``tail``), a serialized wgmma
+pipeline's own chain (``serial``), co-resident CTAs' loads at the SM's L2 port rate (``port``).
+Constants fitted (least mean absolute log error of the time): on the committed grid per family (fit on
+GEMM, score FA; fit on FA, score GEMM) and leave-one-tile-out; across grids (fit on the committed grid,
+score the held-out one, and the other way round); on both grids (the machine file: both grids have now
+been seen). A grid given with
 ``--grid`` other than the committed one is scored with the machine file's constants.
 
     python benchmarks/calibrate/tune_scores.py                   # writes results/tune_scores.json
@@ -63,7 +67,7 @@ L2_RATES = (30, 33, 36, 39, 42, 45, 48)
 """Around the measured 35.9 B/cycle/SM of the all-SM 32 KB TMA stream from L2 (results/microbench.json)."""
 ESTIMATES = {"barrier_wait": 34.0, "wgmma_rate": 128.0, "l2_rate": 36.0}
 """The terms' values before any fit: the h100.toml estimates and the measured all-SM L2 TMA rate."""
-TERMS = ("layout", "local", "lockstep", "sim_rate", "reload", "tail")
+TERMS = ("layout", "local", "lockstep", "sim_rate", "reload", "tail", "serial", "port")
 HELDOUT = RESULTS / "h200_tune_heldout.json"
 """The second measured grid (FA N 4096 D 64, GEMM 4096^3 with two more tiles): scored once, held out, by
 the model of its day; now a second grid to fit on and to cross-validate with (fit on one, score the
@@ -165,7 +169,10 @@ def model_ms(row: Mapping[str, Any], machine: Any, *, barrier_wait: float, wgmma
     instead of the kernel rate (both are recorded; the simulations are at the machine file's kernel
     rate whatever ``l2_rate`` is, which moves only the throughput and spill terms); without ``reload``
     spilled registers are traffic only, not on the chain (:func:`twill.tune.triton_model.
-    spill_reload_cycles`); without ``tail`` the last wave runs at the kernel's CTAs per SM.
+    spill_reload_cycles`); without ``tail`` the last wave runs at the kernel's CTAs per SM; without
+    ``serial`` a serialized wgmma pipeline has no bound of its own (``S``); without ``port`` the co-resident
+    CTAs' loads share one stream's rate (``T`` for ``T'``). Predictions made before a term existed have
+    no record of it and are scored without it.
     """
     from twill.ir.costmodel import CostModel
     from twill.tune.triton_model import spill_reload_cycles, tail_ctas_per_sm
@@ -188,6 +195,7 @@ def model_ms(row: Mapping[str, Any], machine: Any, *, barrier_wait: float, wgmma
         lat, comp = lat - extra, comp - extra
         units["tc"] = units.get("tc", 0.0) - extra
         gemms = [dict(g) for g in d["default_gemms"]]
+    raw_loads = units.get("tma", 0.0)
     if "tma" in units:
         units["tma"] *= float(const("cost.tma_bytes_per_cycle")) / l2_rate
     trip_floor = 0.0
@@ -208,12 +216,18 @@ def model_ms(row: Mapping[str, Any], machine: Any, *, barrier_wait: float, wgmma
     units["tc"] = units.get("tc", 0.0) + stretch
     units["smem"] = units.get("smem", 0.0) + sum(reads)
     extra_f = t["waits"] * barrier_wait + stretch
-    throughput = max([t["issue"], *units.values()])
+    shared = dict(units)
+    if "port" in terms and "tma" in shared and t.get("shared_units"):
+        port = float(const("cost.l2_sm_bytes_per_cycle"))
+        local_l2 = units["tma"] - raw_loads * float(const("cost.tma_bytes_per_cycle")) / l2_rate
+        shared["tma"] = raw_loads * float(const("cost.tma_bytes_per_cycle")) / port + local_l2
+    sm_throughput = max([t["issue"], *shared.values()])
     coresident = units["tc"] + t["issue"] if "lockstep" in terms else 0.0
+    serial = t.get("serial_chain", 0.0) if "serial" in terms else 0.0
 
     def trip(ctas_per_sm: int) -> float:
         return max(lat + extra_f, min(comp, lat) + reload + extra_f + (ctas_per_sm - 1) * coresident,
-                   trip_floor, ctas_per_sm * throughput)
+                   serial + reload + extra_f if serial > 0 else 0.0, trip_floor, ctas_per_sm * sm_throughput)
 
     edge = float(const("cost.tma_latency"))
     per_cta = 2 * edge + d["trips"] * trip(k)

@@ -42,7 +42,8 @@ from typing import Any
 from twill.errors import FrontendError
 
 __all__ = ["Cliff", "RegReport", "compile_registers", "find_cliffs", "parse_ptx", "parse_ptxas_log",
-           "parse_resource_usage", "parse_sass", "parse_sass_loop", "parse_sass_loop_local", "render_table",
+           "parse_resource_usage", "parse_sass", "parse_sass_loop", "parse_sass_loop_barriers",
+           "parse_sass_loop_local", "render_table",
            "run_triton_tool", "sweep", "triton_tool"]
 
 _TARGETS = {90: ("sm_90a", "ptxas", "h100"), 100: ("sm_100a", "ptxas-blackwell", "b200")}
@@ -98,6 +99,9 @@ class RegReport:
         ``(stored, loaded)`` local-memory bytes per thread per trip of the main loop (the ``STL``/``LDL``
         of spilled registers inside it, :func:`parse_sass_loop_local`); None when the SASS was not read
         or has no loop.
+    loop_barriers : int or None
+        CTA-wide ``BAR.SYNC`` / ``BAR.RED`` instructions per trip of the main loop
+        (:func:`parse_sass_loop_barriers`); None when the SASS was not read or has no loop.
     cubin_bytes : int
         Size of the cubin.
     ptxas_notes : tuple of str
@@ -135,6 +139,7 @@ class RegReport:
     constexprs: Mapping[str, Any] = field(default_factory=dict)
     loop_sass_instructions: int | None = None
     loop_local_bytes: tuple[int, int] | None = None
+    loop_barriers: int | None = None
 
     @property
     def spills(self) -> bool:
@@ -342,6 +347,22 @@ def parse_sass_loop_local(text: str) -> tuple[int, int] | None:
     return stores, loads
 
 
+def parse_sass_loop_barriers(text: str) -> int | None:
+    """Thread-block barriers one warp waits at per trip of the main loop: the ``BAR.SYNC`` and
+    ``BAR.RED`` instructions (``bar.sync`` / ``__syncthreads`` / ``bar.red`` in PTX) of
+    :func:`parse_sass_loop`'s loop; ``BAR.ARRIVE`` does not wait and is not counted. None without a loop.
+
+    >>> parse_sass_loop_barriers("        /*0010*/  BAR.SYNC.DEFER_BLOCKING 0x0 ;\\n"
+    ...                          "        /*0020*/  BAR.ARRIVE 0x1, 0x100 ;\\n"
+    ...                          "        /*0030*/  @P0 BRA 0x10 ;\\n        /*0040*/  EXIT ;")
+    1
+    """
+    loop = _main_loop(text)
+    if loop is None:
+        return None
+    return sum(1 for _, opcode, rest in loop if opcode == "BAR" and re.match(r"\.(SYNC|RED)\b", rest))
+
+
 _REG_DECL = re.compile(r"^\s*\.reg\s+\.\w+\s+%\w+<(\d+)>;", re.M)
 
 
@@ -474,6 +495,7 @@ def compile_registers(kernel: Any, *, target: str = "sm_90", num_warps: int | No
         ops = parse_sass(sass_text) if sass_text is not None else None
         loop = parse_sass_loop(sass_text) if sass_text is not None else None
         local = parse_sass_loop_local(sass_text) if sass_text is not None else None
+        barriers = parse_sass_loop_barriers(sass_text) if sass_text is not None else None
         cubin_bytes = cubin_path.stat().st_size
     seconds = time.perf_counter() - t0
     info = parse_ptx(ptx)
@@ -494,7 +516,7 @@ def compile_registers(kernel: Any, *, target: str = "sm_90", num_warps: int | No
         sass_instructions=None if ops is None else sum(ops.values()),
         cubin_bytes=cubin_bytes, ptxas_notes=ptxas_info["ptxas_notes"], compile_seconds=round(seconds, 3),
         constexprs=values, loop_sass_instructions=loop,
-        loop_local_bytes=None if local is None else tuple(local))
+        loop_local_bytes=None if local is None else tuple(local), loop_barriers=barriers)
 
 
 def sweep(kernel: Any, *, target: str = "sm_90", num_warps: Iterable[int] = (2, 4, 8, 16),

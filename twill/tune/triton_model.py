@@ -36,8 +36,10 @@ __all__ = [
     "layout_gemms",
     "register_demand",
     "replicate",
+    "serial_chain_cycles",
     "serialize_gemms",
     "simulate_triton",
+    "sm_units",
     "spill_reload_cycles",
     "tail_ctas_per_sm",
     "trips_needed",
@@ -408,6 +410,14 @@ class HardwareTerms:
         spilled before it uses it, so the ``LDL`` bytes' transfer (``local``) and, on the L2 path, one
         load latency (``cost.tma_latency``, the measured latency of an L2 load with every SM loading) lie
         on the chain; 0 without spills.
+    shared_units : mapping of str to float
+        ``units`` as the SM serves several co-resident CTAs at once: their TMA loads together at the SM's
+        L2 port rate ``cost.l2_sm_bytes_per_cycle`` instead of one CTA's stream rate
+        ``cost.tma_kernel_bytes_per_cycle`` (:func:`sm_units`); empty: as ``units``.
+    serial_chain : float
+        Cycles one CTA's trip takes at least when ptxas serialized its wgmma pipeline
+        (:func:`serial_chain_cycles`): the GEMMs' serialized chains, the issue of the trip's other
+        instructions and its CTA-wide barriers one after another; 0 when the pipeline is not serialized.
     """
 
     issue: float
@@ -426,11 +436,19 @@ class HardwareTerms:
     local: float = 0.0
     coresident: float = 0.0
     reload: float = 0.0
+    shared_units: Mapping[str, float] = field(default_factory=dict)
+    serial_chain: float = 0.0
 
     @property
     def throughput(self) -> float:
         """The busiest of the SM's shared resources per trip (issue slots and every unit)."""
         return max([self.issue, *self.units.values()])
+
+    @property
+    def sm_throughput(self) -> float:
+        """The busiest shared resource per trip when several CTAs share the SM (``shared_units``; the
+        loads at the SM's L2 port rate)."""
+        return max([self.issue, *(self.shared_units or self.units).values()])
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (cycles rounded to 0.1)."""
@@ -443,7 +461,9 @@ class HardwareTerms:
                 "gemms": [{"name": n, "tc": round(c, 1), "smem_bytes": b} for n, c, b in self.gemms],
                 "local_bytes": round(self.local_bytes, 1), "local_unit": self.local_unit,
                 "local": round(self.local, 1), "coresident": round(self.coresident, 1),
-                "reload": round(self.reload, 1)}
+                "reload": round(self.reload, 1),
+                "shared_units": {u: round(c, 1) for u, c in sorted(self.shared_units.items())},
+                "serial_chain": round(self.serial_chain, 1)}
 
 
 def hardware_terms(graph: Graph, operands: Mapping[str, tuple[int, int, int, bool, str]], warps: int,
@@ -451,7 +471,8 @@ def hardware_terms(graph: Graph, operands: Mapping[str, tuple[int, int, int, boo
                    layouts: Mapping[str, tuple[int, int, int]] | None = None,
                    local_bytes_per_thread: float = 0.0, threads: int | None = None,
                    stack_bytes_per_thread: int = 0, smem_bytes: int = 0,
-                   ctas_per_sm: int = 1) -> HardwareTerms:
+                   ctas_per_sm: int = 1, serialized: bool = False,
+                   loop_barriers: int = 0) -> HardwareTerms:
     """The costs the hardware adds per trip of one CTA of ``warps`` warps (see :class:`HardwareTerms`).
 
     ``loop_instructions`` (warp instructions per trip, counted in the SASS) prices the issue slots; without
@@ -466,6 +487,11 @@ def hardware_terms(graph: Graph, operands: Mapping[str, tuple[int, int, int, boo
     loop's SASS, :func:`twill.calibrate.regs.parse_sass_loop_local`) x ``threads`` bytes per trip, on
     L1 or L2 by :meth:`CostModel.local_memory_cycles`, whose working set is ``stack_bytes_per_thread`` x
     ``threads`` x ``ctas_per_sm`` against the L1 left beside ``ctas_per_sm`` x ``smem_bytes``.
+
+    ``serialized``: ptxas serialized the wgmma pipeline (:func:`wgmma_serialized`; ``graph`` then has the
+    serialized GEMMs of :func:`serialize_gemms`); ``loop_barriers``: CTA-wide barriers per trip in the
+    loop's SASS (:func:`twill.calibrate.regs.parse_sass_loop_barriers`). Together they give
+    :attr:`HardwareTerms.serial_chain` (:func:`serial_chain_cycles`).
     """
     tma_scale = float(cm.machine.const("cost.tma_bytes_per_cycle")) / float(
         cm.machine.const("cost.tma_kernel_bytes_per_cycle"))
@@ -521,9 +547,81 @@ def hardware_terms(graph: Graph, operands: Mapping[str, tuple[int, int, int, boo
         per_warp, source = estimated, "model"
     issue = cm.issue_cycles(per_warp, warps)
     reload = spill_reload_cycles(local_unit, local, cm) if local_bytes > 0 else 0.0
+    serial = serial_chain_cycles(graph, cm, issue=issue, barriers=loop_barriers) if serialized else 0.0
     return HardwareTerms(issue, per_warp, source, units, reads, waits,
                          cm.iteration_fixed_cycles(waits), stretch, round_trip, raw, tuple(gemms),
-                         local_bytes, local_unit, local, units.get("tc", 0.0) + issue, reload)
+                         local_bytes, local_unit, local, units.get("tc", 0.0) + issue, reload,
+                         sm_units(units, cm, local=local if local_unit == "tma" else 0.0), serial)
+
+
+def sm_units(units: Mapping[str, float], cm: CostModel, *, local: float = 0.0) -> dict[str, float]:
+    """``units`` (busy cycles per trip of one CTA) as the SM serves them to several co-resident CTAs at
+    once: the TMA loads at the SM's L2 port rate ``cost.l2_sm_bytes_per_cycle`` rather than one CTA's
+    stream rate ``cost.tma_kernel_bytes_per_cycle``; ``local`` (spilled-register traffic on the L2 path,
+    part of ``units["tma"]``) keeps its rate; every other unit is unchanged.
+
+    One CTA's loads are issued by one elected thread, ``num_stages - 1`` ahead, and arrive at the rate
+    one such stream gets (the simulated trip; fitted on the tuning grids). Co-resident CTAs issue
+    independent streams that the SM's L2 port serves together: on the H200 Triton's GEMM as one wave of
+    132 x k CTAs moves 22-53 B/cycle with one CTA per SM (its stream, latency-bound at 2-3 stages) and up
+    to 72 B/cycle per SM with two or three (``benchmarks/calibrate/results/triton_occupancy.json``,
+    ``gemm_sync_derived.json``; ``run_gemm_sync.py``).
+
+    Raises
+    ------
+    ValueError
+        Either rate is not positive, or ``local`` exceeds ``units["tma"]``.
+    """
+    port = float(cm.machine.const("cost.l2_sm_bytes_per_cycle"))
+    stream = float(cm.machine.const("cost.tma_kernel_bytes_per_cycle"))
+    if port <= 0 or stream <= 0:
+        raise ValueError(f"L2 rates must be > 0 (cost.l2_sm_bytes_per_cycle {port}, "
+                         f"cost.tma_kernel_bytes_per_cycle {stream})")
+    out = dict(units)
+    if "tma" in out:
+        loads = out["tma"] - local
+        if loads < -1e-9:
+            raise ValueError(f"local-memory cycles {local} exceed the TMA unit's {out['tma']}")
+        out["tma"] = max(0.0, loads) * stream / port + local
+    return out
+
+
+def serial_chain_cycles(graph: Graph, cm: CostModel, *, issue: float, barriers: int) -> float:
+    """Cycles a trip of one CTA takes at least when ptxas serialized its wgmma pipeline.
+
+    Each warp waits for every ``wgmma`` it issued before its next instruction (``WARPGROUP.DEPBAR.LE
+    gsb0, 0x0`` after each ``HGMMA``), so nothing else of the CTA issues while its GEMMs run, and the
+    trip's other instructions and its CTA-wide barriers run after the GEMMs instead of under them
+    (Triton's 4-warp pipeline waits with ``wait_group 1``: there the next trip's issue and barriers
+    overlap the Tensor Cores). The sum of:
+
+    * each GEMM's serialized chain, ``max(op.latency, tc + cost.tc_serial_latency)``: the op's latency
+      (:meth:`CostModel.gemm` ``serialized=True``), and at least its Tensor Core time plus the last
+      instruction's wait when the warp groups' chains keep the Tensor Cores busy;
+    * ``issue``: the trip's warp instructions over the SM's schedulers (:meth:`CostModel.issue_cycles`);
+    * ``barriers`` x ``handoff.named_barrier`` (34 cycles measured on the H200, ping-pong of two warp
+      groups; 34.7 per ``bar.sync`` added to a loop of two warp groups' serialized wgmma,
+      ``benchmarks/calibrate/results/gemm_sync.json`` ser_wg2_n128_sync4 against _nosync).
+
+    On the H200 (``gemm_sync.json``, ``triton_occupancy.json``, one CTA per SM) Triton's 128x128x64 GEMM at
+    8 warps takes 845 cycles per trip where 4 warps take 615, and 128x256x64 / 256x128x64 at 8 warps
+    1405 / 1441; this sum gives 890, 1410 and 1446.
+
+    Raises
+    ------
+    ValueError
+        ``issue`` or ``barriers`` negative.
+    """
+    if issue < 0 or barriers < 0:
+        raise ValueError(f"issue cycles and barriers must be >= 0, got {issue}, {barriers}")
+    tail = float(cm.machine.const("cost.tc_serial_latency"))
+    chains = 0.0
+    for op in graph.ops:
+        if op.kind != "gemm":
+            continue
+        busy = sum(r.cycles * r.count for r in op.rrt if r.unit == "tc")
+        chains += max(float(op.latency), busy + tail)
+    return chains + issue + barriers * float(cm.machine.const("handoff.named_barrier"))
 
 
 def spill_reload_cycles(unit: str, cycles: float, cm: CostModel) -> float:
@@ -550,8 +648,8 @@ def effective_cycles(latency_cycles: float, terms: HardwareTerms, ctas_per_sm: i
                      compute_cycles: float | None = None) -> float:
     """Cycles one CTA's loop trip takes with ``ctas_per_sm`` CTAs sharing the SM.
 
-    ``max(L + f, C + r + f + (k - 1) D, R, k T)`` with ``f = terms.fixed + terms.stretch`` and ``r =
-    terms.reload`` (spilled registers reloaded on the chain, :func:`spill_reload_cycles`):
+    ``max(L + f, C + r + f + (k - 1) D, S + r + f, R, k T)`` with ``f = terms.fixed + terms.stretch`` and
+    ``r = terms.reload`` (spilled registers reloaded on the chain, :func:`spill_reload_cycles`):
 
     * ``L`` = ``latency_cycles``, the CTA's own simulated cycles per trip (loads at their latency over
       ``num_stages`` buffers); a trip is never shorter, whatever the other CTAs do;
@@ -565,9 +663,12 @@ def effective_cycles(latency_cycles: float, terms: HardwareTerms, ctas_per_sm: i
       named barriers because it does not arise on its own). On the H200 FA 128/64 at 4 warps takes
       1.89-1.93 kcycles per trip alone and 3.58-3.65 with two CTAs per SM, where ``max(L, k T)``
       predicts no slowdown (``benchmarks/results/tune_scores.md``);
+    * ``S`` = ``terms.serial_chain``, one CTA's trip when ptxas serialized the wgmma pipeline
+      (:func:`serial_chain_cycles`; 0 otherwise): the other CTAs' work fills its issue and barrier
+      phases, so it is a bound of its own, not added to ``(k - 1) D``;
     * ``R`` = ``terms.round_trip``, the loads' round trip over the buffers in flight;
-    * ``k T`` with ``T`` = ``terms.throughput``: the co-resident CTAs' trips together cannot issue or use
-      a unit faster than the SM does.
+    * ``k T`` with ``T`` = ``terms.sm_throughput``: the co-resident CTAs' trips together cannot issue or
+      use a unit faster than the SM does (their loads at the SM's L2 port rate, :func:`sm_units`).
 
     Raises
     ------
@@ -578,8 +679,9 @@ def effective_cycles(latency_cycles: float, terms: HardwareTerms, ctas_per_sm: i
         raise ValueError(f"ctas_per_sm must be >= 1, got {ctas_per_sm}")
     extra = terms.fixed + terms.stretch
     compute = latency_cycles if compute_cycles is None else min(compute_cycles, latency_cycles)
+    serial = terms.serial_chain + terms.reload + extra if terms.serial_chain > 0 else 0.0
     return max(latency_cycles + extra, compute + terms.reload + extra + (ctas_per_sm - 1) * terms.coresident,
-               terms.round_trip, ctas_per_sm * terms.throughput)
+               serial, terms.round_trip, ctas_per_sm * terms.sm_throughput)
 
 
 def waves(ctas: int, sms: int, ctas_per_sm: int) -> int:

@@ -30,9 +30,9 @@ from twill.errors import FrontendError, InfeasibleError, ResourceError, TwillErr
 
 __all__ = ["ITERATIONS", "Task", "default_cache_dir", "predict_from_parts", "tune_config", "why_not_proven"]
 
-CACHE_VERSION = 3
+CACHE_VERSION = 4
 """Bumped when what the compile cache holds changes (2: the main-loop SASS count skips retry paths; 3: the
-main loop's local-memory bytes)."""
+main loop's local-memory bytes; 4: the main loop's CTA-wide barriers)."""
 SOLVE_CACHE_VERSION = 1
 """Bumped when what a cached twill solve holds changes (``solve-*.json`` beside the compiles; the key also
 holds the graph, the machine's constants, the prefetch, the time limit and a hash of twill's source)."""
@@ -387,7 +387,8 @@ def _tune(task: Task) -> dict[str, Any]:
         "loop_sass_instructions"), num_stages=task.num_stages, layouts=layouts,
         local_bytes_per_thread=sum(local), threads=int(report["threads"]),
         stack_bytes_per_thread=int(report.get("stack_frame_bytes") or 0),
-        smem_bytes=int(report["shared_bytes"]), ctas_per_sm=k)
+        smem_bytes=int(report["shared_bytes"]), ctas_per_sm=k, serialized=serialized,
+        loop_barriers=int(report.get("loop_barriers") or 0))
     per_trip = tm.effective_cycles(single.cycles_per_iteration, terms, k, compute.cycles_per_iteration)
     sms = int(machine.const("chip.sms"))
     k_tail = tm.tail_ctas_per_sm(ctas, sms, k)
@@ -409,6 +410,7 @@ def _tune(task: Task) -> dict[str, Any]:
         "tail_ctas_per_sm": k_tail, "tail_cycles_per_trip": round(tail_trip, 1),
         "gemm_layouts": {n: list(v) for n, v in sorted(layouts.items())},
         "loop_local_bytes": list(local), "stack_frame_bytes": report.get("stack_frame_bytes"),
+        "loop_barriers": report.get("loop_barriers"),
         "default_gemms": tm.default_gemm_parts(
             tm.serialize_gemms(graph, operands, warps, cm) if serialized else graph, operands, warps, cm),
         "cycles_per_trip": round(per_trip, 1), "waves": pred["waves"],
