@@ -430,7 +430,13 @@ def compile_registers(kernel: Any, *, target: str = "sm_90", num_warps: int | No
     """
     import triton
 
-    from twill.frontend.compile import KernelSpec, default_divisible, kernel_source, load_kernel
+    from twill.frontend.compile import (
+        KernelSpec,
+        default_divisible,
+        kernel_source,
+        load_kernel,
+        triton_error_reason,
+    )
     from twill.frontend.targets import target_capability
     from twill.ir.costmodel import CostModel
     from twill.ir.machine import load_machine
@@ -460,8 +466,12 @@ def compile_registers(kernel: Any, *, target: str = "sm_90", num_warps: int | No
     except FrontendError:
         raise
     except Exception as exc:  # Triton raises CompilationError, RuntimeError, AssertionError, ...
+        # Triton's own reason first (a CompilationError's message is the source listing; the builtin's
+        # error, "arange's range must be a power of 2", is its cause), then the whole exception
+        reason, whole = triton_error_reason(exc), str(exc).strip()
+        tail = "" if whole == reason else f"; {type(exc).__name__}: {whole[:2000]}"
         raise FrontendError(f"Triton cannot compile {spec.name!r} for sm_{capability} at num_warps={warps}: "
-                            f"{type(exc).__name__}: {str(exc).strip()[:2000]}") from exc
+                            f"{reason}{tail}") from exc
     with tempfile.TemporaryDirectory(prefix="twill-regs-") as tmp:
         ptx_path, cubin_path = Path(tmp) / "k.ptx", Path(tmp) / "k.cubin"
         ptx_path.write_text(ptx, encoding="utf-8")

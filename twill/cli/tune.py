@@ -75,6 +75,23 @@ def _sizes(args: argparse.Namespace) -> dict[str, int]:
     return sizes
 
 
+def _repeats(args: argparse.Namespace) -> list[str]:
+    """A note per ``--grid`` / ``--num-warps`` / ``--num-stages`` value given more than once (each config
+    is tuned once: the repeat is dropped, and said so)."""
+    from twill.tune.grid import parse_value, repeated
+
+    lists = [(f"--grid {item.partition('=')[0].strip()}", item.partition("=")[2]) for item in args.grid]
+    lists += [(flag, text) for flag, text in (("--num-warps", args.num_warps),
+                                              ("--num-stages", args.num_stages)) if text is not None]
+    notes = []
+    for flag, text in lists:
+        again = repeated([parse_value(v) for v in text.split(",") if v.strip()])
+        if again:
+            notes.append(f"{flag} lists {', '.join(map(str, again))} more than once; each config is tuned "
+                         "once")
+    return notes
+
+
 def _measure(args: argparse.Namespace, outcome: Any, names: list[str], console: Any,
              err: Any) -> dict[str, Any]:
     """Time the top K configs on the GPU; print predicted against measured and Spearman."""
@@ -163,6 +180,8 @@ def run(args: argparse.Namespace) -> int:
         progress.update(bar["id"], advance=1, last=f"{label} w{result.get('num_warps')} "
                                                    f"s{result.get('num_stages')}")
 
+    for note in _repeats(args):
+        err.print(f"[yellow]note[/]: {escape(note)}", soft_wrap=True)
     try:
         grid = parse_grid(args.grid)
         warps = parse_list(args.num_warps, "--num-warps") if args.num_warps is not None else None
@@ -184,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
              f"{', '.join(f'{k}={v}' for k, v in meta['problem'].items())} "
              f"({meta['finished']} of {meta['total']} configs, {meta['engine']})")
     console.print(render_table(results, names, top=args.top, title=title))
-    bad = [r for r in results if r.get("error") in ("compile", "input", "internal")]
+    bad = [r for r in results if r.get("error") in ("compile", "model", "input", "internal")]
     for r in results:  # every config that cannot run, whatever refused it (codegen included), in full
         if r.get("fits") or any(r is b for b in bad):
             continue
@@ -195,6 +214,11 @@ def run(args: argparse.Namespace) -> int:
         label = " ".join(f"{k}={v}" for k, v in r["constexprs"].items() if k in names)
         err.print(f"[yellow]config {escape(label)} w{r['num_warps']} s{r['num_stages']}[/]: "
                   f"{escape(str(r['reason']))}", soft_wrap=True)
+    for r in results:  # a prediction above the Tensor Core peak: the FLOPs expression overcounts
+        if r.get("details", {}).get("over_peak"):
+            label = " ".join(f"{k}={v}" for k, v in r["constexprs"].items() if k in names)
+            err.print(f"[yellow]config {escape(label)} w{r['num_warps']} s{r['num_stages']}[/]: "
+                      f"{escape(r['details']['over_peak'])}", soft_wrap=True)
     unproven = [r for r in results if r.get("schedule") and not r["schedule"].get("proven_optimal")]
     if unproven:
         why = "; ".join(sorted({str(r["schedule"].get("not_proven")) for r in unproven}))[:300]

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from twill.errors import TwillError
-from twill.tune.grid import Config, GridError, evaluate, expand, load_tune_problem
+from twill.tune.grid import Config, GridError, evaluate, evaluate_count, expand, load_tune_problem
 from twill.tune.runner import SweepResult, run_sweep
 from twill.tune.worker import Task, default_cache_dir, tune_config
 
@@ -66,7 +66,9 @@ def plan(kernel: str, grid: Mapping[str, Sequence[Any]], num_warps: Sequence[int
     FrontendError
         The kernel cannot be loaded.
     GridError
-        Unknown constexpr or problem size, an empty grid, no ``TWILL_TUNE`` entry.
+        Unknown constexpr or problem size, an empty grid, no ``TWILL_TUNE`` entry, or launch arithmetic
+        (``ctas``, ``trips``, ``flops``) that no config of the grid can evaluate (when only some cannot,
+        those come back from the sweep with the error and the others are tuned).
     """
     from twill.frontend.compile import load_kernel
 
@@ -83,10 +85,20 @@ def plan(kernel: str, grid: Mapping[str, Sequence[Any]], num_warps: Sequence[int
     stages = list(num_stages) if num_stages is not None else [spec.num_stages]
     configs = expand(grid, warps, stages, kernel_constexprs=kernel_constexprs(spec), defaults=spec.constexprs,
                      kernel=spec.name)
-    for c in configs:  # a grid value the launch arithmetic cannot use is refused before any work
+    # The launch arithmetic of every config, before any work: when no config can use it (a typo in an
+    # expression, a grid of values none of which is a number) the sweep is refused with the first error;
+    # a config whose values alone break it (BLOCK_N=0 in ceil(N / BLOCK_N)) comes back from the worker
+    # with that error, and the others are tuned.
+    errors = []
+    for c in configs:
         names = tp.names(c.constexprs, sizes)
-        for what in ("ctas", "trips", "flops"):
-            evaluate(getattr(tp, what), names, where=f"TWILL_TUNE[{spec.name!r}].{what} for {c.label}")
+        try:
+            for what, check in (("ctas", evaluate_count), ("trips", evaluate_count), ("flops", evaluate)):
+                check(getattr(tp, what), names, where=f"TWILL_TUNE[{spec.name!r}].{what} for {c.label}")
+        except GridError as exc:
+            errors.append(exc)
+    if configs and len(errors) == len(configs):
+        raise errors[0]
     return spec, tp, configs, sizes
 
 

@@ -74,7 +74,7 @@ def gluon_prediction(*, ii_cycles: float, drain_cycles: float, stages: int, res_
 
 
 def tune_gluon(task: Any, spec: Any, machine: Any, *, ctas: int, trips: int, flops: float,
-               signature: dict[str, str], result: Any) -> dict[str, Any]:
+               signature: dict[str, str], result: Any, flops_expression: str = "") -> dict[str, Any]:
     """Solve, generate, compile and predict one config on the Gluon backend.
 
     Parameters
@@ -91,6 +91,9 @@ def tune_gluon(task: Any, spec: Any, machine: Any, *, ctas: int, trips: int, flo
         The descriptor types of the config (:meth:`twill.tune.grid.TuneProblem.signature`).
     result : callable
         ``result(task, **fields)`` -> the plain-data result (:mod:`twill.tune.worker`'s shape).
+    flops_expression : str
+        ``TWILL_TUNE``'s ``flops`` expression, named by the note of a prediction above the Tensor Core peak
+        (:mod:`twill.tune.peak`).
 
     Returns
     -------
@@ -107,7 +110,7 @@ def tune_gluon(task: Any, spec: Any, machine: Any, *, ctas: int, trips: int, flo
     from twill.search import schedule as solve
     from twill.tune.gluon_terms import result_encodings, trip_terms
     from twill.tune.triton_model import gemm_operands, wgmma_serialized
-    from twill.tune.worker import why_not_proven
+    from twill.tune.worker import peak_note, why_not_proven
 
     config = dataclasses.replace(spec, signature={**spec.signature, **signature},
                                  constexprs={**spec.constexprs, **task.constexprs},
@@ -115,12 +118,13 @@ def tune_gluon(task: Any, spec: Any, machine: Any, *, ctas: int, trips: int, flo
     details: dict[str, Any] = {"ctas": ctas, "trips": trips, "flops": flops, "backend": "gluon"}
     try:
         snaps = compile_to_ttgir(config, target=target_for(machine))
-        lowering = lower_loop(parse_ttgir(snaps.pre_swp), machine, name=spec.name)
-        graph = lowering.graph
     except FrontendError as exc:
         return result(task, reason=f"Triton rejects this config: {exc}", error="compile", details=details)
+    try:  # a FrontendError here is twill's reading of the TTGIR (two loops, ...), not Triton's refusal
+        lowering = lower_loop(parse_ttgir(snaps.pre_swp), machine, name=spec.name)
+        graph = lowering.graph
     except TwillError as exc:
-        return result(task, reason=f"twill cannot model this loop: {exc}", error="compile", details=details)
+        return result(task, reason=f"twill cannot model this loop: {exc}", error="model", details=details)
     try:
         sched = solve(graph, machine, prefetch=max(0, task.num_stages - 1), time_limit=task.time_limit)
     except (InfeasibleError, ResourceError) as exc:
@@ -172,6 +176,7 @@ def tune_gluon(task: Any, spec: Any, machine: Any, *, ctas: int, trips: int, flo
     if spill:
         details["note"] = (f"ptxas spills {spill} B (priced as a serialized wgmma pipeline; the local-memory "
                            "traffic itself is not priced)")
+    peak_note(details, machine, gemm_operands(lowering), flops_expression, pred["tflops"])
     return result(task, fits=True, predicted_ms=pred["ms"], predicted_tflops=pred["tflops"],
                   schedule=summary, details=details)
 

@@ -33,8 +33,8 @@ from typing import Any
 
 from twill.errors import TwillError
 
-__all__ = ["Config", "GridError", "TuneProblem", "evaluate", "expand", "load_tune_problem", "parse_grid",
-           "parse_list", "parse_value"]
+__all__ = ["Config", "GridError", "TuneProblem", "evaluate", "evaluate_count", "expand", "load_tune_problem",
+           "parse_grid", "parse_list", "parse_value", "repeated"]
 
 
 class GridError(TwillError):
@@ -154,6 +154,42 @@ def evaluate(expression: str, names: Mapping[str, Any], *, where: str = "express
                         f"(found {type(node).__name__})")
 
     return walk(tree)
+
+
+def evaluate_count(expression: str, names: Mapping[str, Any], *, where: str = "expression") -> int:
+    """:func:`evaluate` for a count (CTAs, loop trips): a whole number >= 1.
+
+    >>> evaluate_count("ceil(M / BLOCK_M)", {"M": 4000, "BLOCK_M": 128})
+    32
+
+    Raises
+    ------
+    GridError
+        As :func:`evaluate`; or a value that is not a whole number (``M / BLOCK_M`` = 31.25: a count is
+        never truncated silently) or is below 1; the message names ``where`` and the value.
+    """
+    value = evaluate(expression, names, where=where)
+    if value != int(value):
+        raise GridError(f"{where}: {expression!r} is {value:g}, not a whole number (round it in the "
+                        f"expression: ceil(...) or //)")
+    if value < 1:
+        raise GridError(f"{where}: {expression!r} is {value:g}; it must be at least 1")
+    return int(value)
+
+
+def repeated(values: Sequence[Any]) -> list[Any]:
+    """Values that occur more than once in ``values`` (equal values: ``64`` and ``64.0`` too), in order.
+
+    >>> repeated([64, 128, 64, 32, 128])
+    [64, 128]
+    """
+    seen: list[Any] = []
+    out: list[Any] = []
+    for v in values:
+        if v in seen and v not in out:
+            out.append(v)
+        seen.append(v)
+    return out
 
 
 @dataclass(frozen=True)

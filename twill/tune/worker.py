@@ -28,7 +28,8 @@ from typing import Any
 
 from twill.errors import FrontendError, InfeasibleError, ResourceError, TwillError
 
-__all__ = ["ITERATIONS", "Task", "default_cache_dir", "predict_from_parts", "tune_config", "why_not_proven"]
+__all__ = ["ITERATIONS", "Task", "default_cache_dir", "peak_note", "predict_from_parts", "tune_config",
+           "why_not_proven"]
 
 CACHE_VERSION = 3
 """Bumped when what the compile cache holds changes (2: the main-loop SASS count skips retry paths; 3: the
@@ -305,7 +306,8 @@ def tune_config(task: Task) -> dict[str, Any]:
     Keys: ``constexprs``, ``num_warps``, ``num_stages``, ``fits``, ``reason``, ``predicted_ms``,
     ``predicted_tflops``, ``schedule`` (twill's schedule for the config, or None), ``details`` (registers,
     shared memory, CTAs per SM, waves, cycles per trip, the hardware terms), ``error`` (``"compile"``
-    when Triton rejects the config, ``"input"`` for a bad problem description, ``"internal"`` for a bug),
+    when Triton rejects the config, ``"model"`` when twill cannot model its loop, ``"input"`` for a bad
+    problem description, ``"internal"`` for a bug),
     ``index``, ``seconds``.
     """
     t0 = time.perf_counter()
@@ -322,14 +324,14 @@ def _tune(task: Task) -> dict[str, Any]:
     from twill.ir.costmodel import CostModel
     from twill.ir.machine import load_machine
     from twill.tune import triton_model as tm
-    from twill.tune.grid import GridError, evaluate
+    from twill.tune.grid import GridError, evaluate, evaluate_count
 
     try:
         spec, problem = _kernel(task.kernel)
         machine = load_machine(task.machine)
         names = problem.names(task.constexprs, task.problem)
-        ctas = int(evaluate(problem.ctas, names, where="TWILL_TUNE ctas"))
-        trips = int(evaluate(problem.trips, names, where="TWILL_TUNE trips"))
+        ctas = evaluate_count(problem.ctas, names, where="TWILL_TUNE ctas")
+        trips = evaluate_count(problem.trips, names, where="TWILL_TUNE trips")
         flops = float(evaluate(problem.flops, names, where="TWILL_TUNE flops"))
         signature = problem.signature(spec.signature, {**spec.constexprs, **task.constexprs})
     except (GridError, TwillError) as exc:
@@ -338,7 +340,7 @@ def _tune(task: Task) -> dict[str, Any]:
         from twill.tune.gluon_worker import tune_gluon
 
         return tune_gluon(task, spec, machine, ctas=ctas, trips=trips, flops=flops, signature=signature,
-                          result=_result)
+                          result=_result, flops_expression=problem.flops)
     if task.backend != "triton":
         return _result(task, reason=f"backend {task.backend!r} is not supported (use triton or gluon)",
                        error="input")
@@ -365,7 +367,7 @@ def _tune(task: Task) -> dict[str, Any]:
     try:
         lowering = lower_loop(parse_ttgir(built["scheduled"]), machine, name=spec.name)
     except TwillError as exc:
-        return _result(task, reason=f"twill cannot model this loop: {exc}", error="compile", details=details)
+        return _result(task, reason=f"twill cannot model this loop: {exc}", error="model", details=details)
     graph = lowering.graph
     operands = tm.gemm_operands(lowering)
     layouts = tm.gemm_layouts(lowering)
@@ -429,5 +431,22 @@ def _tune(task: Task) -> dict[str, Any]:
         summary = {**core, "predicted_ms_if_applied": round(twill["ms"], 5), "notes": notes}
     elif notes:
         details["twill_notes"] = notes
+    peak_note(details, machine, operands, problem.flops, pred["tflops"])
     return _result(task, fits=True, predicted_ms=pred["ms"], predicted_tflops=pred["tflops"],
                    schedule=summary, details=details)
+
+
+def peak_note(details: dict[str, Any], machine: Any, operands: dict[str, tuple[Any, ...]], expression: str,
+              tflops: float) -> None:
+    """Put the Tensor Core peak, the GEMM FLOPs the model prices and, for a prediction above the peak,
+    the note that says so (:mod:`twill.tune.peak`) into a config's ``details``."""
+    from twill.tune.peak import gemm_flops, over_peak, tc_peak_tflops
+
+    peak = tc_peak_tflops(machine, [v[4] for v in operands.values()])
+    modelled = gemm_flops(operands, details["trips"], details["ctas"])
+    details["tc_peak_tflops"] = round(peak, 1)
+    details["gemm_flops"] = modelled
+    note = over_peak(tflops, peak, flops=details["flops"], modelled=modelled, expression=expression,
+                     machine=machine.name)
+    if note is not None:
+        details["over_peak"] = note

@@ -1,0 +1,226 @@
+"""twill tune on kernels and grids a user brings (tests/data/tune_user_kernels.py), no GPU.
+
+What each test expects is derived here: Triton's own words for a value it rejects, the arithmetic of the
+launch expressions, the Tensor Core peak from the machine file (SMs x FLOP/cycle x clock), the GEMM
+FLOPs from the tile sizes; a real SIGINT is sent to a real ``twill tune`` process.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from twill.cli.main import main as twill_main
+from twill.errors import FrontendError, TwillError
+from twill.ir.machine import load_machine
+from twill.tune.api import tune
+from twill.tune.grid import GridError, evaluate_count, repeated
+from twill.tune.peak import tc_peak_tflops
+from twill.tune.report import rank, render_table, short_reason
+from twill.tune.runner import run_sweep
+
+pytest.importorskip("triton")
+
+ROOT = Path(__file__).resolve().parents[1]
+USER = ROOT / "tests" / "data" / "tune_user_kernels.py"
+GEMM = f"{USER}::gemm_bias"
+H200 = load_machine("h200")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("tune_user_cache"))
+
+
+def _fake(task):
+    """A worker that predicts ``1 + index`` ms without compiling (module level: a pool can import it)."""
+    return {"index": task.index, "constexprs": task.constexprs, "num_warps": task.num_warps,
+            "num_stages": task.num_stages, "fits": True, "reason": None, "predicted_ms": 1.0 + task.index,
+            "predicted_tflops": 1.0, "schedule": None, "details": {}, "error": None}
+
+
+# ------------------------------------------------------------------------------- Triton's refusals
+def test_a_value_triton_rejects_is_named_with_tritons_reason_not_the_source_listing(cache):
+    """BLOCK_N=48 fails in ``tl.arange`` and 65536 in ``tl.zeros``: the reason of each starts with
+    Triton's message (a CompilationError's own text is the source listing, its cause says why), the table
+    cell says it too, and the 64-wide config is still tuned."""
+    out = tune(GEMM, "h200", {"BLOCK_N": [48, 65536, 64]}, jobs=1, cache_dir=cache, time_limit=1.0)
+    by_n = {r["constexprs"]["BLOCK_N"]: r for r in out.results}
+    assert by_n[64]["fits"] and by_n[64]["predicted_ms"] > 0
+    for n, words in ((48, "arange's range must be a power of 2"),
+                     (65536, f"numel ({128 * 65536}) exceeds triton maximum tensor numel")):
+        r = by_n[n]
+        assert r["error"] == "compile" and not r["fits"]
+        head = r["reason"].split(";")[0]
+        assert head.endswith(words) if n == 48 else words in head, r["reason"][:300]
+        assert "Triton rejects this config: " + words.split(" (")[0] in short_reason(r["reason"])
+    assert "arange's range must be a power of 2" in render_to_text(out.results)
+
+
+def render_to_text(results) -> str:
+    from rich.console import Console
+
+    console = Console(width=220, record=True)
+    console.print(render_table(results, ["BLOCK_N"]))
+    return console.export_text()
+
+
+@pytest.mark.parametrize(("reason", "expected"), [
+    # ": " inside quoted TTGIR (" : i32") and inside parentheses is no break between parts
+    ("Gluon codegen: the Gluon backend cannot lower this config: no Gluon lowering for arith.divsi "
+     "(folded into its consumers, not a graph op) at TTGIR line 50: %1 = arith.divsi %0, %c64_i32 : i32 "
+     "loc(#loc77) (the backend lowers TMA descriptor loads and stores)",
+     "Gluon codegen: no Gluon lowering for arith.divsi at TTGIR line 50: %1 = arith.divsi %0, %c64_i32…"),
+    ("twill: no schedule for this config (attn: time limit reached; last: joint timeout: before this II's "
+     "windows)", "twill: no schedule for this config"),
+    # only the first line: what follows is a source listing
+    ("Triton rejects this config: Triton cannot compile 'k' for sm_90 at num_warps=4: arange's range must "
+     "be a power of 2; CompilationError: at 7:27:\ndef k(a_ptr):\n    x = tl.arange(0, BLOCK)\n",
+     "Triton rejects this config: arange's range must be a power of 2; CompilationError: at 7:27"),
+])
+def test_short_reason_keeps_what_refused_and_why(reason, expected):
+    assert short_reason(reason) == expected
+
+
+# ------------------------------------------------------------------------------- the launch arithmetic
+def test_a_grid_value_the_launch_arithmetic_cannot_use_is_refused_on_its_config_only(cache):
+    """BLOCK_N=0 divides ``ceil(N / BLOCK_N)`` by zero: that config comes back with the expression named
+    and is not compiled; BLOCK_N=64 is tuned (before, the whole sweep was refused)."""
+    out = tune(GEMM, "h200", {"BLOCK_N": [0, 64]}, jobs=1, cache_dir=cache, time_limit=1.0)
+    zero, ok = sorted(out.results, key=lambda r: r["constexprs"]["BLOCK_N"])
+    assert zero["error"] == "input" and not zero["fits"] and set(zero["details"]) == {"seconds"}
+    assert "TWILL_TUNE ctas" in zero["reason"] and "divides by zero" in zero["reason"]
+    assert ok["fits"] and ok["details"]["ctas"] == math.ceil(4000 / 128) * math.ceil(3000 / 64)
+    with pytest.raises(GridError, match="divides by zero"):  # no config can use it: nothing to tune
+        tune(GEMM, "h200", {"BLOCK_N": [0]}, jobs=1, cache_dir=cache)
+
+
+def test_a_count_is_never_truncated_silently():
+    assert evaluate_count("ceil(M / BLOCK_M)", {"M": 4000, "BLOCK_M": 128}) == 32
+    with pytest.raises(GridError, match=r"'M / BLOCK_M' is 31.25, not a whole number"):
+        evaluate_count("M / BLOCK_M", {"M": 4000, "BLOCK_M": 128}, where="TWILL_TUNE ctas")
+    with pytest.raises(GridError, match=r"is -46.*at least 1"):
+        evaluate_count("ceil(N / BLOCK_N)", {"N": 2944, "BLOCK_N": -64})
+
+
+def test_repeated_values_are_said_and_tuned_once(monkeypatch, capsys):
+    import twill.tune.api as api
+
+    assert repeated([64, 128, 64, 64.0, 32]) == [64]
+    monkeypatch.setattr(api, "tune_config", _fake)
+    code = twill_main(["tune", GEMM, "--machine", "h200", "--grid", "BLOCK_N=64,128,64", "--num-warps",
+                       "4,4", "--jobs", "1", "--no-cache"])
+    err = capsys.readouterr().err
+    assert code == 0
+    assert "--grid BLOCK_N lists 64 more than once" in err and "--num-warps lists 4 more than once" in err
+
+
+# ------------------------------------------------------------------------------- the numbers
+def test_a_prediction_above_the_tensor_core_peak_says_the_flops_expression_overcounts(cache):
+    """``gemm_bias_overcount`` counts ``8 M N K``: 4x the work. The time is the same kernel's; its TFLOP/s
+    would pass the H200's 132 x 4096 FLOP/cycle x 1.6 GHz = 865.1 TFLOP/s, and the config says so with the
+    FLOPs of the GEMMs the model prices (2 x 128 x 64 x 64 per trip x 16 trips x 32 x 47 CTAs)."""
+    peak = 132 * 4096 * 1.6 / 1000
+    assert tc_peak_tflops(H200, ["f16"]) == pytest.approx(peak)
+    good = tune(GEMM, "h200", {"BLOCK_N": [64]}, jobs=1, cache_dir=cache, time_limit=1.0).results[0]
+    over = tune(f"{USER}::gemm_bias_overcount", "h200", {"BLOCK_N": [64]}, jobs=1, cache_dir=cache,
+                time_limit=1.0).results[0]
+    assert good["predicted_tflops"] <= peak and "over_peak" not in good["details"]
+    assert over["predicted_ms"] == pytest.approx(good["predicted_ms"])
+    assert over["predicted_tflops"] == pytest.approx(4 * good["predicted_tflops"])
+    modelled = 2 * 128 * 64 * 64 * math.ceil(1000 / 64) * math.ceil(4000 / 128) * math.ceil(3000 / 64)
+    assert over["details"]["gemm_flops"] == modelled
+    if over["predicted_tflops"] > peak:
+        note = over["details"]["over_peak"]
+        assert f"peak of {peak:.0f}" in note and "'8 * M * N * K'" in note and f"{modelled:.4g}" in note
+
+
+def test_jobs_1_and_a_process_pool_give_the_same_ranking(cache):
+    grid = {"BLOCK_N": [64, 128], "HAS_BIAS": [True, False]}
+    one = tune(GEMM, "h200", grid, num_stages=[3], jobs=1, cache_dir=cache, time_limit=1.0)
+    two = tune(GEMM, "h200", grid, num_stages=[3], jobs=2, cache_dir=cache, time_limit=1.0)
+    assert one.sweep.engine == "serial" and two.sweep.engine.startswith("process pool")
+
+    def key(out):
+        return [(r["index"], r["fits"], r["predicted_ms"]) for r in rank(out.results)]
+
+    assert key(one) == key(two) and len(key(one)) == 4
+
+
+# ------------------------------------------------------------------------------- what twill cannot model
+def test_two_sibling_loops_are_not_predicted_and_not_called_unrunnable(cache):
+    """The softmax runs two loops over the row; the kernel compiles and runs, twill models one loop: the
+    config says "not predicted" with both TTGIR lines, never "cannot run"."""
+    out = tune(f"{USER}::softmax_rows", "h200", {"BLOCK": [1024]}, jobs=1, cache_dir=cache, time_limit=1.0)
+    r = out.results[0]
+    assert r["error"] == "model" and not r["fits"] and r["details"]["registers"] > 0
+    assert "2 sibling scf.for loops" in r["reason"]
+    text = render_to_text(out.results)
+    assert "not predicted: twill cannot model this loop" in text and "cannot run" not in text
+
+
+# ------------------------------------------------------------------------------- engines
+def test_ray_without_the_extra_is_a_clear_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    with pytest.raises(TwillError, match=r"--ray needs Ray: pip install 'twill\[ray\]'"):
+        run_sweep([object()], _fake, ray="local")
+
+
+SLOW_WORKER = textwrap.dedent('''
+    import os, time
+    def slow(task):
+        time.sleep(0.2 if task.index == 0 else 30)
+        open(os.path.join(os.environ["TUNE_MARK"], f"done-{task.index}"), "w").close()
+        return {"index": task.index, "constexprs": task.constexprs, "num_warps": task.num_warps,
+                "num_stages": task.num_stages, "fits": True, "reason": None,
+                "predicted_ms": 1.0 + task.index, "predicted_tflops": 1.0, "schedule": None,
+                "details": {}, "error": None}
+''')
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_real_sigint_keeps_the_finished_configs(tmp_path, jobs):
+    """``twill tune`` in its own process, SIGINT once the first config is done: exit 130, the JSON holds
+    that config, says interrupted, and counts the rest as cut."""
+    (tmp_path / "slowworker.py").write_text(SLOW_WORKER)
+    script = ("import sys, twill.tune.api as api, slowworker; api.tune_config = slowworker.slow; "
+              "from twill.cli.main import main; sys.exit(main(sys.argv[1:]))")
+    out = tmp_path / "cut.json"
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "TUNE_MARK": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-c", script, "tune", GEMM, "--machine", "h200", "--grid",
+                             "BLOCK_N=64,128,256", "--jobs", jobs, "--no-cache", "--json", str(out)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "done-0").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        time.sleep(0.3)  # the result reaches the parent
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    doc = json.loads(out.read_text())
+    assert doc["interrupted"] and [c["index"] for c in doc["configs"]] == [0]
+    assert doc["cut"] == 2 and doc["finished"] == 1
+    assert "1 of 3 configs finished; 2 cut" in err
+
+
+def test_frontend_error_of_a_bad_num_warps_names_tritons_reason():
+    from twill.calibrate.regs import compile_registers
+    from twill.frontend.compile import load_kernel
+
+    with pytest.raises(FrontendError, match=r"at num_warps=3: num_warps must be a power of 2$"):
+        compile_registers(load_kernel(GEMM), target="sm_90", num_warps=3)
