@@ -156,16 +156,46 @@ def test_jobs_1_and_a_process_pool_give_the_same_ranking(cache):
     assert key(one) == key(two) and len(key(one)) == 4
 
 
-# ------------------------------------------------------------------------------- what twill cannot model
-def test_two_sibling_loops_are_not_predicted_and_not_called_unrunnable(cache):
-    """The softmax runs two loops over the row; the kernel compiles and runs, twill models one loop: the
-    config says "not predicted" with both TTGIR lines, never "cannot run"."""
+# ------------------------------------------------------------------------------- several loops
+def test_two_sibling_loops_are_each_priced_and_added_up(cache):
+    """The row softmax runs two loops over the row (max/sum, then write): each is priced with its own SASS
+    instructions and simulated schedule, and a CTA takes ``2 x tma_latency + sum(trips x cycles per trip)``
+    cycles; the kernel time is (waves - 1) such CTAs and one at the last wave's occupancy."""
     out = tune(f"{USER}::softmax_rows", "h200", {"BLOCK": [1024]}, jobs=1, cache_dir=cache, time_limit=1.0)
     r = out.results[0]
-    assert r["error"] == "model" and not r["fits"] and r["details"]["registers"] > 0
-    assert "2 sibling scf.for loops" in r["reason"]
+    assert r["error"] is None and r["fits"], r["reason"]
+    d = r["details"]
+    loops = d["loops"]
+    assert len(loops) == 2 and loops[0]["line"] < loops[1]["line"]
+    assert [lp["trips"] for lp in loops] == [65536 // 1024] * 2
+    assert all(lp["loop_sass_instructions"] > 0 for lp in loops)
+    k, sms, edge = d["ctas_per_sm"], 132, 872
+    w = math.ceil(8192 / (sms * k))
+    full = 2 * edge + sum(lp["trips"] * lp["cycles_per_trip"] for lp in loops)
+    last = 2 * edge + sum(lp["trips"] * lp["tail_cycles_per_trip"] for lp in loops)
+    assert d["waves"] == w
+    assert r["predicted_ms"] == pytest.approx(((w - 1) * full + last) / 1.6e9 * 1e3, rel=1e-3)
+    assert out.meta["expressions"]["trips"] == ["ceil(cols / BLOCK)"] * 2
+
+
+def test_one_trips_expression_for_two_loops_is_not_predicted_and_not_called_unrunnable(cache):
+    """The same kernel described with one ``trips`` expression: the config says "not predicted", names
+    both TTGIR lines and says how to describe the loops; it never says "cannot run"."""
+    out = tune(f"{USER}::softmax_one_trips", "h200", {"BLOCK": [1024]}, jobs=1, cache_dir=cache,
+               time_limit=1.0)
+    r = out.results[0]
+    assert r["error"] == "input" and not r["fits"] and r["details"]["registers"] > 0
+    assert "2 sibling loop(s) (TTGIR lines" in r["reason"] and "give one per loop" in r["reason"]
     text = render_to_text(out.results)
-    assert "not predicted: twill cannot model this loop" in text and "cannot run" not in text
+    assert "not predicted:" in text and "cannot run" not in text
+
+
+def test_the_gluon_backend_refuses_two_loops_clearly(cache):
+    out = tune(f"{USER}::softmax_one_trips", "h200", {"BLOCK": [1024]}, backend="gluon", jobs=1,
+               cache_dir=cache, time_limit=1.0)
+    r = out.results[0]
+    assert r["error"] == "model" and "the Gluon backend generates kernels of one loop" in r["reason"]
+    assert "--backend triton" in r["reason"]
 
 
 # ------------------------------------------------------------------------------- engines

@@ -65,6 +65,9 @@ TWILL_KERNELS = {
                             "num_warps": 4, "num_stages": 3},
     "softmax_rows": {"signature": {"x_ptr": "*fp16", "y_ptr": "*fp16", "n_cols": "i32", "stride": "i32"},
                      "constexprs": {"BLOCK": 1024}, "num_warps": 4, "num_stages": 2},
+    "softmax_one_trips": {"kernel": "softmax_rows",
+                          "signature": {"x_ptr": "*fp16", "y_ptr": "*fp16", "n_cols": "i32", "stride": "i32"},
+                          "constexprs": {"BLOCK": 1024}, "num_warps": 4, "num_stages": 2},
 }
 
 _GT = {"problem": {"M": 4000, "N": 3000, "K": 1000}, "ctas": "ceil(M / BLOCK_M) * ceil(N / BLOCK_N)",
@@ -72,6 +75,10 @@ _GT = {"problem": {"M": 4000, "N": 3000, "K": 1000}, "ctas": "ceil(M / BLOCK_M) 
 TWILL_TUNE = {
     "gemm_bias": _GT,
     "gemm_bias_overcount": {**_GT, "flops": "8 * M * N * K"},
+    # two passes over the row: one trip expression per loop, in program order
     "softmax_rows": {"problem": {"rows": 8192, "cols": 65536}, "ctas": "rows",
-                     "trips": "ceil(cols / BLOCK)", "flops": "5 * rows * cols"},
+                     "trips": ["ceil(cols / BLOCK)", "ceil(cols / BLOCK)"], "flops": "5 * rows * cols"},
+    # the same kernel described as if it had one loop
+    "softmax_one_trips": {"problem": {"rows": 8192, "cols": 65536}, "ctas": "rows",
+                          "trips": "ceil(cols / BLOCK)", "flops": "5 * rows * cols"},
 }

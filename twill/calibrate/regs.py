@@ -42,8 +42,8 @@ from typing import Any
 from twill.errors import FrontendError
 
 __all__ = ["Cliff", "RegReport", "compile_registers", "find_cliffs", "parse_ptx", "parse_ptxas_log",
-           "parse_resource_usage", "parse_sass", "parse_sass_loop", "parse_sass_loop_local", "render_table",
-           "run_triton_tool", "sweep", "triton_tool"]
+           "parse_resource_usage", "parse_sass", "parse_sass_loop", "parse_sass_loop_local",
+           "parse_sass_loops", "render_table", "run_triton_tool", "sweep", "triton_tool"]
 
 _TARGETS = {90: ("sm_90a", "ptxas", "h100"), 100: ("sm_100a", "ptxas-blackwell", "b200")}
 """Per compute capability (:data:`twill.frontend.targets.CAPABILITIES`): the ptxas ``--gpu-name``, the
@@ -98,6 +98,10 @@ class RegReport:
         ``(stored, loaded)`` local-memory bytes per thread per trip of the main loop (the ``STL``/``LDL``
         of spilled registers inside it, :func:`parse_sass_loop_local`); None when the SASS was not read
         or has no loop.
+    loops : tuple of (int, int, int)
+        Per outermost loop of the SASS, in address order: instructions per warp per trip and the
+        ``STL`` / ``LDL`` bytes per thread per trip (:func:`parse_sass_loops`; a kernel of several sibling
+        loops); empty when the SASS was not read.
     cubin_bytes : int
         Size of the cubin.
     ptxas_notes : tuple of str
@@ -135,6 +139,7 @@ class RegReport:
     constexprs: Mapping[str, Any] = field(default_factory=dict)
     loop_sass_instructions: int | None = None
     loop_local_bytes: tuple[int, int] | None = None
+    loops: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def spills(self) -> bool:
@@ -294,6 +299,64 @@ def _main_loop(text: str) -> list[tuple[int, str, str]] | None:
     return [r for r in rows if best[1] <= r[0] <= best[2]]
 
 
+def _sibling_loops(text: str) -> list[list[tuple[int, str, str]]]:
+    """The SASS rows of each outermost loop of a kernel, in address order (see :func:`parse_sass_loops`)."""
+    rows: list[tuple[int, str, str]] = []
+    for line in text.splitlines():
+        match = _SASS_ADDRESSED.match(line)
+        if match:
+            rows.append((int(match.group(1), 16), match.group(2), match.group(3)))
+    exits = [a for a, opcode, _ in rows if opcode == "EXIT"]
+    last_exit = max(exits) if exits else None
+    spans: set[tuple[int, int]] = set()
+    for address, opcode, rest in rows:
+        if opcode != "BRA" or (last_exit is not None and address > last_exit):
+            continue
+        target = re.search(r"0x([0-9a-f]+)", rest)
+        if target is None or int(target.group(1), 16) >= address:
+            continue
+        low = int(target.group(1), 16)
+        if any(low <= e <= address for e in exits):  # a branch back over an EXIT is a retry path's return
+            continue
+        spans.add((low, address))
+    outer = sorted(s for s in spans if not any(o != s and o[0] <= s[0] and s[1] <= o[1] for o in spans))
+    return [[r for r in rows if low <= r[0] <= high] for low, high in outer]
+
+
+def _local_bytes(loop: Sequence[tuple[int, str, str]]) -> tuple[int, int]:
+    """``(STL bytes, LDL bytes)`` per thread of the rows of one loop (see :func:`parse_sass_loop_local`)."""
+    stores = loads = 0
+    for _, opcode, rest in loop:
+        if opcode not in ("STL", "LDL"):
+            continue
+        width = _LOCAL_WIDTH.match(rest)
+        size = int(width.group(1)) // 8 if width else 4
+        if opcode == "STL":
+            stores += size
+        else:
+            loads += size
+    return stores, loads
+
+
+def parse_sass_loops(text: str) -> list[tuple[int, int, int]]:
+    """Per outermost loop of a disassembled kernel, in address order: ``(instructions per warp per trip,
+    STL bytes, LDL bytes per thread per trip)``, for kernels with several sibling loops (a row softmax's
+    two passes).
+
+    A loop is a backward branch (``BRA`` to a lower address) with no ``EXIT`` between its target and it,
+    placed before the kernel's last ``EXIT``; a loop inside another (a barrier's spin loop) is part of
+    it. So a second loop after an early ``EXIT`` counts, while the out-of-line retry paths ptxas places
+    after the last ``EXIT``, and their branches back into the body over an ``EXIT``, do not.
+
+    >>> parse_sass_loops("        /*0010*/  MOV R1, R2 ;\\n        /*0020*/  @P0 BRA 0x10 ;\\n"
+    ...                  "        /*0030*/  @P1 EXIT ;\\n        /*0040*/  STL [R1], R2 ;\\n"
+    ...                  "        /*0050*/  @P0 BRA 0x40 ;\\n        /*0060*/  EXIT ;\\n"
+    ...                  "        /*0070*/  @!P0 BRA 0x70 ;\\n        /*0080*/  BRA 0x10 ;")
+    [(2, 0, 0), (2, 4, 0)]
+    """
+    return [(len(loop), *_local_bytes(loop)) for loop in _sibling_loops(text)]
+
+
 def parse_sass_loop(text: str) -> int | None:
     """Instructions of the main loop of a disassembled kernel (``cuobjdump -sass``), per warp per trip.
 
@@ -327,19 +390,7 @@ def parse_sass_loop_local(text: str) -> tuple[int, int] | None:
     (8, 4)
     """
     loop = _main_loop(text)
-    if loop is None:
-        return None
-    stores = loads = 0
-    for _, opcode, rest in loop:
-        if opcode not in ("STL", "LDL"):
-            continue
-        width = _LOCAL_WIDTH.match(rest)
-        size = int(width.group(1)) // 8 if width else 4
-        if opcode == "STL":
-            stores += size
-        else:
-            loads += size
-    return stores, loads
+    return None if loop is None else _local_bytes(loop)
 
 
 _REG_DECL = re.compile(r"^\s*\.reg\s+\.\w+\s+%\w+<(\d+)>;", re.M)
@@ -484,6 +535,7 @@ def compile_registers(kernel: Any, *, target: str = "sm_90", num_warps: int | No
         ops = parse_sass(sass_text) if sass_text is not None else None
         loop = parse_sass_loop(sass_text) if sass_text is not None else None
         local = parse_sass_loop_local(sass_text) if sass_text is not None else None
+        loops = tuple(parse_sass_loops(sass_text)) if sass_text is not None else ()
         cubin_bytes = cubin_path.stat().st_size
     seconds = time.perf_counter() - t0
     info = parse_ptx(ptx)
@@ -504,7 +556,7 @@ def compile_registers(kernel: Any, *, target: str = "sm_90", num_warps: int | No
         sass_instructions=None if ops is None else sum(ops.values()),
         cubin_bytes=cubin_bytes, ptxas_notes=ptxas_info["ptxas_notes"], compile_seconds=round(seconds, 3),
         constexprs=values, loop_sass_instructions=loop,
-        loop_local_bytes=None if local is None else tuple(local))
+        loop_local_bytes=None if local is None else tuple(local), loops=loops)
 
 
 def sweep(kernel: Any, *, target: str = "sm_90", num_warps: Iterable[int] = (2, 4, 8, 16),

@@ -93,8 +93,11 @@ def plan(kernel: str, grid: Mapping[str, Sequence[Any]], num_warps: Sequence[int
     for c in configs:
         names = tp.names(c.constexprs, sizes)
         try:
-            for what, check in (("ctas", evaluate_count), ("trips", evaluate_count), ("flops", evaluate)):
-                check(getattr(tp, what), names, where=f"TWILL_TUNE[{spec.name!r}].{what} for {c.label}")
+            checks = [("ctas", tp.ctas, evaluate_count), ("flops", tp.flops, evaluate)]
+            checks += [("trips" if len(tp.trip_expressions) == 1 else f"trips[{i}]", e, evaluate_count)
+                       for i, e in enumerate(tp.trip_expressions)]
+            for what, expression, check in checks:
+                check(expression, names, where=f"TWILL_TUNE[{spec.name!r}].{what} for {c.label}")
         except GridError as exc:
             errors.append(exc)
     if configs and len(errors) == len(configs):
@@ -185,5 +188,6 @@ def tune(kernel: str, machine: str, grid: Mapping[str, Sequence[Any]], *,
             "num_stages": sorted({c.num_stages for c in configs}), "time_limit_s": time_limit,
             "engine": sweep.engine, "total": len(tasks), "finished": len(sweep.results),
             "interrupted": sweep.interrupted, "cut": sweep.cut,
-            "expressions": {"ctas": tp.ctas, "trips": tp.trips, "flops": tp.flops}}
+            "expressions": {"ctas": tp.ctas, "flops": tp.flops,
+                            "trips": tp.trips if isinstance(tp.trips, str) else list(tp.trips)}}
     return TuneOutcome(configs, sweep, meta)

@@ -109,8 +109,9 @@ def tune_gluon(task: Any, spec: Any, machine: Any, *, ctas: int, trips: int, flo
     from twill.ir.costmodel import CostModel
     from twill.search import schedule as solve
     from twill.tune.gluon_terms import result_encodings, trip_terms
+    from twill.tune.peak import gemm_flops
     from twill.tune.triton_model import gemm_operands, wgmma_serialized
-    from twill.tune.worker import peak_note, why_not_proven
+    from twill.tune.worker import peak_note, top_level_loops, why_not_proven
 
     config = dataclasses.replace(spec, signature={**spec.signature, **signature},
                                  constexprs={**spec.constexprs, **task.constexprs},
@@ -121,7 +122,14 @@ def tune_gluon(task: Any, spec: Any, machine: Any, *, ctas: int, trips: int, flo
     except FrontendError as exc:
         return result(task, reason=f"Triton rejects this config: {exc}", error="compile", details=details)
     try:  # a FrontendError here is twill's reading of the TTGIR (two loops, ...), not Triton's refusal
-        lowering = lower_loop(parse_ttgir(snaps.pre_swp), machine, name=spec.name)
+        module = parse_ttgir(snaps.pre_swp)
+        loops = top_level_loops(module)
+        if len(loops) > 1:
+            return result(task, reason=(
+                f"the Gluon backend generates kernels of one loop; {spec.name!r} has {len(loops)} sibling "
+                f"loops (TTGIR lines {', '.join(str(lp.line) for lp in loops)}): tune it with --backend "
+                "triton, which prices every loop"), error="model", details=details)
+        lowering = lower_loop(module, machine, name=spec.name)
         graph = lowering.graph
     except TwillError as exc:
         return result(task, reason=f"twill cannot model this loop: {exc}", error="model", details=details)
@@ -176,7 +184,9 @@ def tune_gluon(task: Any, spec: Any, machine: Any, *, ctas: int, trips: int, flo
     if spill:
         details["note"] = (f"ptxas spills {spill} B (priced as a serialized wgmma pipeline; the local-memory "
                            "traffic itself is not priced)")
-    peak_note(details, machine, gemm_operands(lowering), flops_expression, pred["tflops"])
+    ops = gemm_operands(lowering)
+    peak_note(details, machine, [v[4] for v in ops.values()], gemm_flops(ops, trips, ctas), flops_expression,
+              pred["tflops"])
     return result(task, fits=True, predicted_ms=pred["ms"], predicted_tflops=pred["tflops"],
                   schedule=summary, details=details)
 

@@ -18,6 +18,8 @@ with one entry per kernel entry::
 descriptor's block is part of its type, so it changes with the tile); ``problem`` the default problem
 size; ``ctas``, ``trips`` and ``flops`` are arithmetic expressions over the problem sizes and the
 constexprs (``+ - * / // % **``, parentheses, ``min``, ``max``, ``ceil``: nothing else is evaluated).
+A kernel of several sibling loops (a row softmax's two passes over the row) gives ``trips`` as a list,
+one expression per loop in program order (``["ceil(cols / BLOCK)", "ceil(cols / BLOCK)"]``).
 ``inputs`` (optional, needed by ``--measure``) names a function of the file, ``inputs(constexprs,
 problem) -> (grid, args)``, that makes the kernel's launch arguments on the GPU (:mod:`twill.tune.measure`).
 """
@@ -204,8 +206,11 @@ class TuneProblem:
         Block shape of each tensor-descriptor argument, in constexpr names.
     problem : mapping of str to int
         Problem sizes (defaults, overridden by the command line).
-    ctas, trips, flops : str
-        Expressions: CTAs the kernel launches, loop trips per CTA, floating-point operations.
+    ctas, flops : str
+        Expressions: CTAs the kernel launches, floating-point operations.
+    trips : str or tuple of str
+        Loop trips per CTA: one expression, or one per sibling loop in program order
+        (:attr:`trip_expressions`).
     inputs : str or None
         Name of the file's function that makes the launch arguments (``--measure``), if it has one.
     """
@@ -214,9 +219,14 @@ class TuneProblem:
     descriptors: Mapping[str, tuple[str, ...]]
     problem: Mapping[str, int]
     ctas: str
-    trips: str
+    trips: str | tuple[str, ...]
     flops: str
     inputs: str | None = None
+
+    @property
+    def trip_expressions(self) -> tuple[str, ...]:
+        """The ``trips`` expressions, one per loop in program order (a single expression: one loop)."""
+        return (self.trips,) if isinstance(self.trips, str) else tuple(self.trips)
 
     def names(self, constexprs: Mapping[str, Any],
               problem: Mapping[str, int] | None = None) -> dict[str, Any]:
@@ -281,8 +291,16 @@ def load_tune_problem(table: Any, kernel: str, *, source: str = "the kernel file
     if inputs is not None and (not isinstance(inputs, str) or not inputs.isidentifier()):
         raise GridError(f"{where}: TWILL_TUNE[{kernel!r}].inputs must name a function of the file, got "
                         f"{inputs!r}")
-    return TuneProblem(kernel, descriptors, dict(problem), str(entry["ctas"]), str(entry["trips"]),
-                       str(entry["flops"]), inputs)
+    trips = entry["trips"]
+    if isinstance(trips, list | tuple):
+        if not trips or not all(isinstance(t, str) for t in trips):
+            raise GridError(f"{where}: TWILL_TUNE[{kernel!r}].trips must be an expression, or a non-empty "
+                            f"list of expressions (one per sibling loop), got {trips!r}")
+        trips = tuple(trips)
+    else:
+        trips = str(trips)
+    return TuneProblem(kernel, descriptors, dict(problem), str(entry["ctas"]), trips, str(entry["flops"]),
+                       inputs)
 
 
 @dataclass(frozen=True)
