@@ -254,3 +254,12 @@ def test_frontend_error_of_a_bad_num_warps_names_tritons_reason():
 
     with pytest.raises(FrontendError, match=r"at num_warps=3: num_warps must be a power of 2$"):
         compile_registers(load_kernel(GEMM), target="sm_90", num_warps=3)
+
+
+def test_more_warps_than_a_cta_may_have_is_named_before_any_compile():
+    """num_warps 64 is 64 x 32 = 2048 threads; a CTA has at most 1024 (CUDA C Programming Guide): the
+    config says so (ptxas's own refusal, "Insufficient registers", does not name the limit)."""
+    out = tune(GEMM, "h200", {"BLOCK_N": [64]}, num_warps=[64], jobs=1, cache_dir=None)
+    r = out.results[0]
+    assert not r["fits"] and r["error"] is None and "registers" not in r["details"]
+    assert r["reason"].startswith(f"threads: num_warps 64 is {64 * 32} threads per CTA, more than the 1024")

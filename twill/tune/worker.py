@@ -142,6 +142,19 @@ def _result(task: Task, **fields: Any) -> dict[str, Any]:
     return out
 
 
+def _threads_per_cta(num_warps: int, machine: Any) -> str | None:
+    """Why ``num_warps`` warps cannot be one CTA on ``machine`` (``chip.max_threads_per_cta``, 1024 on
+    Hopper and Blackwell), or None (also when the machine file does not give the limit)."""
+    if "chip.max_threads_per_cta" not in machine.constants:
+        return None
+    limit = int(machine.const("chip.max_threads_per_cta"))
+    threads = 32 * num_warps
+    if threads <= limit:
+        return None
+    return (f"threads: num_warps {num_warps} is {threads} threads per CTA, more than the {limit} a CTA may "
+            f"have on {machine.name} (chip.max_threads_per_cta: num_warps <= {limit // 32})")
+
+
 def _fits(report: dict[str, Any], machine: Any, cm: Any) -> tuple[str | None, int]:
     """Why the compiled config cannot run on ``machine`` (None if it can), and its CTAs per SM.
 
@@ -339,6 +352,9 @@ def _tune(task: Task) -> dict[str, Any]:
         signature = problem.signature(spec.signature, {**spec.constexprs, **task.constexprs})
     except (GridError, TwillError) as exc:
         return _result(task, reason=f"bad input: {exc}", error="input")
+    too_many = _threads_per_cta(task.num_warps, machine)
+    if too_many is not None:  # before Triton and ptxas, whose refusal of it does not name the limit
+        return _result(task, reason=too_many)
     if task.backend == "gluon":
         from twill.tune.gluon_worker import tune_gluon
 
