@@ -263,3 +263,17 @@ def test_more_warps_than_a_cta_may_have_is_named_before_any_compile():
     r = out.results[0]
     assert not r["fits"] and r["error"] is None and "registers" not in r["details"]
     assert r["reason"].startswith(f"threads: num_warps 64 is {64 * 32} threads per CTA, more than the 1024")
+
+
+def test_an_unreachable_ray_address_is_refused_at_once():
+    """Ray retries an address nothing listens on for minutes; twill checks the port first."""
+    pytest.importorskip("ray")
+    import socket
+
+    with socket.socket() as s:  # a port that was free a moment ago, and is closed now
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.monotonic()
+    with pytest.raises(TwillError, match=rf"--ray 127.0.0.1:{port}: nothing answers at 127.0.0.1:{port}"):
+        run_sweep([object()], _fake, ray=f"127.0.0.1:{port}")
+    assert time.monotonic() - t0 < 10

@@ -147,6 +147,26 @@ def _run_pool(tasks: Sequence[Any], worker: Worker, n: int,
     pool.shutdown(wait=True)
 
 
+RAY_CONNECT_TIMEOUT_S = 5.0
+"""Seconds to wait for a TCP connection to a ``--ray HOST:PORT`` address before calling it unreachable
+(Ray itself retries an unreachable address for minutes)."""
+
+
+def _check_reachable(address: str) -> None:
+    """:class:`TwillError` when ``address`` (``HOST:PORT`` or ``ray://HOST:PORT``) takes no TCP connection
+    within :data:`RAY_CONNECT_TIMEOUT_S`; ``local``, ``auto`` and other forms are left to Ray."""
+    import socket
+
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=RAY_CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise TwillError(f"--ray {address}: nothing answers at {host}:{port} ({type(exc).__name__}: {exc}); "
+                         "start a cluster there (ray start --head) or use --ray local") from None
+
+
 def _run_ray(tasks: Sequence[Any], worker: Worker, address: str,
              keep: Callable[[int, dict[str, Any]], None]) -> None:
     try:
@@ -155,6 +175,7 @@ def _run_ray(tasks: Sequence[Any], worker: Worker, address: str,
         raise TwillError("--ray needs Ray: pip install 'twill[ray]'") from None
     started = False
     if not ray.is_initialized():
+        _check_reachable(address)
         try:
             if address == "local":
                 ray.init(include_dashboard=False, log_to_driver=False)
