@@ -277,3 +277,16 @@ def test_an_unreachable_ray_address_is_refused_at_once():
     with pytest.raises(TwillError, match=rf"--ray 127.0.0.1:{port}: nothing answers at 127.0.0.1:{port}"):
         run_sweep([object()], _fake, ray=f"127.0.0.1:{port}")
     assert time.monotonic() - t0 < 10
+
+
+def test_a_loop_triton_does_not_pipeline_says_num_stages_has_no_effect(cache):
+    """With runtime strides Triton keeps one copy of each tile, whatever num_stages: its shared memory is
+    (128 x 64 + 64 x 64) x 2 B at 2 and 3 stages alike, both predictions are equal, and the note says so."""
+    out = tune(f"{USER}::gemm_strided", "h200", {"BLOCK_N": [64]}, num_stages=[2, 3], jobs=1, cache_dir=cache,
+               time_limit=1.0)
+    two, three = sorted(out.results, key=lambda r: r["num_stages"])
+    for r in (two, three):
+        assert r["fits"] and r["details"]["triton_pipelined"] is False
+        assert r["details"]["shared_bytes"] == (128 * 64 + 64 * 64) * 2
+    assert two["predicted_ms"] == pytest.approx(three["predicted_ms"])
+    assert render_to_text(out.results).count("not pipelined by Triton: num_stages has no effect") == 2

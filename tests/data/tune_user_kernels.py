@@ -3,6 +3,8 @@
 * ``gemm_bias``: ``C = A B (+ bias)`` through pointers, masked for ragged M / N / K, a boolean constexpr
   ``HAS_BIAS``, unit strides given as constants (as Triton's JIT specializes a stride of 1);
 * ``gemm_bias_overcount``: the same kernel with a ``flops`` expression four times too large;
+* ``gemm_strided``: the same kernel with its strides left as runtime integers (Triton 3.6 then does not
+  pipeline its loads: no ``loop.stage`` in the TTGIR, one copy of each tile in shared memory);
 * ``softmax_rows``: a row softmax over long rows, two sibling K loops (max/sum, then write).
 """
 
@@ -63,6 +65,11 @@ TWILL_KERNELS = {
                   "default": True},
     "gemm_bias_overcount": {"kernel": "gemm_bias", "signature": _GB, "constexprs": _GB_CONST,
                             "num_warps": 4, "num_stages": 3},
+    # the strides left as runtime integers: Triton 3.6 does not pipeline the A and B loads
+    "gemm_strided": {"kernel": "gemm_bias", "signature": {**_GB, "stride_ak": "i32", "stride_bn": "i32",
+                                                          "stride_cn": "i32"},
+                     "constexprs": {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "HAS_BIAS": True},
+                     "num_warps": 4, "num_stages": 3},
     "softmax_rows": {"signature": {"x_ptr": "*fp16", "y_ptr": "*fp16", "n_cols": "i32", "stride": "i32"},
                      "constexprs": {"BLOCK": 1024}, "num_warps": 4, "num_stages": 2},
     "softmax_one_trips": {"kernel": "softmax_rows",
@@ -75,6 +82,7 @@ _GT = {"problem": {"M": 4000, "N": 3000, "K": 1000}, "ctas": "ceil(M / BLOCK_M) 
 TWILL_TUNE = {
     "gemm_bias": _GT,
     "gemm_bias_overcount": {**_GT, "flops": "8 * M * N * K"},
+    "gemm_strided": _GT,
     # two passes over the row: one trip expression per loop, in program order
     "softmax_rows": {"problem": {"rows": 8192, "cols": 65536}, "ctas": "rows",
                      "trips": ["ceil(cols / BLOCK)", "ceil(cols / BLOCK)"], "flops": "5 * rows * cols"},

@@ -92,6 +92,8 @@ def render_table(results: Sequence[Mapping[str, Any]], names: Sequence[str], *, 
     for i, r in enumerate(shown, 1):
         d = r.get("details", {})
         note = f"spills {d.get('spill_bytes', 0)} B" if d.get("wgmma_serialized") else ""
+        if d.get("triton_pipelined") is False and int(r.get("num_stages") or 1) > 1:
+            note = "; ".join(x for x in (note, "not pipelined by Triton: num_stages has no effect") if x)
         if d.get("over_peak"):
             note = "; ".join(x for x in (note, f"TFLOP/s above the {d.get('tc_peak_tflops', 0):.0f} peak: "
                                                "check TWILL_TUNE flops") if x)
