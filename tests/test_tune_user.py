@@ -290,3 +290,20 @@ def test_a_loop_triton_does_not_pipeline_says_num_stages_has_no_effect(cache):
         assert r["details"]["shared_bytes"] == (128 * 64 + 64 * 64) * 2
     assert two["predicted_ms"] == pytest.approx(three["predicted_ms"])
     assert render_to_text(out.results).count("not pipelined by Triton: num_stages has no effect") == 2
+
+
+def test_fewer_ctas_than_sms_are_priced_one_per_sm(cache):
+    """M = N = 1024 with 128 x 64 tiles is 8 x 16 = 128 CTAs on 132 SMs: one wave, one CTA per SM, each
+    trip at that occupancy (no co-resident CTA shares it), so the kernel takes ``2 x 872 + 16 trips x the
+    lone CTA's cycles per trip``; the same tile on M = 4000 shares its SM with ``ctas_per_sm - 1`` others."""
+    small = tune(GEMM, "h200", {"BLOCK_N": [64]}, problem={"M": 1024, "N": 1024}, jobs=1, cache_dir=cache,
+                 time_limit=1.0).results[0]
+    big = tune(GEMM, "h200", {"BLOCK_N": [64]}, jobs=1, cache_dir=cache, time_limit=1.0).results[0]
+    d = small["details"]
+    trips = math.ceil(1000 / 64)
+    assert d["ctas"] == 8 * 16 and d["waves"] == 1 and d["tail_ctas_per_sm"] == 1
+    assert small["predicted_ms"] == pytest.approx((2 * 872 + trips * d["tail_cycles_per_trip"]) / 1.6e6,
+                                                  rel=1e-3)
+    k = big["details"]["ctas_per_sm"]
+    assert k > 1 and big["details"]["waves"] == math.ceil(32 * 47 / (132 * k))
+    assert d["tail_cycles_per_trip"] < big["details"]["cycles_per_trip"]

@@ -63,14 +63,28 @@ def gluon_prediction(*, ii_cycles: float, drain_cycles: float, stages: int, res_
     ...                      ctas_per_sm=2, trips=10, ctas=264, sms=132, clock_ghz=1.0, edge=0, flops=1e9)
     >>> r["cycles_per_trip"], r["per_cta_cycles"], r["waves"]    # max(1000, 2 x 600); 1200 + 10 x 1200 + 500
     (1200, 13700, 1)
+
+    The last wave runs at its own occupancy (:func:`twill.tune.triton_model.tail_ctas_per_sm`): 64 CTAs on
+    132 SMs run one per SM, each trip ``max(1000, 1 x 600)``, so the kernel takes 11 x 1000 + 500 cycles.
+
+    >>> r = gluon_prediction(ii_cycles=1000, drain_cycles=500, stages=2, res_mii_cycles=600,
+    ...                      ctas_per_sm=2, trips=10, ctas=64, sms=132, clock_ghz=1.0, edge=0, flops=1e9)
+    >>> r["tail_ctas_per_sm"], r["tail_cycles_per_trip"], round(r["ms"] * 1e6)    # ns at 1 GHz = cycles
+    (1, 1000, 11500)
     """
+    from twill.tune.triton_model import tail_ctas_per_sm
     from twill.tune.worker import predict_from_parts
 
     per_trip = max(ii_cycles, ctas_per_sm * res_mii_cycles)
-    pred = predict_from_parts(per_trip_cycles=per_trip, trips=trips, ctas=ctas, ctas_per_sm=ctas_per_sm,
-                              sms=sms, clock_ghz=clock_ghz, prologue=(stages - 1) * per_trip + edge,
-                              epilogue=max(0.0, drain_cycles) + edge, flops=flops)
-    return {**pred, "cycles_per_trip": per_trip}
+    # the last wave's CTAs share an SM with fewer others (a grid of fewer CTAs than SMs runs one per SM)
+    tail_k = tail_ctas_per_sm(ctas, sms, ctas_per_sm)
+    tail_trip = max(ii_cycles, tail_k * res_mii_cycles)
+    pred = predict_from_parts(per_trip_cycles=per_trip, trips=trips + stages - 1, ctas=ctas,
+                              ctas_per_sm=ctas_per_sm, sms=sms, clock_ghz=clock_ghz, prologue=edge,
+                              epilogue=max(0.0, drain_cycles) + edge, flops=flops,
+                              tail_per_trip_cycles=tail_trip)
+    return {**pred, "cycles_per_trip": per_trip, "tail_ctas_per_sm": tail_k,
+            "tail_cycles_per_trip": tail_trip}
 
 
 def tune_gluon(task: Any, spec: Any, machine: Any, *, ctas: int, trips: int, flops: float,
@@ -180,7 +194,9 @@ def tune_gluon(task: Any, spec: Any, machine: Any, *, ctas: int, trips: int, flo
                             clock_ghz=float(machine.const("chip.clock_ghz")),
                             edge=float(machine.const("cost.tma_latency")), flops=flops)
     details.update({"cycles_per_trip": round(pred["cycles_per_trip"], 1), "waves": pred["waves"],
-                    "per_cta_cycles": round(pred["per_cta_cycles"], 1)})
+                    "per_cta_cycles": round(pred["per_cta_cycles"], 1),
+                    "tail_ctas_per_sm": pred["tail_ctas_per_sm"],
+                    "tail_cycles_per_trip": round(pred["tail_cycles_per_trip"], 1)})
     if spill:
         details["note"] = (f"ptxas spills {spill} B (priced as a serialized wgmma pipeline; the local-memory "
                            "traffic itself is not priced)")
