@@ -307,3 +307,23 @@ def test_fewer_ctas_than_sms_are_priced_one_per_sm(cache):
     k = big["details"]["ctas_per_sm"]
     assert k > 1 and big["details"]["waves"] == math.ceil(32 * 47 / (132 * k))
     assert d["tail_cycles_per_trip"] < big["details"]["cycles_per_trip"]
+
+
+def test_a_descriptor_without_a_descriptors_entry_is_said_to_stay_fixed(tmp_path, monkeypatch, capsys):
+    """examples/gemm.py without TWILL_TUNE's descriptors: every config would compile B's block at the
+    default [128, 64] whatever BLOCK_N is (Triton: "accumulator shape is incompatible"); the command says
+    which descriptor and why."""
+    import twill.tune.api as api
+
+    text = (ROOT / "examples" / "gemm.py").read_text()
+    start = text.index('        "descriptors": {"a_desc"')
+    end = text.index('        "problem": {"M": 8192')
+    path = tmp_path / "gemm_nodesc.py"
+    path.write_text(text[:start] + text[end:])
+    monkeypatch.setattr(api, "tune_config", _fake)
+    assert twill_main(["tune", f"{path}::matmul", "--machine", "h200", "--grid", "BLOCK_N=64,128", "--jobs",
+                       "1", "--no-cache"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    for arg, block in (("a_desc", "[128, 64]"), ("b_desc", "[128, 64]"), ("c_desc", "[128, 128]")):
+        assert (f"gives no descriptors entry for {arg}, so its block stays tensordesc<fp16{block}> in every "
+                "config whatever --grid BLOCK_N says") in err

@@ -226,6 +226,8 @@ def run(args: argparse.Namespace) -> int:
                 "the predicted times are of the kernel Triton builds, with its own schedule")
         console.print(f"{len(unproven)} of twill's schedules are not proven optimal ({why}); {what}",
                       soft_wrap=True)
+    for note in meta.get("notes", []):
+        err.print(f"[yellow]note[/]: {escape(note)}", soft_wrap=True)
     if outcome.sweep.interrupted:
         err.print(f"[yellow]interrupted[/]: {meta['finished']} of {meta['total']} configs finished; "
                   f"{meta['cut']} cut (not run or not finished)")

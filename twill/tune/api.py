@@ -13,7 +13,7 @@ from twill.tune.grid import Config, GridError, evaluate, evaluate_count, expand,
 from twill.tune.runner import SweepResult, run_sweep
 from twill.tune.worker import Task, default_cache_dir, tune_config
 
-__all__ = ["BACKENDS", "TuneOutcome", "kernel_constexprs", "plan", "tune"]
+__all__ = ["BACKENDS", "TuneOutcome", "fixed_descriptors", "kernel_constexprs", "plan", "tune"]
 
 BACKENDS = ("triton", "gluon")
 """What runs each config: the kernel Triton builds (:mod:`twill.tune.worker`), or the Gluon kernel generated
@@ -105,6 +105,26 @@ def plan(kernel: str, grid: Mapping[str, Sequence[Any]], num_warps: Sequence[int
     return spec, tp, configs, sizes
 
 
+def fixed_descriptors(spec: Any, tp: Any, grid: Mapping[str, Sequence[Any]]) -> list[str]:
+    """A note per tensor-descriptor argument whose block does not follow the grid: it has no
+    ``TWILL_TUNE`` ``descriptors`` entry, so every config compiles it with the ``TWILL_KERNELS`` block
+    (``tensordesc<fp16[128, 64]>``) whatever the grid's tile, which Triton then refuses as a shape
+    mismatch ("accumulator shape is incompatible") or which fixes that tile. Empty when the grid is.
+
+    >>> from types import SimpleNamespace as NS
+    >>> spec = NS(name="mm", signature={"a_desc": "tensordesc<fp16[128, 64]>", "K": "i32"})
+    >>> fixed_descriptors(spec, NS(descriptors={}), {"BLOCK_M": [64, 128]})[0][:48]
+    "TWILL_TUNE['mm'] gives no descriptors entry for "
+    """
+    if not grid:
+        return []
+    return [f"TWILL_TUNE[{spec.name!r}] gives no descriptors entry for {arg}, so its block stays {text} in "
+            f"every config whatever --grid {', '.join(grid)} says (give its block in constexpr names: "
+            "twill/tune/grid.py)"
+            for arg, text in spec.signature.items()
+            if str(text).startswith("tensordesc<") and arg not in tp.descriptors]
+
+
 def _check_machine(machine: str) -> None:
     """Load ``machine`` and its compile target once, so a bad name fails the sweep before it starts rather
     than every config."""
@@ -188,6 +208,7 @@ def tune(kernel: str, machine: str, grid: Mapping[str, Sequence[Any]], *,
             "num_stages": sorted({c.num_stages for c in configs}), "time_limit_s": time_limit,
             "engine": sweep.engine, "total": len(tasks), "finished": len(sweep.results),
             "interrupted": sweep.interrupted, "cut": sweep.cut,
+            "notes": fixed_descriptors(spec, tp, grid),
             "expressions": {"ctas": tp.ctas, "flops": tp.flops,
                             "trips": tp.trips if isinstance(tp.trips, str) else list(tp.trips)}}
     return TuneOutcome(configs, sweep, meta)
