@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PUBLIC_KEYS", "rank", "render_table", "short_reason", "to_document", "write_json", "write_plot"]
+__all__ = ["PUBLIC_KEYS", "plot_title", "rank", "render_table", "short_reason", "to_document", "write_json",
+           "write_plot"]
 
 PUBLIC_KEYS = ("constexprs", "num_warps", "num_stages", "fits", "reason", "predicted_ms", "predicted_tflops",
                "schedule", "measured_ms")
@@ -185,6 +187,16 @@ def short_reason(reason: str | None, width: int = REASON_WIDTH) -> str:
     return cut.rstrip(" ,;:") + "…"
 
 
+def plot_title(text: str, width_inches: float) -> str:
+    """``text`` wrapped to lines of about 12 characters per inch of figure at 9 points, so that a long
+    title (kernel, problem sizes, engine) is not clipped at the figure's edge.
+
+    >>> plot_title("gemm_bias on h200: M=4000, N=3000, K=1000 (3 of 3 configs, process pool (2 workers))", 4)
+    'gemm_bias on h200: M=4000, N=3000, K=1000 (3 of\\n3 configs, process pool (2 workers))'
+    """
+    return "\n".join(textwrap.wrap(text, width=max(40, int(width_inches * 12))))
+
+
 def write_plot(path: str | Path, results: Sequence[Mapping[str, Any]], names: Sequence[str], *,
                title: str = "") -> None:
     """Predicted time of every config in grid order (a bar each; configs that cannot run marked x)."""
@@ -209,7 +221,8 @@ def write_plot(path: str | Path, results: Sequence[Mapping[str, Any]], names: Se
     ax.set_xticks(range(len(rows)))
     ax.set_xticklabels(labels, rotation=90, fontsize=7)
     ax.set_ylabel("predicted time (ms)")
-    ax.set_title(title or "twill tune: predicted time per config (x: cannot run, green: fastest)")
+    ax.set_title(plot_title(title or "twill tune: predicted time per config (x: cannot run, green: fastest)",
+                            fig.get_size_inches()[0]), fontsize=9)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
