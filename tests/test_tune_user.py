@@ -207,22 +207,38 @@ def test_ray_without_the_extra_is_a_clear_error(monkeypatch):
 
 SLOW_WORKER = textwrap.dedent('''
     import os, time
-    def slow(task):
-        time.sleep(0.2 if task.index == 0 else 30)
-        open(os.path.join(os.environ["TUNE_MARK"], f"done-{task.index}"), "w").close()
+
+    import twill.tune.api as api
+
+    def slow(task):  # config 0 finishes at once, the others would take 30 s
+        time.sleep(0 if task.index == 0 else 30)
         return {"index": task.index, "constexprs": task.constexprs, "num_warps": task.num_warps,
                 "num_stages": task.num_stages, "fits": True, "reason": None,
                 "predicted_ms": 1.0 + task.index, "predicted_tflops": 1.0, "schedule": None,
                 "details": {}, "error": None}
+
+    def install():
+        """tune_config -> slow; each result the command receives leaves a file got-INDEX."""
+        api.tune_config = slow
+        sweep = api.run_sweep
+
+        def run(tasks, worker, *, on_result=None, **kw):
+            def got(r):
+                on_result(r)
+                open(os.path.join(os.environ["TUNE_MARK"], f"got-{r['index']}"), "w").close()
+            return sweep(tasks, worker, on_result=got, **kw)
+
+        api.run_sweep = run
 ''')
 
 
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_a_real_sigint_keeps_the_finished_configs(tmp_path, jobs):
-    """``twill tune`` in its own process, SIGINT once the first config is done: exit 130, the JSON holds
-    that config, says interrupted, and counts the rest as cut."""
+    """``twill tune`` in its own process, SIGINT once it holds the first config's result: exit 130 at once
+    (the pool's workers still running are ended, not waited for: they would take 30 s), the JSON holds that
+    config, says interrupted, and counts the rest as cut."""
     (tmp_path / "slowworker.py").write_text(SLOW_WORKER)
-    script = ("import sys, twill.tune.api as api, slowworker; api.tune_config = slowworker.slow; "
+    script = ("import sys, slowworker; slowworker.install(); "
               "from twill.cli.main import main; sys.exit(main(sys.argv[1:]))")
     out = tmp_path / "cut.json"
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
@@ -232,12 +248,11 @@ def test_a_real_sigint_keeps_the_finished_configs(tmp_path, jobs):
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
-        while not (tmp_path / "done-0").exists():
+        while not (tmp_path / "got-0").exists():  # the command holds config 0's result
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.05)
-        time.sleep(0.3)  # the result reaches the parent
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
+        _, err = proc.communicate(timeout=20)
     finally:
         if proc.poll() is None:
             proc.kill()
