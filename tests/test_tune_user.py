@@ -342,3 +342,45 @@ def test_a_descriptor_without_a_descriptors_entry_is_said_to_stay_fixed(tmp_path
     for arg, block in (("a_desc", "[128, 64]"), ("b_desc", "[128, 64]"), ("c_desc", "[128, 128]")):
         assert (f"gives no descriptors entry for {arg}, so its block stays tensordesc<fp16{block}> in every "
                 "config whatever --grid BLOCK_N says") in err
+
+
+def test_the_note_says_serialized_and_spills_only_when_they_are_so():
+    """ptxas can serialize the wgmma pipeline without spilling (the 8-warp GEMM tiles): that note said
+    "spills 0 B"."""
+    def row(i, serialized, spill):
+        return {"index": i, "constexprs": {"BLOCK_N": 64 * (i + 1)}, "num_warps": 8, "num_stages": 3,
+                "fits": True, "reason": None, "predicted_ms": 1.0 + i, "predicted_tflops": 1.0,
+                "details": {"wgmma_serialized": serialized, "spill_bytes": spill}}
+
+    lines = render_to_text([row(0, True, 0), row(1, True, 1672), row(2, False, 8)]).splitlines()
+    first, second, third = (next(ln for ln in lines if ln.startswith(f"│ {i} ")) for i in (1, 2, 3))
+    assert "wgmma serialized" in first and "spills" not in first
+    assert "wgmma serialized; spills 1672 B" in second
+    assert "spills 8 B" in third and "serialized" not in third
+
+
+def test_the_gluon_solve_warnings_go_into_the_result_not_the_terminal(monkeypatch, tmp_path):
+    """A solve that ends at the time limit warns (a heuristic answer); from a pool worker that warning was
+    printed raw between the progress bar and the table. It is the schedule's note now."""
+    import warnings
+
+    import twill.search as search
+    from twill.errors import TwillWarning
+
+    real = search.schedule
+
+    def warning_schedule(*args, **kwargs):
+        out = real(*args, **kwargs)
+        warnings.warn(TwillWarning("heuristic: probe"), stacklevel=1)
+        return out
+
+    monkeypatch.setattr(search, "schedule", warning_schedule)
+    gemm = str(ROOT / "examples" / "gemm.py") + "::matmul"
+    with warnings.catch_warnings(record=True) as escaped:
+        warnings.simplefilter("always")
+        out = tune(gemm, "h200", {"BLOCK_N": [128]}, num_warps=[4], num_stages=[3], backend="gluon", jobs=1,
+                   cache_dir=str(tmp_path), time_limit=2.0)
+    r = out.results[0]
+    assert r["schedule"] is not None, r["reason"]
+    assert "twill: heuristic: probe" in r["schedule"]["notes"]
+    assert not [w for w in escaped if "probe" in str(w.message)]

@@ -33,6 +33,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -147,8 +148,10 @@ def tune_gluon(task: Any, spec: Any, machine: Any, *, ctas: int, trips: int, flo
         graph = lowering.graph
     except TwillError as exc:
         return result(task, reason=f"twill cannot model this loop: {exc}", error="model", details=details)
-    try:
-        sched = solve(graph, machine, prefetch=max(0, task.num_stages - 1), time_limit=task.time_limit)
+    try:  # the solver's warnings (a heuristic answer at the time limit) go into the result, not the terminal
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            sched = solve(graph, machine, prefetch=max(0, task.num_stages - 1), time_limit=task.time_limit)
     except (InfeasibleError, ResourceError) as exc:
         return result(task, reason=f"twill: no schedule for this config ({str(exc)[:300]})", details=details)
     summary = {"strategy": sched.strategy, "ii": sched.ii, "ii_cycles": round(sched.ii_cycles, 1),
@@ -156,7 +159,8 @@ def tune_gluon(task: Any, spec: Any, machine: Any, *, ctas: int, trips: int, flo
                "proven_optimal": sched.certificate.proven_optimal,
                "not_proven": None if sched.certificate.proven_optimal else why_not_proven(sched, task),
                "warp_groups": [{"index": g.index, "ops": list(g.ops), "warps": g.warps,
-                                "registers": g.registers, "role": g.role} for g in sched.warp_groups]}
+                                "registers": g.registers, "role": g.role} for g in sched.warp_groups],
+               "notes": [f"twill: {w.message}" for w in caught]}
     folder = gluon_folder(task)
     try:
         kernel = generate(sched, config, machine, folder)

@@ -93,7 +93,8 @@ def render_table(results: Sequence[Mapping[str, Any]], names: Sequence[str], *, 
     shown = fitting[:top] if top else fitting
     for i, r in enumerate(shown, 1):
         d = r.get("details", {})
-        note = f"spills {d.get('spill_bytes', 0)} B" if d.get("wgmma_serialized") else ""
+        note = "; ".join(x for x in ("wgmma serialized" if d.get("wgmma_serialized") else "",
+                                      f"spills {d['spill_bytes']} B" if d.get("spill_bytes") else "") if x)
         if d.get("triton_pipelined") is False and int(r.get("num_stages") or 1) > 1:
             note = "; ".join(x for x in (note, "not pipelined by Triton: num_stages has no effect") if x)
         if d.get("over_peak"):
