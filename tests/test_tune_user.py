@@ -112,6 +112,14 @@ def test_a_count_is_never_truncated_silently():
         evaluate_count("ceil(N / BLOCK_N)", {"N": 2944, "BLOCK_N": -64})
 
 
+def test_a_negative_flop_count_is_named():
+    from twill.tune.grid import evaluate_flops
+
+    assert evaluate_flops("2 * M * N * K", {"M": 3, "N": 5, "K": 7}) == 210.0
+    with pytest.raises(GridError, match=r"TWILL_TUNE flops: '2 \* M \* \(N - K\)' is -12; a FLOP count"):
+        evaluate_flops("2 * M * (N - K)", {"M": 3, "N": 5, "K": 7}, where="TWILL_TUNE flops")
+
+
 def test_repeated_values_are_said_and_tuned_once(monkeypatch, capsys):
     import twill.tune.api as api
 
@@ -153,7 +161,8 @@ def test_jobs_1_and_a_process_pool_give_the_same_ranking(cache):
     def key(out):
         return [(r["index"], r["fits"], r["predicted_ms"]) for r in rank(out.results)]
 
-    assert key(one) == key(two) and len(key(one)) == 4
+    why = [(r["index"], r["error"], r["reason"]) for out in (one, two) for r in out.results if not r["fits"]]
+    assert key(one) == key(two) and len(key(one)) == 4, why
 
 
 # ------------------------------------------------------------------------------- several loops
@@ -384,3 +393,42 @@ def test_the_gluon_solve_warnings_go_into_the_result_not_the_terminal(monkeypatc
     assert r["schedule"] is not None, r["reason"]
     assert "twill: heuristic: probe" in r["schedule"]["notes"]
     assert not [w for w in escaped if "probe" in str(w.message)]
+
+
+def test_a_cost_normalization_that_times_out_goes_on_with_the_rounded_costs(monkeypatch):
+    """Under load the normalization ILP (0.2 x --time-limit) found no answer and schedule() raised
+    SolverError, which lost the config ("internal error") in a sweep. Its proportional rounding is a
+    point of the same model: every counted cost positive, sorted, sum <= U, and the error is the largest
+    cross difference |r_i c_j - r_j c_i|."""
+    import twill.solvers.normalize as nz
+    from twill.solvers.status import SolveStatus
+
+    class Timeout:
+        status, wall_s = SolveStatus.TIMEOUT, 0.2
+
+    monkeypatch.setattr(nz, "solve_ilp", lambda *a, **k: Timeout())
+    costs = [16, 64, 75, 512, 576, 600, 664, 1099]
+    out = nz.normalize_costs(costs, upper=300, time_limit=0.2)
+    assert out.status == "feasible" and not out.exact
+    scaled = list(out.scaled)
+    assert sum(scaled) <= 300 and all(c >= 1 for c in scaled) and scaled == sorted(scaled)
+    assert out.error == max(abs(a * cb - b * ca) for i, (a, ca) in enumerate(zip(costs, scaled, strict=True))
+                            for b, cb in zip(costs[i + 1:], scaled[i + 1:], strict=True))
+    assert scaled[-1] >= 300 * 1099 // sum(costs) // 2  # at least half its proportional share, not all ones
+
+
+def test_a_failed_solve_keeps_the_triton_prediction_and_is_not_cached(monkeypatch, tmp_path):
+    """twill's schedule is reported beside the prediction of the kernel Triton builds, which does not
+    depend on it: a solver that fails (SolverError) leaves the config predicted, with the failure in its
+    notes, and nothing in the solve cache (a loaded machine must not fix it there)."""
+    import twill.search as search
+    from twill.errors import SolverError
+
+    def failing(*args, **kwargs):
+        raise SolverError("cost normalization found no answer (timeout) for costs (16, 64)")
+
+    monkeypatch.setattr(search, "schedule", failing)
+    r = tune(GEMM, "h200", {"BLOCK_N": [64]}, jobs=1, cache_dir=str(tmp_path), time_limit=1.0).results[0]
+    assert r["fits"] and r["error"] is None and r["predicted_ms"] > 0 and r["schedule"] is None
+    assert any("solver failed (SolverError: cost normalization" in n for n in r["details"]["twill_notes"])
+    assert not list(tmp_path.glob("solve-*.json"))

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from twill.errors import TwillError
-from twill.tune.grid import Config, GridError, evaluate, evaluate_count, expand, load_tune_problem
+from twill.tune.grid import Config, GridError, evaluate_count, evaluate_flops, expand, load_tune_problem
 from twill.tune.runner import SweepResult, run_sweep
 from twill.tune.worker import Task, default_cache_dir, tune_config
 
@@ -93,7 +93,7 @@ def plan(kernel: str, grid: Mapping[str, Sequence[Any]], num_warps: Sequence[int
     for c in configs:
         names = tp.names(c.constexprs, sizes)
         try:
-            checks = [("ctas", tp.ctas, evaluate_count), ("flops", tp.flops, evaluate)]
+            checks = [("ctas", tp.ctas, evaluate_count), ("flops", tp.flops, evaluate_flops)]
             checks += [("trips" if len(tp.trip_expressions) == 1 else f"trips[{i}]", e, evaluate_count)
                        for i, e in enumerate(tp.trip_expressions)]
             for what, expression, check in checks:

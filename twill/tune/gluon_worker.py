@@ -117,7 +117,7 @@ def tune_gluon(task: Any, spec: Any, machine: Any, *, ctas: int, trips: int, flo
         the generated kernel (``gluon_kernel``, which ``--measure`` launches).
     """
     from twill.codegen.gluon import CodegenError, generate
-    from twill.errors import FrontendError, InfeasibleError, ResourceError, TwillError
+    from twill.errors import FrontendError, InfeasibleError, ResourceError, SolverError, TwillError
     from twill.frontend.compile import compile_to_ttgir, target_for
     from twill.frontend.lower import lower_loop
     from twill.frontend.ttgir import parse_ttgir
@@ -152,7 +152,7 @@ def tune_gluon(task: Any, spec: Any, machine: Any, *, ctas: int, trips: int, flo
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             sched = solve(graph, machine, prefetch=max(0, task.num_stages - 1), time_limit=task.time_limit)
-    except (InfeasibleError, ResourceError) as exc:
+    except (InfeasibleError, ResourceError, SolverError) as exc:
         return result(task, reason=f"twill: no schedule for this config ({str(exc)[:300]})", details=details)
     summary = {"strategy": sched.strategy, "ii": sched.ii, "ii_cycles": round(sched.ii_cycles, 1),
                "length": sched.length, "stages": sched.stages,

@@ -35,8 +35,8 @@ from typing import Any
 
 from twill.errors import TwillError
 
-__all__ = ["Config", "GridError", "TuneProblem", "evaluate", "evaluate_count", "expand", "load_tune_problem",
-           "parse_grid", "parse_list", "parse_value", "repeated"]
+__all__ = ["Config", "GridError", "TuneProblem", "evaluate", "evaluate_count", "evaluate_flops", "expand",
+           "load_tune_problem", "parse_grid", "parse_list", "parse_value", "repeated"]
 
 
 class GridError(TwillError):
@@ -177,6 +177,23 @@ def evaluate_count(expression: str, names: Mapping[str, Any], *, where: str = "e
     if value < 1:
         raise GridError(f"{where}: {expression!r} is {value:g}; it must be at least 1")
     return int(value)
+
+
+def evaluate_flops(expression: str, names: Mapping[str, Any], *, where: str = "expression") -> float:
+    """:func:`evaluate` for a FLOP count: a number >= 0.
+
+    Raises
+    ------
+    GridError
+        As :func:`evaluate`, or a negative count (the message names ``where`` and the value).
+
+    >>> evaluate_flops("2 * M * N * K", {"M": 2, "N": 3, "K": 4})
+    48.0
+    """
+    value = float(evaluate(expression, names, where=where))
+    if value < 0:
+        raise GridError(f"{where}: {expression!r} is {value:g}; a FLOP count cannot be negative")
+    return value
 
 
 def repeated(values: Sequence[Any]) -> list[Any]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from twill.errors import FrontendError, InfeasibleError, ResourceError, TwillError
+from twill.errors import FrontendError, InfeasibleError, ResourceError, SolverError, TwillError
 from twill.tune.triton_loop import ITERATIONS
 
 __all__ = ["ITERATIONS", "Task", "default_cache_dir", "peak_note", "predict_from_parts", "tune_config",
@@ -235,6 +235,9 @@ def _twill_schedule(graph: Any, machine: Any, task: Task) -> tuple[Any, list[str
         except InfeasibleError as exc:
             notes.append(f"twill: no schedule within {task.time_limit:g} s ({str(exc)[:200]})")
             return None, notes
+        except SolverError as exc:  # a backend that failed: the prediction (Triton's schedule) stands
+            notes.append(f"twill: solver failed ({type(exc).__name__}: {str(exc)[:200]})")
+            return None, notes
 
 
 @functools.lru_cache(maxsize=1)
@@ -274,7 +277,7 @@ def _solve(graph: Any, machine: Any, task: Task) -> tuple[dict[str, Any] | None,
             pass  # a torn cache file: solve again and overwrite it
     sched, notes = _twill_schedule(graph, machine, task)
     core = None
-    timed_out = sched is None and any("no schedule within" in n for n in notes)
+    timed_out = sched is None and any("no schedule within" in n or "solver failed" in n for n in notes)
     if sched is not None:
         cert = sched.certificate
         timed_out = any(a.status == "timeout" for a in cert.attempts)
@@ -335,7 +338,7 @@ def _tune(task: Task) -> dict[str, Any]:
     from twill.ir.costmodel import CostModel
     from twill.ir.machine import load_machine
     from twill.tune import triton_model as tm
-    from twill.tune.grid import GridError, evaluate, evaluate_count
+    from twill.tune.grid import GridError, evaluate_count, evaluate_flops
     from twill.tune.peak import gemm_flops
     from twill.tune.triton_loop import price_loop
 
@@ -348,7 +351,7 @@ def _tune(task: Task) -> dict[str, Any]:
         trips_each = [evaluate_count(e, names, where="TWILL_TUNE trips" if len(exprs) == 1 else
                                      f"TWILL_TUNE trips[{i}]") for i, e in enumerate(exprs)]
         trips = trips_each[0] if len(trips_each) == 1 else trips_each
-        flops = float(evaluate(problem.flops, names, where="TWILL_TUNE flops"))
+        flops = evaluate_flops(problem.flops, names, where="TWILL_TUNE flops")
         signature = problem.signature(spec.signature, {**spec.constexprs, **task.constexprs})
     except (GridError, TwillError) as exc:
         return _result(task, reason=f"bad input: {exc}", error="input")
