@@ -153,7 +153,7 @@ def test_a_prediction_above_the_tensor_core_peak_says_the_flops_expression_overc
 
 
 def test_jobs_1_and_a_process_pool_give_the_same_ranking(cache):
-    grid = {"BLOCK_N": [64, 128], "HAS_BIAS": [True, False]}
+    grid = {"BLOCK_N": [64, 128, 32]}
     one = tune(GEMM, "h200", grid, num_stages=[3], jobs=1, cache_dir=cache, time_limit=1.0)
     two = tune(GEMM, "h200", grid, num_stages=[3], jobs=2, cache_dir=cache, time_limit=1.0)
     assert one.sweep.engine == "serial" and two.sweep.engine.startswith("process pool")
@@ -162,7 +162,7 @@ def test_jobs_1_and_a_process_pool_give_the_same_ranking(cache):
         return [(r["index"], r["fits"], r["predicted_ms"]) for r in rank(out.results)]
 
     why = [(r["index"], r["error"], r["reason"]) for out in (one, two) for r in out.results if not r["fits"]]
-    assert key(one) == key(two) and len(key(one)) == 4, why
+    assert key(one) == key(two) and len(key(one)) == 3, why
 
 
 # ------------------------------------------------------------------------------- several loops

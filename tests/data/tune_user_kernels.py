@@ -13,8 +13,8 @@ import triton.language as tl
 
 
 @triton.jit
-def gemm_bias(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-              stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+def gemm_bias(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm, stride_ak, stride_bn,
+              stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
               HAS_BIAS: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -78,15 +78,43 @@ TWILL_KERNELS = {
 }
 
 _GT = {"problem": {"M": 4000, "N": 3000, "K": 1000}, "ctas": "ceil(M / BLOCK_M) * ceil(N / BLOCK_N)",
-       "trips": "ceil(K / BLOCK_K)", "flops": "2 * M * N * K"}
+       "trips": "ceil(K / BLOCK_K)", "flops": "2 * M * N * K", "inputs": "gemm_bias_inputs"}
 TWILL_TUNE = {
     "gemm_bias": _GT,
     "gemm_bias_overcount": {**_GT, "flops": "8 * M * N * K"},
-    "gemm_strided": _GT,
+    "gemm_strided": {k: v for k, v in _GT.items() if k != "inputs"},
     # two passes over the row: one trip expression per loop, in program order
     "softmax_rows": {"problem": {"rows": 8192, "cols": 65536}, "ctas": "rows",
-                     "trips": ["ceil(cols / BLOCK)", "ceil(cols / BLOCK)"], "flops": "5 * rows * cols"},
+                     "trips": ["ceil(cols / BLOCK)", "ceil(cols / BLOCK)"], "flops": "5 * rows * cols",
+                     "inputs": "softmax_rows_inputs"},
     # the same kernel described as if it had one loop
     "softmax_one_trips": {"problem": {"rows": 8192, "cols": 65536}, "ctas": "rows",
                           "trips": "ceil(cols / BLOCK)", "flops": "5 * rows * cols"},
 }
+
+
+def gemm_bias_inputs(constexprs, problem):  # pragma: no cover - needs a GPU
+    """Launch arguments of :func:`gemm_bias` for ``twill tune --measure``: random fp16 ``A [M, K]``,
+    ``B [K, N]``, ``bias [N]`` and ``C [M, N]`` (row-major: the unit strides are the entry's constants)."""
+    import torch
+
+    m, n, k = problem["M"], problem["N"], problem["K"]
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn((m, k), device="cuda", dtype=torch.float16, generator=gen)
+    b = torch.randn((k, n), device="cuda", dtype=torch.float16, generator=gen)
+    bias = torch.randn((n,), device="cuda", dtype=torch.float16, generator=gen)
+    c = torch.empty((m, n), device="cuda", dtype=torch.float16)
+    grid = (triton.cdiv(m, constexprs["BLOCK_M"]), triton.cdiv(n, constexprs["BLOCK_N"]))
+    return grid, (a, b, bias, c, m, n, k, a.stride(0), b.stride(0), c.stride(0))
+
+
+def softmax_rows_inputs(constexprs, problem):  # pragma: no cover - needs a GPU
+    """Launch arguments of :func:`softmax_rows` for ``twill tune --measure``: random fp16 ``x`` and ``y``
+    of ``[rows, cols]``, one program per row."""
+    import torch
+
+    rows, cols = problem["rows"], problem["cols"]
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn((rows, cols), device="cuda", dtype=torch.float16, generator=gen)
+    y = torch.empty_like(x)
+    return (rows,), (x, y, cols, x.stride(0))
