@@ -432,3 +432,25 @@ def test_a_failed_solve_keeps_the_triton_prediction_and_is_not_cached(monkeypatc
     assert r["fits"] and r["error"] is None and r["predicted_ms"] > 0 and r["schedule"] is None
     assert any("solver failed (SolverError: cost normalization" in n for n in r["details"]["twill_notes"])
     assert not list(tmp_path.glob("solve-*.json"))
+
+
+def test_an_output_folder_removed_during_the_sweep_is_said_and_the_plot_still_written(tmp_path, monkeypatch,
+                                                                                       capsys):
+    import shutil
+
+    import twill.tune.api as api
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+
+    def removing(task):  # the folder of --json disappears while the sweep runs
+        shutil.rmtree(gone, ignore_errors=True)
+        return _fake(task)
+
+    monkeypatch.setattr(api, "tune_config", removing)
+    plot = tmp_path / "p.png"
+    code = twill_main(["tune", GEMM, "--machine", "h200", "--grid", "BLOCK_N=64,128", "--jobs", "1",
+                       "--no-cache", "--json", str(gone / "t.json"), "--plot", str(plot)])
+    captured = capsys.readouterr()
+    assert code == 2 and plot.is_file() and "128" in captured.out
+    assert f"cannot write {gone / 't.json'}" in captured.err

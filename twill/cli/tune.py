@@ -7,8 +7,9 @@
     twill tune examples/gemm.py --machine h200 --grid BLOCK_N=64,128 --backend gluon --measure --top 3
 
 Exit codes: 0 done (also when some configs cannot run: the table says why), 2 bad input (nothing tuned;
-also ``--measure`` without a CUDA device, checked before any work), 130 interrupted (the finished configs
-are printed and written).
+also ``--measure`` without a CUDA device, checked before any work; or a ``--json`` / ``--plot`` file that
+could not be written after the sweep, the table printed), 130 interrupted (the finished configs are
+printed and written).
 """
 
 from __future__ import annotations
@@ -233,10 +234,20 @@ def run(args: argparse.Namespace) -> int:
                   f"{meta['cut']} cut (not run or not finished)")
     if args.measure and not outcome.sweep.interrupted:
         meta["measure"] = _measure(args, outcome, names, console, err)
+    failed = False  # an output that became unwritable during the sweep: said, the other one still written
     if args.json is not None:
-        write_json(args.json, results, **meta)
-        console.print(f"wrote {escape(args.json)} ({len(results)} configs)")
+        try:
+            write_json(args.json, results, **meta)
+            console.print(f"wrote {escape(args.json)} ({len(results)} configs)")
+        except OSError as exc:
+            err.print(f"[red]error[/]: cannot write {escape(args.json)} ({escape(str(exc))}); the table "
+                      "above holds the results", soft_wrap=True)
+            failed = True
     if args.plot is not None and results:
-        write_plot(args.plot, results, names, title=title)
-        console.print(f"wrote {escape(args.plot)}")
-    return 130 if outcome.sweep.interrupted else 0
+        try:
+            write_plot(args.plot, results, names, title=title)
+            console.print(f"wrote {escape(args.plot)}")
+        except OSError as exc:
+            err.print(f"[red]error[/]: cannot write {escape(args.plot)} ({escape(str(exc))})", soft_wrap=True)
+            failed = True
+    return 130 if outcome.sweep.interrupted else (2 if failed else 0)
