@@ -29,8 +29,8 @@ from typing import Any
 from twill.errors import FrontendError, InfeasibleError, ResourceError, SolverError, TwillError
 from twill.tune.triton_loop import ITERATIONS
 
-__all__ = ["ITERATIONS", "Task", "default_cache_dir", "peak_note", "predict_from_parts", "tune_config",
-           "why_not_proven"]
+__all__ = ["ITERATIONS", "Task", "default_cache_dir", "peak_note", "predict_from_parts", "top_level_loops",
+           "trips_mismatch", "tune_config", "why_not_proven"]
 
 CACHE_VERSION = 4
 """Bumped when what the compile cache holds changes (2: the main-loop SASS count skips retry paths; 3: the
