@@ -232,6 +232,7 @@ def test_worker_bug_is_reported_on_its_config():
     assert out.results[0]["error"] == "internal" and "boom" in out.results[0]["reason"]
 
 
+@pytest.mark.slow  # starting a local Ray instance takes 15-30 s on two shared cores
 def test_ray_local(cache):
     pytest.importorskip("ray")
     out = tune(FA, "h200", {"BLOCK_M": [128], "BLOCK_N": [64, 128]}, num_warps=[8], num_stages=[3, 4],

@@ -43,8 +43,8 @@ from twill.errors import FrontendError
 
 __all__ = ["Cliff", "RegReport", "compile_registers", "find_cliffs", "parse_ptx", "parse_ptxas_log",
            "parse_resource_usage", "parse_sass", "parse_sass_loop", "parse_sass_loop_barriers",
-           "parse_sass_loop_local", "render_table",
-           "run_triton_tool", "sweep", "triton_tool"]
+           "parse_sass_loop_local", "parse_sass_loops", "render_table", "run_triton_tool", "sweep",
+           "triton_tool"]
 
 _TARGETS = {90: ("sm_90a", "ptxas", "h100"), 100: ("sm_100a", "ptxas-blackwell", "b200")}
 """Per compute capability (:data:`twill.frontend.targets.CAPABILITIES`): the ptxas ``--gpu-name``, the
@@ -102,6 +102,10 @@ class RegReport:
     loop_barriers : int or None
         CTA-wide ``BAR.SYNC`` / ``BAR.RED`` instructions per trip of the main loop
         (:func:`parse_sass_loop_barriers`); None when the SASS was not read or has no loop.
+    loops : tuple of (int, int, int, int)
+        Per outermost loop of the SASS, in address order: instructions per warp per trip, the
+        ``STL`` / ``LDL`` bytes per thread per trip and the CTA-wide barriers per trip
+        (:func:`parse_sass_loops`; a kernel of several sibling loops); empty when the SASS was not read.
     cubin_bytes : int
         Size of the cubin.
     ptxas_notes : tuple of str
@@ -140,6 +144,7 @@ class RegReport:
     loop_sass_instructions: int | None = None
     loop_local_bytes: tuple[int, int] | None = None
     loop_barriers: int | None = None
+    loops: tuple[tuple[int, int, int, int], ...] = ()
 
     @property
     def spills(self) -> bool:
@@ -299,6 +304,65 @@ def _main_loop(text: str) -> list[tuple[int, str, str]] | None:
     return [r for r in rows if best[1] <= r[0] <= best[2]]
 
 
+def _sibling_loops(text: str) -> list[list[tuple[int, str, str]]]:
+    """The SASS rows of each outermost loop of a kernel, in address order (see :func:`parse_sass_loops`)."""
+    rows: list[tuple[int, str, str]] = []
+    for line in text.splitlines():
+        match = _SASS_ADDRESSED.match(line)
+        if match:
+            rows.append((int(match.group(1), 16), match.group(2), match.group(3)))
+    exits = [a for a, opcode, _ in rows if opcode == "EXIT"]
+    last_exit = max(exits) if exits else None
+    spans: set[tuple[int, int]] = set()
+    for address, opcode, rest in rows:
+        if opcode != "BRA" or (last_exit is not None and address > last_exit):
+            continue
+        target = re.search(r"0x([0-9a-f]+)", rest)
+        if target is None or int(target.group(1), 16) >= address:
+            continue
+        low = int(target.group(1), 16)
+        if any(low <= e <= address for e in exits):  # a branch back over an EXIT is a retry path's return
+            continue
+        spans.add((low, address))
+    outer = sorted(s for s in spans if not any(o != s and o[0] <= s[0] and s[1] <= o[1] for o in spans))
+    return [[r for r in rows if low <= r[0] <= high] for low, high in outer]
+
+
+def _local_bytes(loop: Sequence[tuple[int, str, str]]) -> tuple[int, int]:
+    """``(STL bytes, LDL bytes)`` per thread of the rows of one loop (see :func:`parse_sass_loop_local`)."""
+    stores = loads = 0
+    for _, opcode, rest in loop:
+        if opcode not in ("STL", "LDL"):
+            continue
+        width = _LOCAL_WIDTH.match(rest)
+        size = int(width.group(1)) // 8 if width else 4
+        if opcode == "STL":
+            stores += size
+        else:
+            loads += size
+    return stores, loads
+
+
+def parse_sass_loops(text: str) -> list[tuple[int, int, int, int]]:
+    """Per outermost loop of a disassembled kernel, in address order: ``(instructions per warp per trip,
+    STL bytes, LDL bytes per thread per trip, CTA-wide barriers per trip)`` (the barriers counted as
+    :func:`parse_sass_loop_barriers` counts them), for kernels with several sibling loops (a row
+    softmax's two passes).
+
+    A loop is a backward branch (``BRA`` to a lower address) with no ``EXIT`` between its target and it,
+    placed before the kernel's last ``EXIT``; a loop inside another (a barrier's spin loop) is part of
+    it. So a second loop after an early ``EXIT`` counts, while the out-of-line retry paths ptxas places
+    after the last ``EXIT``, and their branches back into the body over an ``EXIT``, do not.
+
+    >>> parse_sass_loops("        /*0010*/  MOV R1, R2 ;\\n        /*0020*/  @P0 BRA 0x10 ;\\n"
+    ...                  "        /*0030*/  @P1 EXIT ;\\n        /*0040*/  STL [R1], R2 ;\\n"
+    ...                  "        /*0050*/  @P0 BRA 0x40 ;\\n        /*0060*/  EXIT ;\\n"
+    ...                  "        /*0070*/  @!P0 BRA 0x70 ;\\n        /*0080*/  BRA 0x10 ;")
+    [(2, 0, 0, 0), (2, 4, 0, 0)]
+    """
+    return [(len(loop), *_local_bytes(loop), _barriers(loop)) for loop in _sibling_loops(text)]
+
+
 def parse_sass_loop(text: str) -> int | None:
     """Instructions of the main loop of a disassembled kernel (``cuobjdump -sass``), per warp per trip.
 
@@ -332,19 +396,12 @@ def parse_sass_loop_local(text: str) -> tuple[int, int] | None:
     (8, 4)
     """
     loop = _main_loop(text)
-    if loop is None:
-        return None
-    stores = loads = 0
-    for _, opcode, rest in loop:
-        if opcode not in ("STL", "LDL"):
-            continue
-        width = _LOCAL_WIDTH.match(rest)
-        size = int(width.group(1)) // 8 if width else 4
-        if opcode == "STL":
-            stores += size
-        else:
-            loads += size
-    return stores, loads
+    return None if loop is None else _local_bytes(loop)
+
+
+def _barriers(loop: Sequence[tuple[int, str, str]]) -> int:
+    """CTA-wide barrier waits (``BAR.SYNC`` / ``BAR.RED``) among the rows of one loop."""
+    return sum(1 for _, opcode, rest in loop if opcode == "BAR" and re.match(r"\.(SYNC|RED)\b", rest))
 
 
 def parse_sass_loop_barriers(text: str) -> int | None:
@@ -358,9 +415,7 @@ def parse_sass_loop_barriers(text: str) -> int | None:
     1
     """
     loop = _main_loop(text)
-    if loop is None:
-        return None
-    return sum(1 for _, opcode, rest in loop if opcode == "BAR" and re.match(r"\.(SYNC|RED)\b", rest))
+    return None if loop is None else _barriers(loop)
 
 
 _REG_DECL = re.compile(r"^\s*\.reg\s+\.\w+\s+%\w+<(\d+)>;", re.M)
@@ -451,7 +506,13 @@ def compile_registers(kernel: Any, *, target: str = "sm_90", num_warps: int | No
     """
     import triton
 
-    from twill.frontend.compile import KernelSpec, default_divisible, kernel_source, load_kernel
+    from twill.frontend.compile import (
+        KernelSpec,
+        default_divisible,
+        kernel_source,
+        load_kernel,
+        triton_error_reason,
+    )
     from twill.frontend.targets import target_capability
     from twill.ir.costmodel import CostModel
     from twill.ir.machine import load_machine
@@ -481,8 +542,12 @@ def compile_registers(kernel: Any, *, target: str = "sm_90", num_warps: int | No
     except FrontendError:
         raise
     except Exception as exc:  # Triton raises CompilationError, RuntimeError, AssertionError, ...
+        # Triton's own reason first (a CompilationError's message is the source listing; the builtin's
+        # error, "arange's range must be a power of 2", is its cause), then the whole exception
+        reason, whole = triton_error_reason(exc), str(exc).strip()
+        tail = "" if whole == reason else f"; {type(exc).__name__}: {whole[:2000]}"
         raise FrontendError(f"Triton cannot compile {spec.name!r} for sm_{capability} at num_warps={warps}: "
-                            f"{type(exc).__name__}: {str(exc).strip()[:2000]}") from exc
+                            f"{reason}{tail}") from exc
     with tempfile.TemporaryDirectory(prefix="twill-regs-") as tmp:
         ptx_path, cubin_path = Path(tmp) / "k.ptx", Path(tmp) / "k.cubin"
         ptx_path.write_text(ptx, encoding="utf-8")
@@ -496,6 +561,7 @@ def compile_registers(kernel: Any, *, target: str = "sm_90", num_warps: int | No
         loop = parse_sass_loop(sass_text) if sass_text is not None else None
         local = parse_sass_loop_local(sass_text) if sass_text is not None else None
         barriers = parse_sass_loop_barriers(sass_text) if sass_text is not None else None
+        loops = tuple(parse_sass_loops(sass_text)) if sass_text is not None else ()
         cubin_bytes = cubin_path.stat().st_size
     seconds = time.perf_counter() - t0
     info = parse_ptx(ptx)
@@ -516,7 +582,7 @@ def compile_registers(kernel: Any, *, target: str = "sm_90", num_warps: int | No
         sass_instructions=None if ops is None else sum(ops.values()),
         cubin_bytes=cubin_bytes, ptxas_notes=ptxas_info["ptxas_notes"], compile_seconds=round(seconds, 3),
         constexprs=values, loop_sass_instructions=loop,
-        loop_local_bytes=None if local is None else tuple(local), loop_barriers=barriers)
+        loop_local_bytes=None if local is None else tuple(local), loop_barriers=barriers, loops=loops)
 
 
 def sweep(kernel: Any, *, target: str = "sm_90", num_warps: Iterable[int] = (2, 4, 8, 16),

@@ -7,8 +7,9 @@
     twill tune examples/gemm.py --machine h200 --grid BLOCK_N=64,128 --backend gluon --measure --top 3
 
 Exit codes: 0 done (also when some configs cannot run: the table says why), 2 bad input (nothing tuned;
-also ``--measure`` without a CUDA device, checked before any work), 130 interrupted (the finished configs
-are printed and written).
+also ``--measure`` without a CUDA device, checked before any work; or a ``--json`` / ``--plot`` file that
+could not be written after the sweep, the table printed), 130 interrupted (the finished configs are
+printed and written).
 """
 
 from __future__ import annotations
@@ -73,6 +74,23 @@ def _sizes(args: argparse.Namespace) -> dict[str, int]:
     if args.seq_len is not None:
         sizes["seq_len"] = args.seq_len
     return sizes
+
+
+def _repeats(args: argparse.Namespace) -> list[str]:
+    """A note per ``--grid`` / ``--num-warps`` / ``--num-stages`` value given more than once (each config
+    is tuned once: the repeat is dropped, and said so)."""
+    from twill.tune.grid import parse_value, repeated
+
+    lists = [(f"--grid {item.partition('=')[0].strip()}", item.partition("=")[2]) for item in args.grid]
+    lists += [(flag, text) for flag, text in (("--num-warps", args.num_warps),
+                                              ("--num-stages", args.num_stages)) if text is not None]
+    notes = []
+    for flag, text in lists:
+        again = repeated([parse_value(v) for v in text.split(",") if v.strip()])
+        if again:
+            notes.append(f"{flag} lists {', '.join(map(str, again))} more than once; each config is tuned "
+                         "once")
+    return notes
 
 
 def _measure(args: argparse.Namespace, outcome: Any, names: list[str], console: Any,
@@ -163,6 +181,8 @@ def run(args: argparse.Namespace) -> int:
         progress.update(bar["id"], advance=1, last=f"{label} w{result.get('num_warps')} "
                                                    f"s{result.get('num_stages')}")
 
+    for note in _repeats(args):
+        err.print(f"[yellow]note[/]: {escape(note)}", soft_wrap=True)
     try:
         grid = parse_grid(args.grid)
         warps = parse_list(args.num_warps, "--num-warps") if args.num_warps is not None else None
@@ -184,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
              f"{', '.join(f'{k}={v}' for k, v in meta['problem'].items())} "
              f"({meta['finished']} of {meta['total']} configs, {meta['engine']})")
     console.print(render_table(results, names, top=args.top, title=title))
-    bad = [r for r in results if r.get("error") in ("compile", "input", "internal")]
+    bad = [r for r in results if r.get("error") in ("compile", "model", "input", "internal")]
     for r in results:  # every config that cannot run, whatever refused it (codegen included), in full
         if r.get("fits") or any(r is b for b in bad):
             continue
@@ -195,6 +215,11 @@ def run(args: argparse.Namespace) -> int:
         label = " ".join(f"{k}={v}" for k, v in r["constexprs"].items() if k in names)
         err.print(f"[yellow]config {escape(label)} w{r['num_warps']} s{r['num_stages']}[/]: "
                   f"{escape(str(r['reason']))}", soft_wrap=True)
+    for r in results:  # a prediction above the Tensor Core peak: the FLOPs expression overcounts
+        if r.get("details", {}).get("over_peak"):
+            label = " ".join(f"{k}={v}" for k, v in r["constexprs"].items() if k in names)
+            err.print(f"[yellow]config {escape(label)} w{r['num_warps']} s{r['num_stages']}[/]: "
+                      f"{escape(r['details']['over_peak'])}", soft_wrap=True)
     unproven = [r for r in results if r.get("schedule") and not r["schedule"].get("proven_optimal")]
     if unproven:
         why = "; ".join(sorted({str(r["schedule"].get("not_proven")) for r in unproven}))[:300]
@@ -202,15 +227,27 @@ def run(args: argparse.Namespace) -> int:
                 "the predicted times are of the kernel Triton builds, with its own schedule")
         console.print(f"{len(unproven)} of twill's schedules are not proven optimal ({why}); {what}",
                       soft_wrap=True)
+    for note in meta.get("notes", []):
+        err.print(f"[yellow]note[/]: {escape(note)}", soft_wrap=True)
     if outcome.sweep.interrupted:
         err.print(f"[yellow]interrupted[/]: {meta['finished']} of {meta['total']} configs finished; "
                   f"{meta['cut']} cut (not run or not finished)")
     if args.measure and not outcome.sweep.interrupted:
         meta["measure"] = _measure(args, outcome, names, console, err)
+    failed = False  # an output that became unwritable during the sweep: said, the other one still written
     if args.json is not None:
-        write_json(args.json, results, **meta)
-        console.print(f"wrote {escape(args.json)} ({len(results)} configs)")
+        try:
+            write_json(args.json, results, **meta)
+            console.print(f"wrote {escape(args.json)} ({len(results)} configs)")
+        except OSError as exc:
+            err.print(f"[red]error[/]: cannot write {escape(args.json)} ({escape(str(exc))}); the table "
+                      "above holds the results", soft_wrap=True)
+            failed = True
     if args.plot is not None and results:
-        write_plot(args.plot, results, names, title=title)
-        console.print(f"wrote {escape(args.plot)}")
-    return 130 if outcome.sweep.interrupted else 0
+        try:
+            write_plot(args.plot, results, names, title=title)
+            console.print(f"wrote {escape(args.plot)}")
+        except OSError as exc:
+            err.print(f"[red]error[/]: cannot write {escape(args.plot)} ({escape(str(exc))})", soft_wrap=True)
+            failed = True
+    return 130 if outcome.sweep.interrupted else (2 if failed else 0)

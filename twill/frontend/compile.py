@@ -40,7 +40,8 @@ from twill.errors import FrontendError, TwillWarning
 from twill.frontend.targets import target_capability, target_for
 
 __all__ = ["KernelSpec", "TTGIRSnapshots", "TritonPipeline", "compile_to_ttgir", "default_divisible",
-           "kernel_source", "load_kernel", "stderr_to", "target_capability", "target_for", "triton_pipeline"]
+           "kernel_source", "load_kernel", "stderr_to", "target_capability", "target_for",
+           "triton_error_reason", "triton_pipeline"]
 
 _INT_TYPES = ("i32", "i64", "u32", "u64")
 _SPEC_KEYS = {"kernel", "signature", "constexprs", "num_warps", "num_stages", "default", "divisible"}
@@ -430,11 +431,12 @@ def compile_to_ttgir(kernel: Any, *, target: str = "sm_90", signature: Mapping[s
     except Exception as exc:  # Triton raises CompilationError, RuntimeError, AssertionError, ...
         given = ", ".join(f"{k}={v!r}" for k, v in (constexprs or {}).items())
         given = f" (constexpr values given: {given})" if given else ""
-        raise FrontendError(f"Triton cannot compile {spec.name!r} for sm_{capability}: {_reason(exc)}"
-                            f"{given}; {type(exc).__name__}: {str(exc).strip()[:2000]}") from exc
+        raise FrontendError(f"Triton cannot compile {spec.name!r} for sm_{capability}: "
+                            f"{triton_error_reason(exc)}{given}; {type(exc).__name__}: "
+                            f"{str(exc).strip()[:2000]}") from exc
 
 
-def _reason(exc: BaseException) -> str:
+def triton_error_reason(exc: BaseException) -> str:
     """The innermost message of Triton's exception chain (a ``CompilationError`` wraps the error of the
     builtin that failed, e.g. ``Shape element 1 must be a power of 2``, under the source listing), or its
     ``error_message``; the last line of ``exc`` when there is neither."""

@@ -331,8 +331,8 @@ def _collect(raw: Mapping[str, Any], where: str) -> dict[str, Constant]:
     return constants
 
 
-_POSITIVE_CHIP = ("sms", "clock_ghz", "dram_bytes_per_s", "max_threads_per_sm", "max_ctas_per_sm",
-                  "smem_per_sm", "l1_smem_per_sm", "register_alloc_unit")
+_POSITIVE_CHIP = ("sms", "clock_ghz", "dram_bytes_per_s", "max_threads_per_sm", "max_threads_per_cta",
+                  "max_ctas_per_sm", "smem_per_sm", "l1_smem_per_sm", "register_alloc_unit")
 """[chip] capacities and rates the cost model and the occupancy model divide by."""
 
 

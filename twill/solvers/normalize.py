@@ -36,7 +36,8 @@ from twill.model.problem import Edge, Problem
 from twill.solvers.ilp import add_variable, solve_ilp
 from twill.solvers.status import SolveStatus
 
-__all__ = ["COUNTS", "Normalization", "normalize_costs", "normalize_problem", "problem_costs"]
+__all__ = ["COUNTS", "Normalization", "normalize_costs", "normalize_problem", "problem_costs",
+           "rounded_costs"]
 
 
 @dataclass(frozen=True)
@@ -213,6 +214,14 @@ def _solve(raw: tuple[int, ...], reduced: list[int], mult: list[int], upper: int
            backend: str, time_limit: float | None) -> Normalization:
     m, cp, f, total = _model(reduced, mult, upper, keep_positive)
     first = solve_ilp(m, backend=backend, time_limit=time_limit)
+    if first.status == SolveStatus.TIMEOUT:
+        # No ILP answer within the limit (a loaded machine, a short --time-limit): the proportional
+        # rounding is a point of the same model, so the search goes on with it, marked "feasible".
+        scaled = rounded_costs(reduced, mult, upper, keep_positive)
+        if scaled is not None:
+            error = max((abs(a * cb - b * ca) for i, (a, ca) in enumerate(zip(reduced, scaled, strict=True))
+                         for b, cb in zip(reduced[i + 1:], scaled[i + 1:], strict=True)), default=0)
+            return Normalization(raw, scaled, error, upper, error == 0, "feasible", first.wall_s, tuple(mult))
     if first.status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE):
         raise SolverError(f"cost normalization found no answer ({first.status.value}) for costs {raw}")
     best_f = round(f.value())
@@ -229,6 +238,36 @@ def _solve(raw: tuple[int, ...], reduced: list[int], mult: list[int], upper: int
     proven = first.status == SolveStatus.OPTIMAL and second.status == SolveStatus.OPTIMAL
     return Normalization(raw, scaled, best_f, upper, best_f == 0, "optimal" if proven else "feasible",
                          first.wall_s + second.wall_s, tuple(mult))
+
+
+def rounded_costs(reduced: list[int], mult: list[int], upper: int,
+                  keep_positive: bool) -> tuple[int, ...] | None:
+    """A feasible point of the normalization model without a solver: ``c_i = max(low, floor(s r_i))`` for
+    the largest scale ``s`` (bisected) whose counted sum ``sum(mult_i c_i)`` is at most ``upper``, and at
+    least 1 (``low`` = 1 with ``keep_positive``, else 0). Sorted costs stay sorted. None when no scale fits
+    (``keep_positive`` with more counted costs than ``upper``, refused before the ILP).
+
+    >>> rounded_costs([3, 10, 50], [1, 2, 1], upper=20, keep_positive=True)   # 1 + 2 x 2 + 14 = 19
+    (1, 2, 14)
+
+    (at ``s`` = 0.3 it would be ``1 + 2 x 3 + 15 = 22 > 20``).
+    """
+    low = 1 if keep_positive else 0
+
+    def at(scale: float) -> tuple[int, ...]:
+        return tuple(max(low, math.floor(scale * r)) for r in reduced)
+
+    def fits(c: tuple[int, ...]) -> bool:
+        return 1 <= sum(k * x for k, x in zip(mult, c, strict=True)) <= upper
+
+    lo, hi = 0.0, upper / max(1, min(r for r in reduced if r > 0))
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if sum(k * x for k, x in zip(mult, at(mid), strict=True)) <= upper else (lo, mid)
+    best = at(lo)
+    if not fits(best) and not keep_positive:  # every cost rounded to 0: the largest becomes 1
+        best = (*best[:-1], 1)
+    return best if fits(best) else None
 
 
 def problem_costs(problem: Problem) -> list[int]:

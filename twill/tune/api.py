@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from twill.errors import TwillError
-from twill.tune.grid import Config, GridError, evaluate, expand, load_tune_problem
+from twill.tune.grid import Config, GridError, evaluate_count, evaluate_flops, expand, load_tune_problem
 from twill.tune.runner import SweepResult, run_sweep
 from twill.tune.worker import Task, default_cache_dir, tune_config
 
-__all__ = ["BACKENDS", "TuneOutcome", "kernel_constexprs", "plan", "tune"]
+__all__ = ["BACKENDS", "TuneOutcome", "fixed_descriptors", "kernel_constexprs", "plan", "tune"]
 
 BACKENDS = ("triton", "gluon")
 """What runs each config: the kernel Triton builds (:mod:`twill.tune.worker`), or the Gluon kernel generated
@@ -66,7 +66,9 @@ def plan(kernel: str, grid: Mapping[str, Sequence[Any]], num_warps: Sequence[int
     FrontendError
         The kernel cannot be loaded.
     GridError
-        Unknown constexpr or problem size, an empty grid, no ``TWILL_TUNE`` entry.
+        Unknown constexpr or problem size, an empty grid, no ``TWILL_TUNE`` entry, or launch arithmetic
+        (``ctas``, ``trips``, ``flops``) that no config of the grid can evaluate (when only some cannot,
+        those come back from the sweep with the error and the others are tuned).
     """
     from twill.frontend.compile import load_kernel
 
@@ -83,11 +85,44 @@ def plan(kernel: str, grid: Mapping[str, Sequence[Any]], num_warps: Sequence[int
     stages = list(num_stages) if num_stages is not None else [spec.num_stages]
     configs = expand(grid, warps, stages, kernel_constexprs=kernel_constexprs(spec), defaults=spec.constexprs,
                      kernel=spec.name)
-    for c in configs:  # a grid value the launch arithmetic cannot use is refused before any work
+    # The launch arithmetic of every config, before any work: when no config can use it (a typo in an
+    # expression, a grid of values none of which is a number) the sweep is refused with the first error;
+    # a config whose values alone break it (BLOCK_N=0 in ceil(N / BLOCK_N)) comes back from the worker
+    # with that error, and the others are tuned.
+    errors = []
+    for c in configs:
         names = tp.names(c.constexprs, sizes)
-        for what in ("ctas", "trips", "flops"):
-            evaluate(getattr(tp, what), names, where=f"TWILL_TUNE[{spec.name!r}].{what} for {c.label}")
+        try:
+            checks = [("ctas", tp.ctas, evaluate_count), ("flops", tp.flops, evaluate_flops)]
+            checks += [("trips" if len(tp.trip_expressions) == 1 else f"trips[{i}]", e, evaluate_count)
+                       for i, e in enumerate(tp.trip_expressions)]
+            for what, expression, check in checks:
+                check(expression, names, where=f"TWILL_TUNE[{spec.name!r}].{what} for {c.label}")
+        except GridError as exc:
+            errors.append(exc)
+    if configs and len(errors) == len(configs):
+        raise errors[0]
     return spec, tp, configs, sizes
+
+
+def fixed_descriptors(spec: Any, tp: Any, grid: Mapping[str, Sequence[Any]]) -> list[str]:
+    """A note per tensor-descriptor argument whose block does not follow the grid: it has no
+    ``TWILL_TUNE`` ``descriptors`` entry, so every config compiles it with the ``TWILL_KERNELS`` block
+    (``tensordesc<fp16[128, 64]>``) whatever the grid's tile, which Triton then refuses as a shape
+    mismatch ("accumulator shape is incompatible") or which fixes that tile. Empty when the grid is.
+
+    >>> from types import SimpleNamespace as NS
+    >>> spec = NS(name="mm", signature={"a_desc": "tensordesc<fp16[128, 64]>", "K": "i32"})
+    >>> fixed_descriptors(spec, NS(descriptors={}), {"BLOCK_M": [64, 128]})[0][:48]
+    "TWILL_TUNE['mm'] gives no descriptors entry for "
+    """
+    if not grid:
+        return []
+    return [f"TWILL_TUNE[{spec.name!r}] gives no descriptors entry for {arg}, so its block stays {text} in "
+            f"every config whatever --grid {', '.join(grid)} says (give its block in constexpr names: "
+            "twill/tune/grid.py)"
+            for arg, text in spec.signature.items()
+            if str(text).startswith("tensordesc<") and arg not in tp.descriptors]
 
 
 def _check_machine(machine: str) -> None:
@@ -173,5 +208,7 @@ def tune(kernel: str, machine: str, grid: Mapping[str, Sequence[Any]], *,
             "num_stages": sorted({c.num_stages for c in configs}), "time_limit_s": time_limit,
             "engine": sweep.engine, "total": len(tasks), "finished": len(sweep.results),
             "interrupted": sweep.interrupted, "cut": sweep.cut,
-            "expressions": {"ctas": tp.ctas, "trips": tp.trips, "flops": tp.flops}}
+            "notes": fixed_descriptors(spec, tp, grid),
+            "expressions": {"ctas": tp.ctas, "flops": tp.flops,
+                            "trips": tp.trips if isinstance(tp.trips, str) else list(tp.trips)}}
     return TuneOutcome(configs, sweep, meta)

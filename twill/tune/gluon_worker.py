@@ -35,6 +35,7 @@ import hashlib
 import json
 import os
 import subprocess
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -65,14 +66,28 @@ def gluon_prediction(*, ii_cycles: float, drain_cycles: float, stages: int, res_
     ...                      ctas_per_sm=2, trips=10, ctas=264, sms=132, clock_ghz=1.0, edge=0, flops=1e9)
     >>> r["cycles_per_trip"], r["per_cta_cycles"], r["waves"]    # max(1000, 2 x 600); 1200 + 10 x 1200 + 500
     (1200, 13700, 1)
+
+    The last wave runs at its own occupancy (:func:`twill.tune.triton_model.tail_ctas_per_sm`): 64 CTAs on
+    132 SMs run one per SM, each trip ``max(1000, 1 x 600)``, so the kernel takes 11 x 1000 + 500 cycles.
+
+    >>> r = gluon_prediction(ii_cycles=1000, drain_cycles=500, stages=2, res_mii_cycles=600,
+    ...                      ctas_per_sm=2, trips=10, ctas=64, sms=132, clock_ghz=1.0, edge=0, flops=1e9)
+    >>> r["tail_ctas_per_sm"], r["tail_cycles_per_trip"], round(r["ms"] * 1e6)    # ns at 1 GHz = cycles
+    (1, 1000, 11500)
     """
+    from twill.tune.triton_model import tail_ctas_per_sm
     from twill.tune.worker import predict_from_parts
 
     per_trip = max(ii_cycles, ctas_per_sm * res_mii_cycles)
-    pred = predict_from_parts(per_trip_cycles=per_trip, trips=trips, ctas=ctas, ctas_per_sm=ctas_per_sm,
-                              sms=sms, clock_ghz=clock_ghz, prologue=(stages - 1) * per_trip + edge,
-                              epilogue=max(0.0, drain_cycles) + edge, flops=flops)
-    return {**pred, "cycles_per_trip": per_trip}
+    # the last wave's CTAs share an SM with fewer others (a grid of fewer CTAs than SMs runs one per SM)
+    tail_k = tail_ctas_per_sm(ctas, sms, ctas_per_sm)
+    tail_trip = max(ii_cycles, tail_k * res_mii_cycles)
+    pred = predict_from_parts(per_trip_cycles=per_trip, trips=trips + stages - 1, ctas=ctas,
+                              ctas_per_sm=ctas_per_sm, sms=sms, clock_ghz=clock_ghz, prologue=edge,
+                              epilogue=max(0.0, drain_cycles) + edge, flops=flops,
+                              tail_per_trip_cycles=tail_trip)
+    return {**pred, "cycles_per_trip": per_trip, "tail_ctas_per_sm": tail_k,
+            "tail_cycles_per_trip": tail_trip}
 
 
 def sass_walks(kernel: Any, schedule: Any, graph: Any, machine: Any, details: dict[str, Any]
@@ -105,7 +120,7 @@ def sass_walks(kernel: Any, schedule: Any, graph: Any, machine: Any, details: di
 
 
 def tune_gluon(task: Any, spec: Any, machine: Any, *, ctas: int, trips: int, flops: float,
-               signature: dict[str, str], result: Any) -> dict[str, Any]:
+               signature: dict[str, str], result: Any, flops_expression: str = "") -> dict[str, Any]:
     """Solve, generate, compile and predict one config on the Gluon backend.
 
     Parameters
@@ -122,6 +137,9 @@ def tune_gluon(task: Any, spec: Any, machine: Any, *, ctas: int, trips: int, flo
         The descriptor types of the config (:meth:`twill.tune.grid.TuneProblem.signature`).
     result : callable
         ``result(task, **fields)`` -> the plain-data result (:mod:`twill.tune.worker`'s shape).
+    flops_expression : str
+        ``TWILL_TUNE``'s ``flops`` expression, named by the note of a prediction above the Tensor Core peak
+        (:mod:`twill.tune.peak`).
 
     Returns
     -------
@@ -130,15 +148,16 @@ def tune_gluon(task: Any, spec: Any, machine: Any, *, ctas: int, trips: int, flo
         the generated kernel (``gluon_kernel``, which ``--measure`` launches).
     """
     from twill.codegen.gluon import CodegenError, generate
-    from twill.errors import FrontendError, InfeasibleError, ResourceError, TwillError
+    from twill.errors import FrontendError, InfeasibleError, ResourceError, SolverError, TwillError
     from twill.frontend.compile import compile_to_ttgir, target_for
     from twill.frontend.lower import lower_loop
     from twill.frontend.ttgir import parse_ttgir
     from twill.ir.costmodel import CostModel
     from twill.search import schedule as solve
     from twill.tune.gluon_terms import result_encodings, trip_terms
+    from twill.tune.peak import gemm_flops
     from twill.tune.triton_model import gemm_operands, wgmma_serialized
-    from twill.tune.worker import why_not_proven
+    from twill.tune.worker import peak_note, top_level_loops, why_not_proven
 
     config = dataclasses.replace(spec, signature={**spec.signature, **signature},
                                  constexprs={**spec.constexprs, **task.constexprs},
@@ -146,22 +165,33 @@ def tune_gluon(task: Any, spec: Any, machine: Any, *, ctas: int, trips: int, flo
     details: dict[str, Any] = {"ctas": ctas, "trips": trips, "flops": flops, "backend": "gluon"}
     try:
         snaps = compile_to_ttgir(config, target=target_for(machine))
-        lowering = lower_loop(parse_ttgir(snaps.pre_swp), machine, name=spec.name)
-        graph = lowering.graph
     except FrontendError as exc:
         return result(task, reason=f"Triton rejects this config: {exc}", error="compile", details=details)
+    try:  # a FrontendError here is twill's reading of the TTGIR (two loops, ...), not Triton's refusal
+        module = parse_ttgir(snaps.pre_swp)
+        loops = top_level_loops(module)
+        if len(loops) > 1:
+            return result(task, reason=(
+                f"the Gluon backend generates kernels of one loop; {spec.name!r} has {len(loops)} sibling "
+                f"loops (TTGIR lines {', '.join(str(lp.line) for lp in loops)}): tune it with --backend "
+                "triton, which prices every loop"), error="model", details=details)
+        lowering = lower_loop(module, machine, name=spec.name)
+        graph = lowering.graph
     except TwillError as exc:
-        return result(task, reason=f"twill cannot model this loop: {exc}", error="compile", details=details)
-    try:
-        sched = solve(graph, machine, prefetch=max(0, task.num_stages - 1), time_limit=task.time_limit)
-    except (InfeasibleError, ResourceError) as exc:
+        return result(task, reason=f"twill cannot model this loop: {exc}", error="model", details=details)
+    try:  # the solver's warnings (a heuristic answer at the time limit) go into the result, not the terminal
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            sched = solve(graph, machine, prefetch=max(0, task.num_stages - 1), time_limit=task.time_limit)
+    except (InfeasibleError, ResourceError, SolverError) as exc:
         return result(task, reason=f"twill: no schedule for this config ({str(exc)[:300]})", details=details)
     summary = {"strategy": sched.strategy, "ii": sched.ii, "ii_cycles": round(sched.ii_cycles, 1),
                "length": sched.length, "stages": sched.stages,
                "proven_optimal": sched.certificate.proven_optimal,
                "not_proven": None if sched.certificate.proven_optimal else why_not_proven(sched, task),
                "warp_groups": [{"index": g.index, "ops": list(g.ops), "warps": g.warps,
-                                "registers": g.registers, "role": g.role} for g in sched.warp_groups]}
+                                "registers": g.registers, "role": g.role} for g in sched.warp_groups],
+               "notes": [f"twill: {w.message}" for w in caught]}
     folder = gluon_folder(task)
     try:
         kernel = generate(sched, config, machine, folder)
@@ -201,10 +231,15 @@ def tune_gluon(task: Any, spec: Any, machine: Any, *, ctas: int, trips: int, flo
                             clock_ghz=float(machine.const("chip.clock_ghz")),
                             edge=float(machine.const("cost.tma_latency")), flops=flops)
     details.update({"cycles_per_trip": round(pred["cycles_per_trip"], 1), "waves": pred["waves"],
-                    "per_cta_cycles": round(pred["per_cta_cycles"], 1)})
+                    "per_cta_cycles": round(pred["per_cta_cycles"], 1),
+                    "tail_ctas_per_sm": pred["tail_ctas_per_sm"],
+                    "tail_cycles_per_trip": round(pred["tail_cycles_per_trip"], 1)})
     if spill:
         details["note"] = (f"ptxas spills {spill} B (priced as a serialized wgmma pipeline; the local-memory "
                            "traffic itself is not priced)")
+    ops = gemm_operands(lowering)
+    peak_note(details, machine, [v[4] for v in ops.values()], gemm_flops(ops, trips, ctas), flops_expression,
+              pred["tflops"])
     return result(task, fits=True, predicted_ms=pred["ms"], predicted_tflops=pred["tflops"],
                   schedule=summary, details=details)
 

@@ -18,6 +18,8 @@ with one entry per kernel entry::
 descriptor's block is part of its type, so it changes with the tile); ``problem`` the default problem
 size; ``ctas``, ``trips`` and ``flops`` are arithmetic expressions over the problem sizes and the
 constexprs (``+ - * / // % **``, parentheses, ``min``, ``max``, ``ceil``: nothing else is evaluated).
+A kernel of several sibling loops (a row softmax's two passes over the row) gives ``trips`` as a list,
+one expression per loop in program order (``["ceil(cols / BLOCK)", "ceil(cols / BLOCK)"]``).
 ``inputs`` (optional, needed by ``--measure``) names a function of the file, ``inputs(constexprs,
 problem) -> (grid, args)``, that makes the kernel's launch arguments on the GPU (:mod:`twill.tune.measure`).
 """
@@ -33,8 +35,8 @@ from typing import Any
 
 from twill.errors import TwillError
 
-__all__ = ["Config", "GridError", "TuneProblem", "evaluate", "expand", "load_tune_problem", "parse_grid",
-           "parse_list", "parse_value"]
+__all__ = ["Config", "GridError", "TuneProblem", "evaluate", "evaluate_count", "evaluate_flops", "expand",
+           "load_tune_problem", "parse_grid", "parse_list", "parse_value", "repeated"]
 
 
 class GridError(TwillError):
@@ -156,6 +158,59 @@ def evaluate(expression: str, names: Mapping[str, Any], *, where: str = "express
     return walk(tree)
 
 
+def evaluate_count(expression: str, names: Mapping[str, Any], *, where: str = "expression") -> int:
+    """:func:`evaluate` for a count (CTAs, loop trips): a whole number >= 1.
+
+    >>> evaluate_count("ceil(M / BLOCK_M)", {"M": 4000, "BLOCK_M": 128})
+    32
+
+    Raises
+    ------
+    GridError
+        As :func:`evaluate`; or a value that is not a whole number (``M / BLOCK_M`` = 31.25: a count is
+        never truncated silently) or is below 1; the message names ``where`` and the value.
+    """
+    value = evaluate(expression, names, where=where)
+    if value != int(value):
+        raise GridError(f"{where}: {expression!r} is {value:g}, not a whole number (round it in the "
+                        f"expression: ceil(...) or //)")
+    if value < 1:
+        raise GridError(f"{where}: {expression!r} is {value:g}; it must be at least 1")
+    return int(value)
+
+
+def evaluate_flops(expression: str, names: Mapping[str, Any], *, where: str = "expression") -> float:
+    """:func:`evaluate` for a FLOP count: a number >= 0.
+
+    Raises
+    ------
+    GridError
+        As :func:`evaluate`, or a negative count (the message names ``where`` and the value).
+
+    >>> evaluate_flops("2 * M * N * K", {"M": 2, "N": 3, "K": 4})
+    48.0
+    """
+    value = float(evaluate(expression, names, where=where))
+    if value < 0:
+        raise GridError(f"{where}: {expression!r} is {value:g}; a FLOP count cannot be negative")
+    return value
+
+
+def repeated(values: Sequence[Any]) -> list[Any]:
+    """Values that occur more than once in ``values`` (equal values: ``64`` and ``64.0`` too), in order.
+
+    >>> repeated([64, 128, 64, 32, 128])
+    [64, 128]
+    """
+    seen: list[Any] = []
+    out: list[Any] = []
+    for v in values:
+        if v in seen and v not in out:
+            out.append(v)
+        seen.append(v)
+    return out
+
+
 @dataclass(frozen=True)
 class TuneProblem:
     """What ``TWILL_TUNE`` says about one kernel entry (see the module docstring).
@@ -168,8 +223,11 @@ class TuneProblem:
         Block shape of each tensor-descriptor argument, in constexpr names.
     problem : mapping of str to int
         Problem sizes (defaults, overridden by the command line).
-    ctas, trips, flops : str
-        Expressions: CTAs the kernel launches, loop trips per CTA, floating-point operations.
+    ctas, flops : str
+        Expressions: CTAs the kernel launches, floating-point operations.
+    trips : str or tuple of str
+        Loop trips per CTA: one expression, or one per sibling loop in program order
+        (:attr:`trip_expressions`).
     inputs : str or None
         Name of the file's function that makes the launch arguments (``--measure``), if it has one.
     """
@@ -178,9 +236,14 @@ class TuneProblem:
     descriptors: Mapping[str, tuple[str, ...]]
     problem: Mapping[str, int]
     ctas: str
-    trips: str
+    trips: str | tuple[str, ...]
     flops: str
     inputs: str | None = None
+
+    @property
+    def trip_expressions(self) -> tuple[str, ...]:
+        """The ``trips`` expressions, one per loop in program order (a single expression: one loop)."""
+        return (self.trips,) if isinstance(self.trips, str) else tuple(self.trips)
 
     def names(self, constexprs: Mapping[str, Any],
               problem: Mapping[str, int] | None = None) -> dict[str, Any]:
@@ -245,8 +308,16 @@ def load_tune_problem(table: Any, kernel: str, *, source: str = "the kernel file
     if inputs is not None and (not isinstance(inputs, str) or not inputs.isidentifier()):
         raise GridError(f"{where}: TWILL_TUNE[{kernel!r}].inputs must name a function of the file, got "
                         f"{inputs!r}")
-    return TuneProblem(kernel, descriptors, dict(problem), str(entry["ctas"]), str(entry["trips"]),
-                       str(entry["flops"]), inputs)
+    trips = entry["trips"]
+    if isinstance(trips, list | tuple):
+        if not trips or not all(isinstance(t, str) for t in trips):
+            raise GridError(f"{where}: TWILL_TUNE[{kernel!r}].trips must be an expression, or a non-empty "
+                            f"list of expressions (one per sibling loop), got {trips!r}")
+        trips = tuple(trips)
+    else:
+        trips = str(trips)
+    return TuneProblem(kernel, descriptors, dict(problem), str(entry["ctas"]), trips, str(entry["flops"]),
+                       inputs)
 
 
 @dataclass(frozen=True)

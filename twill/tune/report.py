@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PUBLIC_KEYS", "rank", "render_table", "short_reason", "to_document", "write_json", "write_plot"]
+__all__ = ["PUBLIC_KEYS", "plot_title", "rank", "render_table", "short_reason", "to_document", "write_json",
+           "write_plot"]
 
 PUBLIC_KEYS = ("constexprs", "num_warps", "num_stages", "fits", "reason", "predicted_ms", "predicted_tflops",
                "schedule", "measured_ms")
@@ -91,9 +93,15 @@ def render_table(results: Sequence[Mapping[str, Any]], names: Sequence[str], *, 
     shown = fitting[:top] if top else fitting
     for i, r in enumerate(shown, 1):
         d = r.get("details", {})
-        note = f"spills {d.get('spill_bytes', 0)} B" if d.get("wgmma_serialized") else ""
+        note = "; ".join(x for x in ("wgmma serialized" if d.get("wgmma_serialized") else "",
+                                      f"spills {d['spill_bytes']} B" if d.get("spill_bytes") else "") if x)
+        if d.get("triton_pipelined") is False and int(r.get("num_stages") or 1) > 1:
+            note = "; ".join(x for x in (note, "not pipelined by Triton: num_stages has no effect") if x)
+        if d.get("over_peak"):
+            note = "; ".join(x for x in (note, f"TFLOP/s above the {d.get('tc_peak_tflops', 0):.0f} peak: "
+                                               "check TWILL_TUNE flops") if x)
         table.add_row(str(i), *(str(r["constexprs"].get(n)) for n in names), str(r["num_warps"]),
-                      str(r["num_stages"]), f"{r['predicted_ms']:.3f}", f"{r['predicted_tflops']:.0f}",
+                      str(r["num_stages"]), _ms(r["predicted_ms"]), f"{r['predicted_tflops']:.0f}",
                       str(d.get("registers", "")), f"{d.get('shared_bytes', 0) / 1024:.0f}",
                       str(d.get("ctas_per_sm", "")), note)
     for r in rest:
@@ -101,8 +109,24 @@ def render_table(results: Sequence[Mapping[str, Any]], names: Sequence[str], *, 
         table.add_row("-", *(str(r["constexprs"].get(n)) for n in names), str(r["num_warps"]),
                       str(r["num_stages"]), "-", "-", str(d.get("registers", "-")),
                       f"{d['shared_bytes'] / 1024:.0f}" if "shared_bytes" in d else "-", "-",
-                      f"cannot run: {short_reason(r.get('reason'))}", style="red")
+                      f"{_refusal(r)}: {short_reason(r.get('reason'))}", style="red")
     return table
+
+
+def _ms(ms: float) -> str:
+    """A predicted time for the table: 4 significant digits, so small problems keep their ranking visible.
+
+    >>> [_ms(x) for x in (12.3456, 0.065432, 0.0011234)]
+    ['12.35', '0.06543', '0.001123']
+    """
+    return f"{ms:.4g}" if ms < 1e4 else f"{ms:.0f}"
+
+
+def _refusal(r: Mapping[str, Any]) -> str:
+    """What the note cell calls a config with no prediction: ``cannot run`` when the hardware, Triton or
+    the Gluon backend refuses it; ``not predicted`` when twill cannot model it or its input is bad (the
+    kernel may well run)."""
+    return "not predicted" if r.get("error") in ("model", "input", "internal") else "cannot run"
 
 
 REASON_WIDTH = 100
@@ -110,14 +134,32 @@ REASON_WIDTH = 100
 table and is in the JSON)."""
 
 
+def _parts(line: str) -> list[str]:
+    """``line`` split at ``": "`` that follows a non-space character (``"%c64_i32 : i32"`` in quoted TTGIR
+    is no break), outside parentheses and brackets."""
+    parts, depth, last = [], 0, 0
+    for i, ch in enumerate(line):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth = max(0, depth - 1)
+        elif depth == 0 and i > 0 and line.startswith(": ", i) and not line[i - 1].isspace():
+            parts.append(line[last:i])
+            last = i + 2
+    parts.append(line[last:])
+    return parts
+
+
 def short_reason(reason: str | None, width: int = REASON_WIDTH) -> str:
     """A refusal's reason for a table cell: what refused the config (the text before its first ``": "``)
     and why, at most ``width`` characters; the whole reason is in the JSON and printed below the table.
 
-    A reason of three or more ``": "``-separated parts (``"Gluon codegen: the Gluon backend cannot lower
-    this config: graph op 'sin_3' ... has no Gluon lowering"``) keeps its head and its last, most specific,
-    part. Over ``width``, parenthesised asides are dropped, then the text is cut at a word boundary and
-    ends with ``…``.
+    Only the reason's first line is used (what follows, e.g. the source listing of a Triton
+    ``CompilationError``, is detail). Its parts are split at ``": "`` after a word and outside
+    parentheses; a reason of three or more parts (``"Gluon codegen: the Gluon backend cannot lower this
+    config: graph op 'sin_3' ... has no Gluon lowering"``) keeps its head and what follows its second
+    part, the most specific text. Over ``width``, parenthesised asides are dropped (the last first), then
+    the text is cut at a word boundary and ends with ``…``.
 
     >>> short_reason("Gluon codegen: the Gluon backend cannot lower this config: graph op 's_3' (kind math) "
     ...              "is made of math.sin at TTGIR line 12, which has no Gluon lowering (the backend lowers "
@@ -129,12 +171,13 @@ def short_reason(reason: str | None, width: int = REASON_WIDTH) -> str:
     """
     if not reason:
         return ""
-    parts = " ".join(str(reason).split()).split(": ")
+    lines = [ln for ln in str(reason).strip().splitlines() if ln.strip()]
+    parts = _parts(" ".join(lines[0].split()) if lines else "")
     if len(parts) == 1:
         text = parts[0]
     else:
-        body = parts[-1] if len(parts) > 2 and len(parts[-1]) >= 20 else ": ".join(parts[1:])
-        text = f"{parts[0]}: {body}"
+        text = f"{parts[0]}: {': '.join(parts[2:]) if len(parts) > 2 else parts[1]}"
+    text = text.rstrip(" :")
     while len(text) > width and re.search(r"\s*\([^()]*\)", text):
         text = re.sub(r"\s*\([^()]*\)(?!.*\()", "", text, count=1)
     if len(text) <= width:
@@ -143,6 +186,16 @@ def short_reason(reason: str | None, width: int = REASON_WIDTH) -> str:
     if text[width - 1] != " " and " " in cut:  # do not end inside a word
         cut = cut[: cut.rindex(" ")]
     return cut.rstrip(" ,;:") + "…"
+
+
+def plot_title(text: str, width_inches: float) -> str:
+    """``text`` wrapped to lines of about 12 characters per inch of figure at 9 points, so that a long
+    title (kernel, problem sizes, engine) is not clipped at the figure's edge.
+
+    >>> plot_title("gemm_bias on h200: M=4000, N=3000, K=1000 (3 of 3 configs, process pool (2 workers))", 4)
+    'gemm_bias on h200: M=4000, N=3000, K=1000 (3 of\\n3 configs, process pool (2 workers))'
+    """
+    return "\n".join(textwrap.wrap(text, width=max(40, int(width_inches * 12))))
 
 
 def write_plot(path: str | Path, results: Sequence[Mapping[str, Any]], names: Sequence[str], *,
@@ -169,7 +222,8 @@ def write_plot(path: str | Path, results: Sequence[Mapping[str, Any]], names: Se
     ax.set_xticks(range(len(rows)))
     ax.set_xticklabels(labels, rotation=90, fontsize=7)
     ax.set_ylabel("predicted time (ms)")
-    ax.set_title(title or "twill tune: predicted time per config (x: cannot run, green: fastest)")
+    ax.set_title(plot_title(title or "twill tune: predicted time per config (x: cannot run, green: fastest)",
+                            fig.get_size_inches()[0]), fontsize=9)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

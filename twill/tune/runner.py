@@ -8,6 +8,7 @@ are kept and returned, the configs not finished are counted as cut (:class:`Swee
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -44,9 +45,11 @@ class SweepResult:
     engine: str = "serial"
 
 
-def _ignore_sigint() -> None:
-    """Pool worker initializer: Ctrl-C goes to the parent, which stops the sweep."""
+def _pool_worker_start(pids: Any) -> None:
+    """Pool worker initializer: Ctrl-C goes to the parent, which stops the sweep; the worker's process id
+    goes to ``pids`` (a queue), so that the parent can end it then."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    pids.put(os.getpid())
 
 
 def _failed(task: Any, exc: BaseException) -> dict[str, Any]:
@@ -118,8 +121,9 @@ def run_sweep(tasks: Sequence[Any], worker: Worker, *, jobs: int | None = None, 
 def _run_pool(tasks: Sequence[Any], worker: Worker, n: int,
               keep: Callable[[int, dict[str, Any]], None]) -> None:
     context = multiprocessing.get_context("spawn")  # no fork of a process that has loaded Triton / threads
+    pids = context.SimpleQueue()
     pool = concurrent.futures.ProcessPoolExecutor(max_workers=n, mp_context=context,
-                                                  initializer=_ignore_sigint)
+                                                  initializer=_pool_worker_start, initargs=(pids,))
     futures = {pool.submit(worker, task): i for i, task in enumerate(tasks)}
     try:
         for future in concurrent.futures.as_completed(futures):
@@ -132,9 +136,35 @@ def _run_pool(tasks: Sequence[Any], worker: Worker, n: int,
                 result = _failed(tasks[i], exc)
             keep(i, result)
     except KeyboardInterrupt:
-        pool.shutdown(wait=False, cancel_futures=True)  # running configs finish within their time limit
+        # The configs still running are cut: their worker processes (started by this pool) are ended, so
+        # that the command exits now rather than when the last running compile and solve would finish.
+        pool.shutdown(wait=False, cancel_futures=True)
+        while not pids.empty():
+            pid = pids.get()
+            with contextlib.suppress(OSError):  # already gone
+                os.kill(pid, signal.SIGTERM)
         raise
     pool.shutdown(wait=True)
+
+
+RAY_CONNECT_TIMEOUT_S = 5.0
+"""Seconds to wait for a TCP connection to a ``--ray HOST:PORT`` address before calling it unreachable
+(Ray itself retries an unreachable address for minutes)."""
+
+
+def _check_reachable(address: str) -> None:
+    """:class:`TwillError` when ``address`` (``HOST:PORT`` or ``ray://HOST:PORT``) takes no TCP connection
+    within :data:`RAY_CONNECT_TIMEOUT_S`; ``local``, ``auto`` and other forms are left to Ray."""
+    import socket
+
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=RAY_CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise TwillError(f"--ray {address}: nothing answers at {host}:{port} ({type(exc).__name__}: {exc}); "
+                         "start a cluster there (ray start --head) or use --ray local") from None
 
 
 def _run_ray(tasks: Sequence[Any], worker: Worker, address: str,
@@ -145,6 +175,7 @@ def _run_ray(tasks: Sequence[Any], worker: Worker, address: str,
         raise TwillError("--ray needs Ray: pip install 'twill[ray]'") from None
     started = False
     if not ray.is_initialized():
+        _check_reachable(address)
         try:
             if address == "local":
                 ray.init(include_dashboard=False, log_to_driver=False)

@@ -26,19 +26,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from twill.errors import FrontendError, InfeasibleError, ResourceError, TwillError
+from twill.errors import FrontendError, InfeasibleError, ResourceError, SolverError, TwillError
+from twill.tune.triton_loop import ITERATIONS
 
-__all__ = ["ITERATIONS", "Task", "default_cache_dir", "predict_from_parts", "tune_config", "why_not_proven"]
+__all__ = ["ITERATIONS", "Task", "default_cache_dir", "peak_note", "predict_from_parts", "top_level_loops",
+           "trips_mismatch", "tune_config", "why_not_proven"]
 
-CACHE_VERSION = 4
+CACHE_VERSION = 5
 """Bumped when what the compile cache holds changes (2: the main-loop SASS count skips retry paths; 3: the
-main loop's local-memory bytes; 4: the main loop's CTA-wide barriers)."""
+main loop's local-memory bytes; 4: every sibling loop's SASS count and local bytes; 5: the CTA-wide
+barriers of the main loop and of every sibling loop)."""
 SOLVE_CACHE_VERSION = 1
 """Bumped when what a cached twill solve holds changes (``solve-*.json`` beside the compiles; the key also
 holds the graph, the machine's constants, the prefetch, the time limit and a hash of twill's source)."""
-ITERATIONS = 16
-"""Loop trips simulated per config (the steady state is read over the middle half; 16 and 48 give the
-same cycles per trip on the FA forward configs, and 16 is 3x faster)."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +143,19 @@ def _result(task: Task, **fields: Any) -> dict[str, Any]:
     return out
 
 
+def _threads_per_cta(num_warps: int, machine: Any) -> str | None:
+    """Why ``num_warps`` warps cannot be one CTA on ``machine`` (``chip.max_threads_per_cta``, 1024 on
+    Hopper and Blackwell), or None (also when the machine file does not give the limit)."""
+    if "chip.max_threads_per_cta" not in machine.constants:
+        return None
+    limit = int(machine.const("chip.max_threads_per_cta"))
+    threads = 32 * num_warps
+    if threads <= limit:
+        return None
+    return (f"threads: num_warps {num_warps} is {threads} threads per CTA, more than the {limit} a CTA may "
+            f"have on {machine.name} (chip.max_threads_per_cta: num_warps <= {limit // 32})")
+
+
 def _fits(report: dict[str, Any], machine: Any, cm: Any) -> tuple[str | None, int]:
     """Why the compiled config cannot run on ``machine`` (None if it can), and its CTAs per SM.
 
@@ -223,6 +236,9 @@ def _twill_schedule(graph: Any, machine: Any, task: Task) -> tuple[Any, list[str
         except InfeasibleError as exc:
             notes.append(f"twill: no schedule within {task.time_limit:g} s ({str(exc)[:200]})")
             return None, notes
+        except SolverError as exc:  # a backend that failed: the prediction (Triton's schedule) stands
+            notes.append(f"twill: solver failed ({type(exc).__name__}: {str(exc)[:200]})")
+            return None, notes
 
 
 @functools.lru_cache(maxsize=1)
@@ -262,7 +278,7 @@ def _solve(graph: Any, machine: Any, task: Task) -> tuple[dict[str, Any] | None,
             pass  # a torn cache file: solve again and overwrite it
     sched, notes = _twill_schedule(graph, machine, task)
     core = None
-    timed_out = sched is None and any("no schedule within" in n for n in notes)
+    timed_out = sched is None and any("no schedule within" in n or "solver failed" in n for n in notes)
     if sched is not None:
         cert = sched.certificate
         timed_out = any(a.status == "timeout" for a in cert.attempts)
@@ -305,7 +321,8 @@ def tune_config(task: Task) -> dict[str, Any]:
     Keys: ``constexprs``, ``num_warps``, ``num_stages``, ``fits``, ``reason``, ``predicted_ms``,
     ``predicted_tflops``, ``schedule`` (twill's schedule for the config, or None), ``details`` (registers,
     shared memory, CTAs per SM, waves, cycles per trip, the hardware terms), ``error`` (``"compile"``
-    when Triton rejects the config, ``"input"`` for a bad problem description, ``"internal"`` for a bug),
+    when Triton rejects the config, ``"model"`` when twill cannot model its loop, ``"input"`` for a bad
+    problem description, ``"internal"`` for a bug),
     ``index``, ``seconds``.
     """
     t0 = time.perf_counter()
@@ -322,23 +339,36 @@ def _tune(task: Task) -> dict[str, Any]:
     from twill.ir.costmodel import CostModel
     from twill.ir.machine import load_machine
     from twill.tune import triton_model as tm
-    from twill.tune.grid import GridError, evaluate
+    from twill.tune.grid import GridError, evaluate_count, evaluate_flops
+    from twill.tune.peak import gemm_flops
+    from twill.tune.triton_loop import price_loop
 
     try:
         spec, problem = _kernel(task.kernel)
         machine = load_machine(task.machine)
         names = problem.names(task.constexprs, task.problem)
-        ctas = int(evaluate(problem.ctas, names, where="TWILL_TUNE ctas"))
-        trips = int(evaluate(problem.trips, names, where="TWILL_TUNE trips"))
-        flops = float(evaluate(problem.flops, names, where="TWILL_TUNE flops"))
+        ctas = evaluate_count(problem.ctas, names, where="TWILL_TUNE ctas")
+        exprs = problem.trip_expressions
+        trips_each = [evaluate_count(e, names, where="TWILL_TUNE trips" if len(exprs) == 1 else
+                                     f"TWILL_TUNE trips[{i}]") for i, e in enumerate(exprs)]
+        trips = trips_each[0] if len(trips_each) == 1 else trips_each
+        flops = evaluate_flops(problem.flops, names, where="TWILL_TUNE flops")
         signature = problem.signature(spec.signature, {**spec.constexprs, **task.constexprs})
     except (GridError, TwillError) as exc:
         return _result(task, reason=f"bad input: {exc}", error="input")
+    too_many = _threads_per_cta(task.num_warps, machine)
+    if too_many is not None:  # before Triton and ptxas, whose refusal of it does not name the limit
+        return _result(task, reason=too_many)
     if task.backend == "gluon":
         from twill.tune.gluon_worker import tune_gluon
 
+        if len(trips_each) > 1:
+            return _result(task, reason=f"the Gluon backend generates kernels of one loop; TWILL_TUNE gives "
+                                        f"trips for {len(trips_each)}: tune it with --backend triton, which "
+                                        "prices every loop", error="model")
+
         return tune_gluon(task, spec, machine, ctas=ctas, trips=trips, flops=flops, signature=signature,
-                          result=_result)
+                          result=_result, flops_expression=problem.flops)
     if task.backend != "triton":
         return _result(task, reason=f"backend {task.backend!r} is not supported (use triton or gluon)",
                        error="input")
@@ -362,74 +392,126 @@ def _tune(task: Task) -> dict[str, Any]:
     details["ctas_per_sm"] = k
     if reason is not None:
         return _result(task, reason=reason, details=details)
-    try:
-        lowering = lower_loop(parse_ttgir(built["scheduled"]), machine, name=spec.name)
-    except TwillError as exc:
-        return _result(task, reason=f"twill cannot model this loop: {exc}", error="compile", details=details)
-    graph = lowering.graph
-    operands = tm.gemm_operands(lowering)
-    layouts = tm.gemm_layouts(lowering)
-    warps = task.num_warps
-    serialized = tm.wgmma_serialized(report["ptxas_notes"], report["spills"])
-    model_graph = tm.layout_gemms(graph, operands, layouts, cm)
-    model_graph = tm.serialize_gemms(model_graph, operands, warps, cm) if serialized else model_graph
-    slots = tm.triton_slots(lowering)
-    # Simulated with the loads at the kernel's L2 rate (the rate the throughput term prices them at);
-    # at the microbenchmark's rate too, as the model had it (tune_scores.py scores both).
-    one = tm.triton_schedule(tm.kernel_rate_loads(model_graph, cm), slots, warps, machine)
-    single = tm.simulate_triton(one, task.num_stages, ITERATIONS)
-    compute = tm.simulate_triton(one, task.num_stages, ITERATIONS, latency=1)  # loads arrive at once
-    at_raw = tm.triton_schedule(model_graph, slots, warps, machine)
-    raw_single = tm.simulate_triton(at_raw, task.num_stages, ITERATIONS)
-    raw_compute = tm.simulate_triton(at_raw, task.num_stages, ITERATIONS, latency=1)
-    local = report.get("loop_local_bytes") or (0, 0)
-    terms = tm.hardware_terms(model_graph, operands, warps, cm, loop_instructions=report.get(
-        "loop_sass_instructions"), num_stages=task.num_stages, layouts=layouts,
-        local_bytes_per_thread=sum(local), threads=int(report["threads"]),
-        stack_bytes_per_thread=int(report.get("stack_frame_bytes") or 0),
-        smem_bytes=int(report["shared_bytes"]), ctas_per_sm=k, serialized=serialized,
-        loop_barriers=int(report.get("loop_barriers") or 0))
-    per_trip = tm.effective_cycles(single.cycles_per_iteration, terms, k, compute.cycles_per_iteration)
+    module = parse_ttgir(built["scheduled"])
+    loops = top_level_loops(module)
+    if len(loops) != len(trips_each):
+        return _result(task, reason=trips_mismatch(spec.name, loops, len(trips_each)), error="input",
+                       details=details)
+    if len(loops) == 1:  # the main loop of the SASS, as calibrated
+        sass = [(report.get("loop_sass_instructions"), report.get("loop_local_bytes"),
+                 int(report.get("loop_barriers") or 0))]
+    else:
+        found = [tuple(x) for x in report.get("loops") or ()]
+        if len(found) != len(loops):
+            return _result(task, reason=(
+                f"twill cannot model this kernel: its TTGIR has {len(loops)} sibling loops (lines "
+                f"{', '.join(str(lp.line) for lp in loops)}) but ptxas's SASS {len(found)} outermost loops, "
+                "so the compiled instructions of each loop are not known"), error="model", details=details)
+        sass = [(ins, (st, ld), bars) for ins, st, ld, bars in found]
     sms = int(machine.const("chip.sms"))
     k_tail = tm.tail_ctas_per_sm(ctas, sms, k)
-    tail_trip = tm.effective_cycles(single.cycles_per_iteration, terms, k_tail, compute.cycles_per_iteration)
+    prices = []
+    for i, (instructions, local, barriers) in enumerate(sass):
+        try:
+            lowering = lower_loop(module, machine, loop_index=None if len(loops) == 1 else i,
+                                  name=spec.name)
+        except TwillError as exc:
+            return _result(task, reason=f"twill cannot model this loop: {exc}", error="model",
+                           details=details)
+        prices.append(price_loop(lowering, report, machine=machine, cm=cm, num_warps=task.num_warps,
+                                 num_stages=task.num_stages, ctas_per_sm=k, tail_ctas_per_sm=k_tail,
+                                 loop_instructions=instructions, local_bytes=local,
+                                 loop_barriers=barriers))
     clock = float(machine.const("chip.clock_ghz"))
     edge = float(machine.const("cost.tma_latency"))  # one TMA round trip in (Q, first K/V) and one out (O)
-    pred = predict_from_parts(per_trip_cycles=per_trip, trips=trips, ctas=ctas, ctas_per_sm=k, sms=sms,
+    # per CTA: every loop's trips at its own cycles per trip (one loop: trips x cycles, as calibrated)
+    loop_cycles = sum(t * p.per_trip for t, p in zip(trips_each, prices, strict=True))
+    tail_cycles = sum(t * p.tail_per_trip for t, p in zip(trips_each, prices, strict=True))
+    pred = predict_from_parts(per_trip_cycles=loop_cycles, trips=1, ctas=ctas, ctas_per_sm=k, sms=sms,
                               clock_ghz=clock, prologue=edge, epilogue=edge, flops=flops,
-                              tail_per_trip_cycles=tail_trip)
+                              tail_per_trip_cycles=tail_cycles)
+    main = max(range(len(prices)), key=lambda i: trips_each[i] * prices[i].per_trip)
     cpu2 = _cpu()
     cpu_seconds["model"] = round(cpu2[0] - cpu1[0], 3)
-    details.update({
-        "triton_pipelined": slots.pipelined, "triton_stages": slots.stages, "wgmma_serialized": serialized,
-        "model_register_demand": tm.register_demand(one, single, ITERATIONS),
-        "simulated_cycles_per_trip": round(single.cycles_per_iteration, 1),
-        "compute_cycles_per_trip": round(compute.cycles_per_iteration, 1),
-        "raw_rate_cycles_per_trip": [round(raw_single.cycles_per_iteration, 1),
-                                     round(raw_compute.cycles_per_iteration, 1)],
-        "tail_ctas_per_sm": k_tail, "tail_cycles_per_trip": round(tail_trip, 1),
-        "gemm_layouts": {n: list(v) for n, v in sorted(layouts.items())},
-        "loop_local_bytes": list(local), "stack_frame_bytes": report.get("stack_frame_bytes"),
-        "loop_barriers": report.get("loop_barriers"),
-        "default_gemms": tm.default_gemm_parts(
-            tm.serialize_gemms(graph, operands, warps, cm) if serialized else graph, operands, warps, cm),
-        "cycles_per_trip": round(per_trip, 1), "waves": pred["waves"],
-        "per_cta_cycles": round(pred["per_cta_cycles"], 1), "terms": terms.to_dict()})
-    core, notes, solve_cached = _solve(model_graph, machine, task)
+    details.update(prices[main].details)
+    details.update({"waves": pred["waves"], "per_cta_cycles": round(pred["per_cta_cycles"], 1)})
+    if len(prices) > 1:
+        details["main_loop"] = main
+        details["loops"] = [{"line": lp.line, "trips": t, "cycles": round(t * p.per_trip, 1), **p.details}
+                            for lp, t, p in zip(loops, trips_each, prices, strict=True)]
+    summaries, solved_cached = [], []
+    for i, p in enumerate(prices):
+        core, notes, cached = _solve(p.model_graph, machine, task)
+        solved_cached.append(cached)
+        if core is None:
+            summaries.append(None)
+            if notes:
+                details.setdefault("twill_notes", []).extend(
+                    notes if len(prices) == 1 else [f"loop {i}: {n}" for n in notes])
+            continue
+        core = dict(core)
+        epilogue = core.pop("epilogue_cycles")
+        twill_trip = tm.effective_cycles(core["ii_cycles"], p.terms, k)
+        summaries.append((core, notes, twill_trip, epilogue))
     cpu3 = _cpu()
     cpu_seconds["solve"] = round(cpu3[0] - cpu2[0], 3)
-    details["solve_cached"] = solve_cached
+    details["solve_cached"] = all(solved_cached)
     summary = None
-    if core is not None:
-        core = dict(core)
-        epilogue_cycles = core.pop("epilogue_cycles")
-        twill_trip = tm.effective_cycles(core["ii_cycles"], terms, k)
-        twill = predict_from_parts(per_trip_cycles=twill_trip, trips=trips, ctas=ctas, ctas_per_sm=k,
-                                   sms=sms, clock_ghz=clock,
-                                   prologue=(core["stages"] - 1) * twill_trip + edge,
-                                   epilogue=epilogue_cycles + edge, flops=flops)
-        summary = {**core, "predicted_ms_if_applied": round(twill["ms"], 5), "notes": notes}
-    elif notes:
-        details["twill_notes"] = notes
+    if summaries[main] is not None:
+        core, notes, _, _ = summaries[main]
+        applied = None
+        if all(x is not None for x in summaries):  # every loop at twill's schedule
+            cycles = sum(t * x[2] + (x[0]["stages"] - 1) * x[2] + x[3]
+                         for t, x in zip(trips_each, summaries, strict=True))
+            applied = round(predict_from_parts(per_trip_cycles=cycles, trips=1, ctas=ctas, ctas_per_sm=k,
+                                               sms=sms, clock_ghz=clock, prologue=edge, epilogue=edge,
+                                               flops=flops)["ms"], 5)
+        summary = {**core, "predicted_ms_if_applied": applied, "notes": notes}
+        if len(prices) > 1:
+            summary["loop"] = main
+            summary["loops"] = [None if x is None else {**x[0], "notes": x[1]} for x in summaries]
+            summary["proven_optimal"] = all(x is not None and x[0]["proven_optimal"] for x in summaries)
+            if not summary["proven_optimal"]:
+                summary["not_proven"] = "; ".join(
+                    f"loop {i}: {'no schedule' if x is None else x[0]['not_proven']}"
+                    for i, x in enumerate(summaries) if x is None or not x[0]["proven_optimal"])
+    operands = [p.operands for p in prices]
+    modelled = sum(gemm_flops(o, t, ctas) for o, t in zip(operands, trips_each, strict=True))
+    peak_note(details, machine, [v[4] for o in operands for v in o.values()], modelled, problem.flops,
+              pred["tflops"])
     return _result(task, fits=True, predicted_ms=pred["ms"], predicted_tflops=pred["tflops"],
                    schedule=summary, details=details)
+
+
+def top_level_loops(module: Any) -> list[Any]:
+    """The ``scf.for`` ops of a TTGIR module that are inside no other loop, in program order."""
+    loops = module.find("scf.for")
+    inner = {id(op) for lp in loops for op in lp.walk()
+             if op is not lp and op.name in ("scf.for", "scf.while")}
+    return [lp for lp in loops if id(lp) not in inner]
+
+
+def trips_mismatch(kernel: str, loops: list[Any], given: int) -> str:
+    """Why a config's ``TWILL_TUNE`` trips do not fit its loops (one expression per sibling loop)."""
+    lines = ", ".join(str(lp.line) for lp in loops)
+    if not loops:
+        return f"the kernel {kernel!r} has no scf.for loop in its TTGIR; twill tune prices a loop's trips"
+    return (f"the kernel {kernel!r} has {len(loops)} sibling loop(s) (TTGIR lines {lines}) but "
+            f"TWILL_TUNE[{kernel!r}].trips gives {given} expression(s): give one per loop, in program "
+            f"order (a list for several), so that every loop is priced")
+
+
+def peak_note(details: dict[str, Any], machine: Any, dtypes: list[str], modelled: float, expression: str,
+              tflops: float) -> None:
+    """Put the Tensor Core peak at the fastest of the kernel's GEMM ``dtypes``, the GEMM FLOPs the model
+    prices (``modelled``) and, for a prediction above the peak, the note that says so
+    (:mod:`twill.tune.peak`) into a config's ``details``."""
+    from twill.tune.peak import over_peak, tc_peak_tflops
+
+    peak = tc_peak_tflops(machine, dtypes)
+    details["tc_peak_tflops"] = round(peak, 1)
+    details["gemm_flops"] = modelled
+    note = over_peak(tflops, peak, flops=details["flops"], modelled=modelled, expression=expression,
+                     machine=machine.name)
+    if note is not None:
+        details["over_peak"] = note
