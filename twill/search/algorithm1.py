@@ -289,6 +289,14 @@ def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp
     run.spend("normalize", t2 - t1)
     run.emit(EventKind.BOUNDS, res_mii=bound.res_mii, rec_mii=bound.rec_mii, mii=bound.mii)
     limit_ii = options.max_ii or _sequential_ii(problem)
+    floor, sums = register_floor(problem) if strategy == "joint" else (0, "")
+    if sums and floor > problem.resources.register_file:
+        # a proof at every II without a solver call (register_floor: precondition, registers and the
+        # register file not relaxed, where it returns no sum): refuse now rather than walk the IIs
+        cert = make_certificate(run, proven=False, extra=(f"register arithmetic: {sums}",), top=bound.mii - 1)
+        raise InfeasibleError(f"{graph.name}: no schedule at any II: no warp-group assignment holds the "
+                              f"registers (every schedule holds at least {sums}: the register file binds at "
+                              f"every II); " + summary_of(cert), certificate=cert)
     try:
         found = _search(run, limit_ii, solver, ilp, modulo, strategy)
         if strategy == "joint":
@@ -303,8 +311,11 @@ def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp
         budget = max(0.0, until - time.monotonic())
         # the heuristic's IIs walk up until one verifies: at most HEURISTIC_SHARE of the budget
         # (and at least FALLBACK_LAST_S of it: the walk is the answer the probes may only improve)
+        # (the sequential schedule of last resort may take the budget up to the probes' margin when no
+        # split's schedule verifies: with nothing in hand the probes have nothing to improve on)
         fallback = heuristic_fallback(run, lo, limit_ii, max(until - budget * (1 - HEURISTIC_SHARE),
-                                                             min(until, time.monotonic() + FALLBACK_LAST_S)))
+                                                             min(until, time.monotonic() + FALLBACK_LAST_S)),
+                                      until - budget * PROBE_MARGIN)
         # the fallback's seconds left go to joint probes below the heuristic's II (twill.search.probe)
         top = limit_ii if fallback is None else fallback[1] - 1
         try:

@@ -23,6 +23,7 @@ from twill.search.certificate import finish, least_open_ii
 from twill.search.probe import PROBE_HOW
 from twill.search.reasons import budget_sum
 from twill.search.run import Run, with_note
+from twill.search.sequential import sequential_schedule
 from twill.search.swp import needed_budgets
 from twill.solvers.joint.result import JointResult
 from twill.solvers.modulo.ims import iterative_modulo_schedule
@@ -124,7 +125,8 @@ def _splits(p: Problem) -> list[dict[str, int]]:
     return out
 
 
-def heuristic_fallback(run: Run, lo: int, hi: int, until: float | None = None) -> tuple | None:
+def heuristic_fallback(run: Run, lo: int, hi: int, until: float | None = None,
+                       last: float | None = None) -> tuple | None:
     """A valid schedule without a proof, for a search the time limit stopped with none found: at IIs from
     ``lo`` (the least II not refuted) upward in growing steps (1, 2, 4, ... up to ``hi``), the iterative
     modulo schedule of the problem with each :func:`_splits` assignment's crossing delays on the edges it
@@ -135,7 +137,11 @@ def heuristic_fallback(run: Run, lo: int, hi: int, until: float | None = None) -
     :func:`fallback_budget` seconds past the search's time limit, counted from the limit
     (:attr:`Run.answer_by`), less :data:`FINISH_RESERVE` of them, or until the ``time.monotonic()`` value
     ``until`` when given; None if nothing passed in that time (or a
-    register plan is given: its budgets belong to the pool's groups, which these splits do not follow)."""
+    register plan is given: its budgets belong to the pool's groups, which these splits do not follow).
+    When no schedule without overlap of the splits verifies, the sequential schedule with its groups
+    chosen for the registers (:func:`twill.search.sequential.sequential_schedule`) is made, until the
+    ``time.monotonic()`` value ``last`` (default ``until``; later lets it run past the splits' share:
+    with nothing in hand, an answer is worth more than the probes' seconds, which only improve one)."""
     p = run.problem
     if p.options.register_plan is not None:
         return None
@@ -156,7 +162,7 @@ def heuristic_fallback(run: Run, lo: int, hi: int, until: float | None = None) -
                 return found
         return None
 
-    resort = _last_resort(run, splits, hi, clock)  # an answer in hand first: cheap, and always there
+    resort = _last_resort(run, splits, hi, clock, until if last is None else max(until, last))
     top = hi if resort is None else min(hi, resort[1] - 1)  # a modulo schedule must beat it
     ii, step, failed, best = lo, 1, lo - 1, None
     while ii <= top and clock.room():
@@ -207,10 +213,12 @@ def _modulo_try(run: Run, problem: Problem, ii: int, group: dict[str, int]) -> t
     return None if start is None else _split_result(run, ii, start, group)
 
 
-def _last_resort(run: Run, splits: list[dict[str, int]], hi: int, clock: _Tries) -> tuple | None:
+def _last_resort(run: Run, splits: list[dict[str, int]], hi: int, clock: _Tries, last: float) -> tuple | None:
     """The schedules without overlap (:func:`_list_schedule`, then :func:`_no_overlap`, for every split),
     the one of least II (then by how it was made) that verifies; each made and checked only while
-    ``clock`` has room for it."""
+    ``clock`` has room for it. If none verifies, the sequential schedule whose groups are chosen for the
+    registers and SMEM (:func:`twill.search.sequential.sequential_schedule`), made by the
+    ``time.monotonic()`` value ``last``, if it verifies."""
     p = run.problem
     made = []
     for build in (_list_schedule, _no_overlap):
@@ -226,7 +234,10 @@ def _last_resort(run: Run, splits: list[dict[str, int]], hi: int, clock: _Tries)
         best = clock.timed(_split_result, run, ii, start, group, how)
         if best is not None:
             return best
-    return None
+    if time.monotonic() >= last:
+        return None
+    found = sequential_schedule(p, hi, last)
+    return None if found is None else _split_result(run, *found)
 
 
 def _no_overlap(p: Problem, group: dict[str, int], hi: int) -> tuple | None:
