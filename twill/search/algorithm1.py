@@ -50,6 +50,7 @@ from twill.search.checks import check_apart, check_numbers, check_pool
 from twill.search.decide import decide_ii
 from twill.search.fallback import (
     FALLBACK_LAST_S,
+    FALLBACK_S,
     HEURISTIC_SHARE,
     fallback_budget,
     fallback_end,
@@ -330,16 +331,25 @@ def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp
         fallback = better if better is not None else fallback
         if fallback is not None:
             return heuristic_schedule(run, fallback, norm, raw_bounds)
+        spent = time.monotonic() - (until - budget)
+        no_fallback = (f"any-time fallback: nothing verified in its {spent:.1f} s (the splits' modulo and "
+                       f"list schedules, the sequential schedule with warp groups chosen for the registers "
+                       f"and SMEM, joint probes at IIs {lo}-{top}); with a larger time_limit the "
+                       f"fallback gets more (a tenth of it, at most {FALLBACK_S:.0f} s)",)
+    else:
+        no_fallback = ()
     if found is None:
         reached = least_open_ii(run)
         top = min(limit_ii, reached - 1)
         open_ = [x for x in range(bound.mii, top + 1) if not is_complete(run, x)]
         extra = () if not run.timed_out else (
-            f"time limit: every II below {reached} was refuted; II {reached} was not decided",)
+            f"time limit: every II below {reached} was refuted; II {reached} was not decided", *no_fallback)
         if open_ and strategy == "joint":
             extra = (*extra, f"stage windows: IIs {spans_text(open_)} were refuted only up to "
                              f"{min(stage_coverage(run, x) for x in open_)} stages, not every stage count")
         why = (f"time limit reached before any schedule was found; the optimal II is at least {reached}"
+               + (" (nor did the any-time fallback verify one: see the certificate's notes)" if no_fallback
+                  else "")
                if run.timed_out else (f"max_ii = {limit_ii} is below the MII {bound.mii} (ResMII "
                                       f"{bound.res_mii}, RecMII {bound.rec_mii})" if limit_ii < bound.mii
                                       else f"no schedule for II in [{bound.mii}, {limit_ii}]"))
