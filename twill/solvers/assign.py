@@ -258,7 +258,7 @@ def assign_groups(p: Problem, ii: int, start: Mapping[str, int], deadline: float
         step = max(1, res.setmaxnreg_step)
         budget = {}
         for g in groups:
-            k = m.NewIntVar(0, cap // step, f"k_{g}")
+            k = m.NewIntVar(0, res.setmaxnreg_max // step, f"k_{g}")  # a budget may round up past cap
             budget[g] = k
             m.Add(step * k >= res.setmaxnreg_min).OnlyEnforceIf(used[g])
             m.Add(k == 0).OnlyEnforceIf(used[g].Not())
