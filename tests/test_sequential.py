@@ -148,3 +148,26 @@ def test_the_45_op_synthetic_loop_gets_a_verified_sequential_schedule() -> None:
     assert not _errors(p, ii, start, group)
     # the II is the op slots' span: at least every op's cycles one after another
     assert ii >= sum(op.cycles for op in p.ops)
+
+
+def test_a_stopped_search_whose_splits_all_fail_returns_the_sequential_schedule(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_schedule import fa_like_graph
+
+    import twill
+    import twill.search.algorithm1 as algorithm1
+    import twill.search.fallback as fallback
+    import twill.search.ranges as ranges
+    from twill.search.sequential import SEQUENTIAL_HOW
+
+    for module in (fallback, ranges):  # no split's modulo schedule, no schedule without overlap
+        monkeypatch.setattr(module, "iterative_modulo_schedule", lambda problem, ii: None)
+    monkeypatch.setattr(fallback, "_no_overlap", lambda p, group, hi: None)
+    monkeypatch.setattr(fallback, "_list_schedule", lambda p, group, hi: None)
+    monkeypatch.setattr(algorithm1, "joint_probes", lambda *args, **kwargs: None)
+    with pytest.warns(twill.TwillWarning, match="heuristic"):
+        s = twill.schedule(fa_like_graph(), "h100", time_limit=0.5)
+    assert not violations(s)
+    assert s.certificate.heuristic and not s.certificate.proven_optimal
+    assert any(SEQUENTIAL_HOW in n for n in s.certificate.notes)
+    assert s.certificate.ii_bound <= s.ii
