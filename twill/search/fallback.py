@@ -1,5 +1,6 @@
 """The any-time answer: when the time limit ends the search before any schedule, a heuristic one
-(groups split by a rule, ops list-scheduled), verified and marked not proven with its bound."""
+(groups split by a rule, ops list-scheduled; else ops one after another with groups chosen for the
+registers, :mod:`twill.search.sequential`), verified and marked not proven with its bound."""
 
 from __future__ import annotations
 
@@ -138,10 +139,12 @@ def heuristic_fallback(run: Run, lo: int, hi: int, until: float | None = None,
     (:attr:`Run.answer_by`), less :data:`FINISH_RESERVE` of them, or until the ``time.monotonic()`` value
     ``until`` when given; None if nothing passed in that time (or a
     register plan is given: its budgets belong to the pool's groups, which these splits do not follow).
-    When no schedule without overlap of the splits verifies, the sequential schedule with its groups
-    chosen for the registers (:func:`twill.search.sequential.sequential_schedule`) is made, until the
-    ``time.monotonic()`` value ``last`` (default ``until``; later lets it run past the splits' share:
-    with nothing in hand, an answer is worth more than the probes' seconds, which only improve one)."""
+    When no schedule of the splits verifies (neither a modulo schedule nor one without overlap), the
+    sequential schedule with its groups chosen for the registers and SMEM
+    (:func:`twill.search.sequential.sequential_schedule`) is made, until the ``time.monotonic()`` value
+    ``last`` (default ``until``; later lets it run past the splits' share: with nothing in hand, an
+    answer is worth more than the probes' seconds, which only improve one); so wherever the splits give
+    a schedule the answer is theirs, as before."""
     p = run.problem
     if p.options.register_plan is not None:
         return None
@@ -162,7 +165,7 @@ def heuristic_fallback(run: Run, lo: int, hi: int, until: float | None = None,
                 return found
         return None
 
-    resort = _last_resort(run, splits, hi, clock, until if last is None else max(until, last))
+    resort = _last_resort(run, splits, hi, clock)  # an answer in hand first: cheap, and always there
     top = hi if resort is None else min(hi, resort[1] - 1)  # a modulo schedule must beat it
     ii, step, failed, best = lo, 1, lo - 1, None
     while ii <= top and clock.room():
@@ -174,6 +177,8 @@ def heuristic_fallback(run: Run, lo: int, hi: int, until: float | None = None,
             break
     if best is None:
         best = resort
+    if best is None:  # nothing of the splits verified: the times first, then groups that fit them
+        best = _sequential(run, hi, until if last is None else max(until, last))
     if best is None:
         return None
     low, high = failed + 1, best[1] - 1
@@ -206,6 +211,15 @@ class _Tries:
             self.longest = max(self.longest, time.monotonic() - began)
 
 
+def _sequential(run: Run, hi: int, last: float) -> tuple | None:
+    """:func:`twill.search.sequential.sequential_schedule` of ``run``'s problem, made by the
+    ``time.monotonic()`` value ``last``, if it verifies."""
+    if time.monotonic() >= last:
+        return None
+    found = sequential_schedule(run.problem, hi, last)
+    return None if found is None else _split_result(run, *found)
+
+
 def _modulo_try(run: Run, problem: Problem, ii: int, group: dict[str, int]) -> tuple | None:
     """The iterative modulo schedule of ``problem`` (crossing delays on the edges ``group`` makes cross) at
     ``ii``, if it verifies with that split."""
@@ -213,12 +227,10 @@ def _modulo_try(run: Run, problem: Problem, ii: int, group: dict[str, int]) -> t
     return None if start is None else _split_result(run, ii, start, group)
 
 
-def _last_resort(run: Run, splits: list[dict[str, int]], hi: int, clock: _Tries, last: float) -> tuple | None:
+def _last_resort(run: Run, splits: list[dict[str, int]], hi: int, clock: _Tries) -> tuple | None:
     """The schedules without overlap (:func:`_list_schedule`, then :func:`_no_overlap`, for every split),
     the one of least II (then by how it was made) that verifies; each made and checked only while
-    ``clock`` has room for it. If none verifies, the sequential schedule whose groups are chosen for the
-    registers and SMEM (:func:`twill.search.sequential.sequential_schedule`), made by the
-    ``time.monotonic()`` value ``last``, if it verifies."""
+    ``clock`` has room for it."""
     p = run.problem
     made = []
     for build in (_list_schedule, _no_overlap):
@@ -234,10 +246,7 @@ def _last_resort(run: Run, splits: list[dict[str, int]], hi: int, clock: _Tries,
         best = clock.timed(_split_result, run, ii, start, group, how)
         if best is not None:
             return best
-    if time.monotonic() >= last:
-        return None
-    found = sequential_schedule(p, hi, last)
-    return None if found is None else _split_result(run, *found)
+    return None
 
 
 def _no_overlap(p: Problem, group: dict[str, int], hi: int) -> tuple | None:
