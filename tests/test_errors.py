@@ -341,6 +341,7 @@ def test_time_limit_before_any_schedule_without_a_heuristic_one_is_an_infeasible
         monkeypatch.setattr(module, "iterative_modulo_schedule", lambda problem, ii: None)
     monkeypatch.setattr(fallback, "_no_overlap", lambda p, group, hi: None)
     monkeypatch.setattr(fallback, "_list_schedule", lambda p, group, hi: None)
+    monkeypatch.setattr(fallback, "sequential_schedule", lambda p, hi, deadline: None)
     import twill.search.algorithm1 as algorithm1
 
     monkeypatch.setattr(algorithm1, "joint_probes", lambda *args, **kwargs: None)  # no probe schedule either
@@ -348,6 +349,8 @@ def test_time_limit_before_any_schedule_without_a_heuristic_one_is_an_infeasible
         twill.schedule(fa_like_graph(), "h100", time_limit=0.001)
     assert info.value.certificate is not None
     assert not info.value.certificate.proven_optimal
+    assert "nor did the any-time fallback verify one" in str(info.value)
+    assert any(n.startswith("any-time fallback: nothing verified") for n in info.value.certificate.notes)
 
 
 @pytest.mark.parametrize("budget", [0, 1, 2, 3, 5, 8, 13])

@@ -50,6 +50,7 @@ from twill.search.checks import check_apart, check_numbers, check_pool
 from twill.search.decide import decide_ii
 from twill.search.fallback import (
     FALLBACK_LAST_S,
+    FALLBACK_S,
     HEURISTIC_SHARE,
     fallback_budget,
     fallback_end,
@@ -289,6 +290,14 @@ def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp
     run.spend("normalize", t2 - t1)
     run.emit(EventKind.BOUNDS, res_mii=bound.res_mii, rec_mii=bound.rec_mii, mii=bound.mii)
     limit_ii = options.max_ii or _sequential_ii(problem)
+    floor, sums = register_floor(problem) if strategy == "joint" else (0, "")
+    if sums and floor > problem.resources.register_file:
+        # a proof at every II without a solver call (register_floor: precondition, registers and the
+        # register file not relaxed, where it returns no sum): refuse now rather than walk the IIs
+        cert = make_certificate(run, proven=False, extra=(f"register arithmetic: {sums}",), top=bound.mii - 1)
+        raise InfeasibleError(f"{graph.name}: no schedule at any II: no warp-group assignment holds the "
+                              f"registers (every schedule holds at least {sums}: the register file binds at "
+                              f"every II); " + summary_of(cert), certificate=cert)
     try:
         found = _search(run, limit_ii, solver, ilp, modulo, strategy)
         if strategy == "joint":
@@ -303,8 +312,11 @@ def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp
         budget = max(0.0, until - time.monotonic())
         # the heuristic's IIs walk up until one verifies: at most HEURISTIC_SHARE of the budget
         # (and at least FALLBACK_LAST_S of it: the walk is the answer the probes may only improve)
+        # (the sequential schedule of last resort may take the budget up to the probes' margin when no
+        # split's schedule verifies: with nothing in hand the probes have nothing to improve on)
         fallback = heuristic_fallback(run, lo, limit_ii, max(until - budget * (1 - HEURISTIC_SHARE),
-                                                             min(until, time.monotonic() + FALLBACK_LAST_S)))
+                                                             min(until, time.monotonic() + FALLBACK_LAST_S)),
+                                      until - budget * PROBE_MARGIN)
         # the fallback's seconds left go to joint probes below the heuristic's II (twill.search.probe)
         top = limit_ii if fallback is None else fallback[1] - 1
         try:
@@ -319,16 +331,25 @@ def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp
         fallback = better if better is not None else fallback
         if fallback is not None:
             return heuristic_schedule(run, fallback, norm, raw_bounds)
+        spent = time.monotonic() - (until - budget)
+        no_fallback = (f"any-time fallback: nothing verified in its {spent:.1f} s (the splits' modulo and "
+                       f"list schedules, the sequential schedule with warp groups chosen for the registers "
+                       f"and SMEM, joint probes at IIs {lo}-{top}); with a larger time_limit the "
+                       f"fallback gets more (a tenth of it, at most {FALLBACK_S:.0f} s)",)
+    else:
+        no_fallback = ()
     if found is None:
         reached = least_open_ii(run)
         top = min(limit_ii, reached - 1)
         open_ = [x for x in range(bound.mii, top + 1) if not is_complete(run, x)]
         extra = () if not run.timed_out else (
-            f"time limit: every II below {reached} was refuted; II {reached} was not decided",)
+            f"time limit: every II below {reached} was refuted; II {reached} was not decided", *no_fallback)
         if open_ and strategy == "joint":
             extra = (*extra, f"stage windows: IIs {spans_text(open_)} were refuted only up to "
                              f"{min(stage_coverage(run, x) for x in open_)} stages, not every stage count")
         why = (f"time limit reached before any schedule was found; the optimal II is at least {reached}"
+               + (" (nor did the any-time fallback verify one: see the certificate's notes)" if no_fallback
+                  else "")
                if run.timed_out else (f"max_ii = {limit_ii} is below the MII {bound.mii} (ResMII "
                                       f"{bound.res_mii}, RecMII {bound.rec_mii})" if limit_ii < bound.mii
                                       else f"no schedule for II in [{bound.mii}, {limit_ii}]"))

@@ -1,5 +1,6 @@
 """The any-time answer: when the time limit ends the search before any schedule, a heuristic one
-(groups split by a rule, ops list-scheduled), verified and marked not proven with its bound."""
+(groups split by a rule, ops list-scheduled; else ops one after another with groups chosen for the
+registers, :mod:`twill.search.sequential`), verified and marked not proven with its bound."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from twill.search.certificate import finish, least_open_ii
 from twill.search.probe import PROBE_HOW
 from twill.search.reasons import budget_sum
 from twill.search.run import Run, with_note
+from twill.search.sequential import sequential_schedule
 from twill.search.swp import needed_budgets
 from twill.solvers.joint.result import JointResult
 from twill.solvers.modulo.ims import iterative_modulo_schedule
@@ -124,7 +126,8 @@ def _splits(p: Problem) -> list[dict[str, int]]:
     return out
 
 
-def heuristic_fallback(run: Run, lo: int, hi: int, until: float | None = None) -> tuple | None:
+def heuristic_fallback(run: Run, lo: int, hi: int, until: float | None = None,
+                       last: float | None = None) -> tuple | None:
     """A valid schedule without a proof, for a search the time limit stopped with none found: at IIs from
     ``lo`` (the least II not refuted) upward in growing steps (1, 2, 4, ... up to ``hi``), the iterative
     modulo schedule of the problem with each :func:`_splits` assignment's crossing delays on the edges it
@@ -135,7 +138,13 @@ def heuristic_fallback(run: Run, lo: int, hi: int, until: float | None = None) -
     :func:`fallback_budget` seconds past the search's time limit, counted from the limit
     (:attr:`Run.answer_by`), less :data:`FINISH_RESERVE` of them, or until the ``time.monotonic()`` value
     ``until`` when given; None if nothing passed in that time (or a
-    register plan is given: its budgets belong to the pool's groups, which these splits do not follow)."""
+    register plan is given: its budgets belong to the pool's groups, which these splits do not follow).
+    When no schedule of the splits verifies (neither a modulo schedule nor one without overlap), the
+    sequential schedule with its groups chosen for the registers and SMEM
+    (:func:`twill.search.sequential.sequential_schedule`) is made, until the ``time.monotonic()`` value
+    ``last`` (default ``until``; later lets it run past the splits' share: with nothing in hand, an
+    answer is worth more than the probes' seconds, which only improve one); so wherever the splits give
+    a schedule the answer is theirs, as before."""
     p = run.problem
     if p.options.register_plan is not None:
         return None
@@ -168,6 +177,8 @@ def heuristic_fallback(run: Run, lo: int, hi: int, until: float | None = None) -
             break
     if best is None:
         best = resort
+    if best is None:  # nothing of the splits verified: the times first, then groups that fit them
+        best = _sequential(run, hi, until if last is None else max(until, last))
     if best is None:
         return None
     low, high = failed + 1, best[1] - 1
@@ -198,6 +209,15 @@ class _Tries:
             return fn(*args)
         finally:
             self.longest = max(self.longest, time.monotonic() - began)
+
+
+def _sequential(run: Run, hi: int, last: float) -> tuple | None:
+    """:func:`twill.search.sequential.sequential_schedule` of ``run``'s problem, made by the
+    ``time.monotonic()`` value ``last``, if it verifies."""
+    if time.monotonic() >= last:
+        return None
+    found = sequential_schedule(run.problem, hi, last)
+    return None if found is None else _split_result(run, *found)
 
 
 def _modulo_try(run: Run, problem: Problem, ii: int, group: dict[str, int]) -> tuple | None:
