@@ -289,6 +289,7 @@ def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp
     run.spend("normalize", t2 - t1)
     run.emit(EventKind.BOUNDS, res_mii=bound.res_mii, rec_mii=bound.rec_mii, mii=bound.mii)
     limit_ii = options.max_ii or _sequential_ii(problem)
+    run.limit_ii = limit_ii
     try:
         found = _search(run, limit_ii, solver, ilp, modulo, strategy)
         if strategy == "joint":
@@ -303,9 +304,13 @@ def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp
         budget = max(0.0, until - time.monotonic())
         # the heuristic's IIs walk up until one verifies: at most HEURISTIC_SHARE of the budget
         # (and at least FALLBACK_LAST_S of it: the walk is the answer the probes may only improve)
-        fallback = heuristic_fallback(run, lo, limit_ii, max(until - budget * (1 - HEURISTIC_SHARE),
+        walk_top = limit_ii if run.incumbent is None else min(limit_ii, run.incumbent[1] - 1)
+        fallback = heuristic_fallback(run, lo, walk_top, max(until - budget * (1 - HEURISTIC_SHARE),
                                                              min(until, time.monotonic() + FALLBACK_LAST_S)))
-        # the fallback's seconds left go to joint probes below the heuristic's II (twill.search.probe)
+        # the seeding probes' schedule (twill.search.seed), when it beats the heuristic's
+        if run.incumbent is not None and (fallback is None or run.incumbent[1] < fallback[1]):
+            fallback = run.incumbent
+        # the fallback's seconds left go to joint probes below the best II known (twill.search.probe)
         top = limit_ii if fallback is None else fallback[1] - 1
         try:
             better = joint_probes(run, lo, top, until - budget * PROBE_MARGIN, solver, modulo, ilp,
