@@ -52,7 +52,7 @@ def _force_seeding(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return seeded
 
 
-def _judged(seeds=SEEDS) -> tuple[int, int, list[str]]:
+def _judged(seeds=SEEDS, time_limit: float | None = None) -> tuple[int, int, list[str]]:
     """(loops solved and proven, of them with the answer at a seeded II, disagreements with the oracle)."""
     proven_n, at_seed_n, bad = 0, 0, []
     for s_ in seeds:
@@ -70,7 +70,7 @@ def _judged(seeds=SEEDS) -> tuple[int, int, list[str]]:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                s = twill.schedule(case.graph, mach, **case.options)
+                s = twill.schedule(case.graph, mach, **case.options, time_limit=time_limit)
         except (InfeasibleError, ResourceError, OptionsError):
             if ans is not None and ans.ii <= cases.MAX_II:
                 bad.append(f"seed {s_}: twill found nothing, the oracle {ans.key}")
@@ -99,9 +99,12 @@ def _judged(seeds=SEEDS) -> tuple[int, int, list[str]]:
     return proven_n, at_seed_n, bad
 
 
-def test_seeded_searches_match_the_oracle(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("time_limit", [None, 60.0])
+def test_seeded_searches_match_the_oracle(monkeypatch: pytest.MonkeyPatch, time_limit: float | None) -> None:
+    # without a limit the goals run over every assignment at once; with one, first at the probe's
+    # groups (SEED_GROUPS_SHARE of the time left), then over every assignment from that incumbent
     seeded = _force_seeding(monkeypatch)
-    proven_n, at_seed_n, bad = _judged()
+    proven_n, at_seed_n, bad = _judged(time_limit=time_limit)
     assert not bad, bad[:5]
     assert seeded, "no window was seeded"
     assert proven_n >= 20, f"only {proven_n} loops proven"
@@ -183,3 +186,19 @@ def test_seed_slice_stays_inside_the_limit() -> None:
     assert seed.seed_slice(run) is None
     run.deadline, run.seed_done = None, True
     assert seed.seed_slice(run) is None
+
+
+def test_skipping_the_goals_over_every_assignment_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The mutation: with a time limit, the goals at the probe's groups (asserted) are taken as the
+    # answer, their proof at one assignment reported as proven. The oracle must notice somewhere.
+    _force_seeding(monkeypatch)
+    real = seed.solve_joint
+
+    def groups_only(*args, **kw):
+        if kw.get("incumbent") is not None and kw.get("groups") is None:
+            return kw["incumbent"]
+        return real(*args, **kw)
+
+    monkeypatch.setattr(seed, "solve_joint", groups_only)
+    _, _, bad = _judged(time_limit=60.0)
+    assert any("proven" in b for b in bad), "goals proven at one assignment went unnoticed"

@@ -13,7 +13,8 @@ probes' best schedule, if any, is kept for the any-time answer (:attr:`Run.incum
 Time budget, inside the search's own time limit ``T`` (so the call still returns by ``T`` plus the
 fallback's ``max(0.1 T, 0.2 s)``, at most 30 s, :func:`twill.search.fallback.fallback_budget`): the
 window's first model gets ``min(SEED_AFTER_S, SEED_SHARE x T)`` seconds; the probes run until the
-deadline at most; what they leave goes to the goals (or to the window asked again). Without a time limit
+deadline at most; of what they leave, :data:`SEED_GROUPS_SHARE` goes to the goals at the probe's groups
+and the rest to the goals over every assignment (or all of it to the window asked again). Without a time limit
 the first model gets :data:`SEED_AFTER_S` and the probes :data:`SEED_PROBE_S`. Once per search.
 
 Soundness: the probes record no attempt and refute nothing. A window cut by the slice keeps only what it
@@ -37,7 +38,7 @@ from twill.solvers.joint.smt import solve_joint
 from twill.solvers.modulo.methods import ModuloResult
 from twill.solvers.status import CheckResult
 
-__all__ = ["SEED_AFTER_S", "SEED_PROBE_S", "SEED_SHARE", "seed_slice", "seeded_window"]
+__all__ = ["SEED_AFTER_S", "SEED_GROUPS_SHARE", "SEED_PROBE_S", "SEED_SHARE", "seed_slice", "seeded_window"]
 
 SEED_SHARE = 0.1
 """The share of the time limit a window's first model may take before the probes seed it (a tuning
@@ -48,6 +49,12 @@ load of 7, before any goal); the sub-tiled FA backward's does not come in 300 s.
 SEED_AFTER_S = 60.0
 """Most seconds a window's first model may take before the probes seed it (the slice without a time
 limit, and its cap with one)."""
+
+SEED_GROUPS_SHARE = 0.5
+"""With a time limit, the share of the seconds left after the probes that the goals get at the probe's own
+warp groups (asserted: a shorter incumbent quickly, e.g. L 306 -> 280 on the sub-tiled FA backward, which
+proves nothing) before they are tightened from it over every assignment (a tuning choice). Without a
+limit the goals run over every assignment at once (they finish, and the detour would prove nothing)."""
 
 SEED_PROBE_S = 300.0
 """Seconds the seeding probes may take without a time limit (with one: until the deadline)."""
@@ -69,8 +76,9 @@ def seeded_window(run: Run, ii: int, first: int, last: int, mod: ModuloResult, c
     """The windows ``first .. last`` of ``ii`` after their solve ``cut`` ran out of the seed slice.
 
     The probes (:func:`~twill.search.probe.seed_probes`) look for a schedule at ``ii`` (or above it); with
-    one at ``ii`` the windows are solved from it as ``incumbent`` (the goals tightened over every
-    assignment; the windows ``cut`` refuted are passed on as the length's lower bound); else they are
+    one at ``ii`` the windows are solved from it as ``incumbent``: with a time limit first at its own
+    groups (asserted, :data:`SEED_GROUPS_SHARE` of the time left: a shorter incumbent), then over every
+    assignment (the windows ``cut`` refuted passed on as the length's lower bound); else they are
     asked again from the window ``cut`` stopped in, with the time left. The probes' schedule is kept in
     :attr:`Run.incumbent` (the any-time answer's candidate) and described in :attr:`Run.seed_notes`.
 
@@ -95,6 +103,12 @@ def seeded_window(run: Run, ii: int, first: int, last: int, mod: ModuloResult, c
         return _spent(run, solve_joint(run.problem, ii, last, first=stopped, min_length=cut.length_low,
                                        backend=solver, deadline=run.deadline, window_s=run.window_limit))
     probe: JointResult = found[2]
+    # the goals at the probe's groups first (a better incumbent, proving nothing), then over every assignment
+    end = None if run.deadline is None else time.monotonic() + SEED_GROUPS_SHARE * run.left()
+    if end is not None and end > time.monotonic():
+        near = _spent(run, solve_joint(run.problem, ii, last, first=stopped, min_length=cut.length_low,
+                                       backend=solver, deadline=end, groups=probe.group, incumbent=probe))
+        probe = near if near.status == CheckResult.SAT else probe
     res = _spent(run, solve_joint(run.problem, ii, last, first=stopped, min_length=cut.length_low,
                                   backend=solver, deadline=run.deadline, incumbent=probe))
     if res.status != CheckResult.SAT:  # the deadline came before the pinned check: the probe's own
