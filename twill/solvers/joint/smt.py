@@ -103,8 +103,9 @@ def solve_joint(
         A schedule already known at ``ii`` (its ``start``, ``group`` and ``length``; a probe's, with its
         groups asserted there): the windows are not asked. Its start times and groups are pinned in one
         check (the model of the full formula that equals it, found at once), then released, and the
-        goals are tightened from it over *every* group assignment, as after a first model, so every
-        value proven is proven for the whole formula (the length from ``min_length`` up: pass the
+        goals are tightened from it over *every* group assignment, as after a first model (by plain
+        bisection: the incumbent's values lie anywhere above their bounds), so every value proven is
+        proven for the whole formula (the length from ``min_length`` up: pass the
         windows refuted before as ``min_length``). ``TIMEOUT`` if that check does not confirm it by
         ``deadline`` (or ``UNSAT``: the incumbent is not a schedule of this formula, e.g. its ``L``
         above ``stages * ii``).
@@ -148,7 +149,8 @@ def solve_joint(
                 try:
                     best, proven[goal], low = _tighten(enc, sess, goal, best,
                                                        goal_deadline(goal, deadline, time.monotonic()),
-                                                       length_low if goal == "length" else None)
+                                                       length_low if goal == "length" else None,
+                                                       "bisect" if incumbent is not None else None)
                     if goal == "length":
                         length_low = low
                 except KeyboardInterrupt:  # keep the schedule found; the caller reports the interrupt
@@ -349,8 +351,12 @@ def _goal(enc: Encoder, goal: str) -> tuple[Any, int, int]:
 
 
 def _tighten(enc: Encoder, sess: SmtSession, goal: str, best: dict[str, Any],
-             deadline: float | None, low: int | None = None) -> tuple[dict[str, Any], bool, int]:
+             deadline: float | None, low: int | None = None,
+             order: str | None = None) -> tuple[dict[str, Any], bool, int]:
     """Minimize ``goal`` by bisection between a lower bound and the best model; fix it there.
+    ``order``: where the probes fall (:data:`PROBE_ORDER`'s values, or ``"bisect"``), the goal's entry
+    there by default; an incumbent's goals bisect (its length lies anywhere above a lower bound that
+    may be far below the optimum, where climbing would walk up one unit per refuted probe).
 
     Each probe asserts ``goal <= mid`` inside a push/pop: SAT lowers the upper end to the model's value,
     UNSAT proves the optimum is above ``mid``. Returns the best model, whether its value is proven
@@ -360,7 +366,7 @@ def _tighten(enc: Encoder, sess: SmtSession, goal: str, best: dict[str, Any],
     term, step, least = _goal(enc, goal)
     low = least if low is None else max(low, least)
     key = GOAL_KEYS[goal]
-    order = PROBE_ORDER.get(goal, "top")
+    order = order or PROBE_ORDER.get(goal, "top")
     best, low, status = _bisect(enc, sess, term, step, low, best, key, deadline, top=order == "top",
                                 climb=order == "climb")
     if status == CheckResult.SAT:
