@@ -49,6 +49,7 @@ def _force_seeding(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(decide, "solve_joint", cut)
     monkeypatch.setattr(seed, "SEED_AFTER_S", 0.0)
+    monkeypatch.setattr(seed, "SEED_MIN_S", 0.0)
     return seeded
 
 
@@ -184,6 +185,8 @@ def test_seed_slice_stays_inside_the_limit() -> None:
     assert end is not None and abs(end - (time.monotonic() + seed.SEED_AFTER_S)) < 0.5
     run.deadline = time.monotonic()  # any slice from now reaches it
     assert seed.seed_slice(run) is None
+    run.started, run.deadline = time.monotonic(), time.monotonic() + 9.0  # a slice under SEED_MIN_S
+    assert seed.SEED_SHARE * 9.0 < seed.SEED_MIN_S and seed.seed_slice(run) is None
     run.deadline, run.seed_done = None, True
     assert seed.seed_slice(run) is None
 

@@ -12,7 +12,8 @@ probes' best schedule, if any, is kept for the any-time answer (:attr:`Run.incum
 
 Time budget, inside the search's own time limit ``T`` (so the call still returns by ``T`` plus the
 fallback's ``max(0.1 T, 0.2 s)``, at most 30 s, :func:`twill.search.fallback.fallback_budget`): the
-window's first model gets ``min(SEED_AFTER_S, SEED_SHARE x T)`` seconds; the probes run until the
+window's first model gets ``min(SEED_AFTER_S, SEED_SHARE x T)`` seconds (no seeding when that is
+under :data:`SEED_MIN_S`, i.e. ``T`` under 10 s); the probes run until the
 deadline at most; of what they leave, :data:`SEED_GROUPS_SHARE` goes to the goals at the probe's groups
 and the rest to the goals over every assignment (or all of it to the window asked again). Without a time limit
 the first model gets :data:`SEED_AFTER_S` and the probes :data:`SEED_PROBE_S`. Once per search.
@@ -38,7 +39,8 @@ from twill.solvers.joint.smt import solve_joint
 from twill.solvers.modulo.methods import ModuloResult
 from twill.solvers.status import CheckResult
 
-__all__ = ["SEED_AFTER_S", "SEED_GROUPS_SHARE", "SEED_PROBE_S", "SEED_SHARE", "seed_slice", "seeded_window"]
+__all__ = ["SEED_AFTER_S", "SEED_GROUPS_SHARE", "SEED_MIN_S", "SEED_PROBE_S", "SEED_SHARE", "seed_slice",
+           "seeded_window"]
 
 SEED_SHARE = 0.1
 """The share of the time limit a window's first model may take before the probes seed it (a tuning
@@ -49,6 +51,11 @@ load of 7, before any goal); the sub-tiled FA backward's does not come in 300 s.
 SEED_AFTER_S = 60.0
 """Most seconds a window's first model may take before the probes seed it (the slice without a time
 limit, and its cap with one)."""
+
+SEED_MIN_S = 1.0
+"""The least slice: with a time limit under ``SEED_MIN_S / SEED_SHARE`` (10 s) no window is seeded, the
+window keeps the whole limit (each probe states a formula and runs a modulo phase of at least 0.1 s, and
+may end up to that much past the deadline, which the fallback's budget of a short limit cannot absorb)."""
 
 SEED_GROUPS_SHARE = 0.5
 """With a time limit, the share of the seconds left after the probes that the goals get at the probe's own
@@ -62,13 +69,14 @@ SEED_PROBE_S = 300.0
 
 def seed_slice(run: Run) -> float | None:
     """The ``time.monotonic()`` value by which a window starting now must have its first model before the
-    probes seed it, or None when it is not seeded (already seeded once in this search, or the slice would
-    reach the deadline)."""
+    probes seed it, or None when it is not seeded (already seeded once in this search, the slice under
+    :data:`SEED_MIN_S`, or the slice would reach the deadline)."""
     if run.seed_done:
         return None
     limit = None if run.deadline is None else run.deadline - run.started
-    end = time.monotonic() + (SEED_AFTER_S if limit is None else min(SEED_AFTER_S, SEED_SHARE * limit))
-    return None if run.deadline is not None and end >= run.deadline else end
+    wait = SEED_AFTER_S if limit is None else min(SEED_AFTER_S, SEED_SHARE * limit)
+    end = time.monotonic() + wait
+    return None if wait < SEED_MIN_S or (run.deadline is not None and end >= run.deadline) else end
 
 
 def seeded_window(run: Run, ii: int, first: int, last: int, mod: ModuloResult, cut: JointResult,
