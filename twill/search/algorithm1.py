@@ -138,7 +138,10 @@ def schedule(
         30 s, so the call returns within max(0.1 T, 0.2 s) of ``T``; the heuristic's walk takes at most
         :data:`~twill.search.fallback.HEURISTIC_SHARE` of that time and joint probes for any schedule at a
         smaller II the rest, :func:`~twill.search.probe.joint_probes`), else :class:`InfeasibleError` says
-        which IIs were decided.
+        which IIs were decided. A joint window whose first model takes more than ``min(60 s, 0.1 T)``
+        (60 s without a limit; none for ``T`` under 10 s) is seeded once by probes inside ``T``
+        (:mod:`twill.search.seed`): a schedule they find at its II is tightened over every assignment;
+        ``certificate.ii_optimal(ii)`` then tells whether the II is proven even where the length is not.
     max_groups, register_limit, register_plan, cross_group, max_stages, stage_slack, max_ii :
         See :class:`twill.problem.Options`.
     prefetch : int, optional
