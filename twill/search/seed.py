@@ -13,10 +13,10 @@ probes' best schedule, if any, is kept for the any-time answer (:attr:`Run.incum
 Time budget, inside the search's own time limit ``T`` (so the call still returns by ``T`` plus the
 fallback's ``max(0.1 T, 0.2 s)``, at most 30 s, :func:`twill.search.fallback.fallback_budget`): the
 window's first model gets ``min(SEED_AFTER_S, SEED_SHARE x T)`` seconds (no seeding when that is
-under :data:`SEED_MIN_S`, i.e. ``T`` under 10 s); the probes run until the
-deadline at most; of what they leave, :data:`SEED_GROUPS_SHARE` goes to the goals at the probe's groups
-and the rest to the goals over every assignment (or all of it to the window asked again). Without a time limit
-the first model gets :data:`SEED_AFTER_S` and the probes :data:`SEED_PROBE_S`. Once per search.
+under :data:`SEED_MIN_S`, i.e. ``T`` under 10 s); the probes run until the deadline at most; of what
+they leave, :data:`SEED_GROUPS_SHARE` goes to the goals at the probe's groups and the rest to the goals
+over every assignment (or all of it to the window asked again). Without a time limit the first model
+gets :data:`SEED_AFTER_S`, the probes :data:`SEED_PROBE_S`, the goals what they need. Once per search.
 
 Soundness: the probes record no attempt and refute nothing. A window cut by the slice keeps only what it
 refuted before the cut (the windows below the one it stopped in); the window it stopped in stays
@@ -59,9 +59,10 @@ may end up to that much past the deadline, which the fallback's budget of a shor
 
 SEED_GROUPS_SHARE = 0.5
 """With a time limit, the share of the seconds left after the probes that the goals get at the probe's own
-warp groups (asserted: a shorter incumbent quickly, e.g. L 306 -> 280 on the sub-tiled FA backward, which
-proves nothing) before they are tightened from it over every assignment (a tuning choice). Without a
-limit the goals run over every assignment at once (they finish, and the detour would prove nothing)."""
+warp groups (asserted: a shorter incumbent, which proves nothing; on the sub-tiled FA backward at a 300 s
+limit L 300 -> 280, the least at those groups) before they are tightened from it over every assignment
+(a tuning choice). Without a limit the goals run over every assignment at once (they finish, and the
+detour would prove nothing)."""
 
 SEED_PROBE_S = 300.0
 """Seconds the seeding probes may take without a time limit (with one: until the deadline)."""
