@@ -157,6 +157,23 @@ class Certificate:
     heuristic: bool = False
     ii_bound: int = 0
 
+    def ii_optimal(self, ii: int) -> bool:
+        """True if the II ``ii`` is proven optimal (no smaller II has a schedule), whether or not the length
+        and the later goals are: every II from :attr:`lower_bound` below ``ii`` is covered by a complete
+        :attr:`scope` run and none of them is :attr:`undecided` (at the lower bound itself, nothing is
+        needed). ``proven_optimal`` implies it; a schedule found without a proof of its length (a
+        seeded window, a heuristic at the bound) can have it too.
+
+        >>> Certificate(100, 100, 0, False, ()).ii_optimal(100)
+        True
+        >>> Certificate(100, 100, 0, False, (), scope=(ScopeRun(100, 101, 3, True),)).ii_optimal(102)
+        True
+        >>> Certificate(100, 100, 0, False, (), scope=(ScopeRun(100, 101, 3, False),)).ii_optimal(102)
+        False
+        """
+        covered = {x for r in self.scope if r.complete for x in range(r.lo, r.hi + 1)}
+        return all(x in covered and x not in self.undecided for x in range(self.lower_bound, ii))
+
     def ruled_out(self) -> dict[int, str]:
         """For each II below the answer, why it failed (the last attempt's reason)."""
         out: dict[int, str] = {}

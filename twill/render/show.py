@@ -38,6 +38,10 @@ def _summary(s: Schedule) -> PlainTable:
     relaxed = sorted(s.problem.options.relax)
     if relaxed:
         proof += f" for the what-if ({', '.join(relaxed)} left out)"
+    if not cert.proven_optimal and cert.ii_optimal(s.ii):
+        below = ("it is the lower bound" if s.ii == cert.lower_bound
+                 else "every smaller II was refuted for every stage count")
+        proof += f"; the II is optimal ({below}), the length and the later goals are not proven minimal"
     t.add_row("certificate", Text(proof, style="green" if cert.proven_optimal and not relaxed else "red"))
     if relaxed:
         t.add_row("what-if", Text(f"{', '.join(relaxed)} left out: not a schedule the machine can run",

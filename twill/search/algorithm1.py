@@ -139,7 +139,10 @@ def schedule(
         30 s, so the call returns within max(0.1 T, 0.2 s) of ``T``; the heuristic's walk takes at most
         :data:`~twill.search.fallback.HEURISTIC_SHARE` of that time and joint probes for any schedule at a
         smaller II the rest, :func:`~twill.search.probe.joint_probes`), else :class:`InfeasibleError` says
-        which IIs were decided.
+        which IIs were decided. A joint window whose first model takes more than ``min(60 s, 0.1 T)``
+        (60 s without a limit; none for ``T`` under 10 s) is seeded once by probes inside ``T``
+        (:mod:`twill.search.seed`): a schedule they find at its II is tightened over every assignment;
+        ``certificate.ii_optimal(ii)`` then tells whether the II is proven even where the length is not.
     max_groups, register_limit, register_plan, cross_group, max_stages, stage_slack, max_ii :
         See :class:`twill.problem.Options`.
     prefetch : int, optional
@@ -298,6 +301,7 @@ def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp
         raise InfeasibleError(f"{graph.name}: no schedule at any II: no warp-group assignment holds the "
                               f"registers (every schedule holds at least {sums}: the register file binds at "
                               f"every II); " + summary_of(cert), certificate=cert)
+    run.limit_ii = limit_ii
     try:
         found = _search(run, limit_ii, solver, ilp, modulo, strategy)
         if strategy == "joint":
@@ -314,10 +318,14 @@ def _schedule(graph: Graph, mach: Machine, options: Options, *, solver: str, ilp
         # (and at least FALLBACK_LAST_S of it: the walk is the answer the probes may only improve)
         # (the sequential schedule of last resort may take the budget up to the probes' margin when no
         # split's schedule verifies: with nothing in hand the probes have nothing to improve on)
-        fallback = heuristic_fallback(run, lo, limit_ii, max(until - budget * (1 - HEURISTIC_SHARE),
+        walk_top = limit_ii if run.incumbent is None else min(limit_ii, run.incumbent[1] - 1)
+        fallback = heuristic_fallback(run, lo, walk_top, max(until - budget * (1 - HEURISTIC_SHARE),
                                                              min(until, time.monotonic() + FALLBACK_LAST_S)),
                                       until - budget * PROBE_MARGIN)
-        # the fallback's seconds left go to joint probes below the heuristic's II (twill.search.probe)
+        # the seeding probes' schedule (twill.search.seed), when it beats the heuristic's
+        if run.incumbent is not None and (fallback is None or run.incumbent[1] < fallback[1]):
+            fallback = run.incumbent
+        # the fallback's seconds left go to joint probes below the best II known (twill.search.probe)
         top = limit_ii if fallback is None else fallback[1] - 1
         try:
             better = joint_probes(run, lo, top, until - budget * PROBE_MARGIN, solver, modulo, ilp,

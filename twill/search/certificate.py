@@ -179,6 +179,8 @@ def finish(run: Run, found: tuple, norm: Normalization | None, raw_bounds: Any, 
                          f"stage bound of docs/model.md §6"
                          + (f", or max_stages = {p.options.max_stages}" if p.options.max_stages else "")
                          + ")")
+    if strategy == "joint" and ii in run.seed_notes:
+        notes.append(run.seed_notes[ii])
     notes.append(f"solvers: {run.methods}")
     for at, low, length in run.bounded if strategy == "joint" else ():
         notes.append(f"modulo phase: LEN(M) at II {at} bounded to [{low}, {length}], not proven within its "

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import math
+import time
 
 from twill.schedule import (
     Attempt,
 )
 from twill.search.progress import EventKind
 from twill.search.run import MODULO_SLICE_S, Run
+from twill.search.seed import seed_slice, seeded_window
 from twill.search.swp import swp_at
 from twill.solvers.joint.cpsat import solve_joint_cpsat
 from twill.solvers.joint.decompose import solve_joint_decomposed
@@ -52,7 +54,7 @@ def decide_ii(run: Run, ii: int, solver: str, ilp: str, method: str, strategy: s
                          f"time limit: {left:.1f} s left, and stating this II's formula takes about "
                          f"{need:.1f} s"))
         return None
-    res = _joint(run, ii, first, last, mod, solver)
+    res = _joint(run, ii, first, last, mod, solver, (method, ilp) if upto == 0 else None)
     if res is None:
         if capped and not run.expired():
             run.note(skipped)
@@ -89,11 +91,15 @@ def _modulo(run: Run, ii: int, method: str, ilp: str, solver: str) -> ModuloResu
     return mod
 
 
-def _joint(run: Run, ii: int, first: int, last: int, mod: ModuloResult, solver: str) -> JointResult | None:
+def _joint(run: Run, ii: int, first: int, last: int, mod: ModuloResult, solver: str,
+           seed: tuple[str, str] | None = None) -> JointResult | None:
     """Solve the stage windows ``first..last`` of ``ii`` in order with one formula (:func:`solve_joint`
     with ``first``) and note one attempt per window decided or left open. A window that runs out of
-    ``window_limit`` is left undecided and the windows after it get a formula of their own."""
+    ``window_limit`` is left undecided and the windows after it get a formula of their own. ``seed``
+    (the modulo method and MILP backend): the search's own windows, which probes may seed when their
+    first model is slow (:mod:`twill.search.seed`; the SMT solvers' direct method only)."""
     run.emit(EventKind.PHASE, phase="joint", ii=ii, stages=last)
+    model_by = seed_slice(run) if seed is not None and run.method == "direct" and solver != "cpsat" else None
     if run.method == "decompose":
         res = solve_joint_decomposed(run.problem, ii, last, first=first, min_length=mod.low, backend=solver,
                                      deadline=run.deadline, window_s=run.window_limit)
@@ -102,9 +108,12 @@ def _joint(run: Run, ii: int, first: int, last: int, mod: ModuloResult, solver: 
                                 window_s=run.window_limit)
     else:
         res = solve_joint(run.problem, ii, last, first=first, min_length=mod.low, backend=solver,
-                          deadline=run.deadline, window_s=run.window_limit)
+                          deadline=run.deadline, window_s=run.window_limit, model_by=model_by)
     run.spend("joint", res.wall_s, res.checks)
     run.spend("joint_build", res.build_s)  # part of "joint": stating the formula of one II's windows
+    if (model_by is not None and res.status == CheckResult.TIMEOUT and not run.expired()
+            and time.monotonic() >= model_by):  # the seed slice cut the first model: probes seed it
+        res = seeded_window(run, ii, first, last, mod, res, solver, *seed)
     run.builds.append((last, res.build_s))
     # The windows below ``length_low`` are refuted. With a schedule that is every window below its own
     # unless the length goal was stopped: CP-SAT minimizes L over all the windows at once, so a schedule

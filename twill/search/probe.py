@@ -32,7 +32,8 @@ from twill.solvers.modulo.methods import modulo_schedule
 from twill.solvers.status import CheckResult, SolveStatus
 from twill.verify import violations
 
-__all__ = ["PROBE_HOW", "PROBE_MARGIN", "PROBE_SHARE", "joint_probes", "renumbered"]
+__all__ = ["PROBE_HOW", "PROBE_MARGIN", "PROBE_SHARE", "SEED_RELAX", "joint_probes", "renumbered",
+           "seed_probes"]
 
 PROBE_SHARE = 0.5
 """The share of the seconds left that one probe may take (a tuning choice): a probe that runs out leaves
@@ -44,6 +45,13 @@ PROBE_MARGIN = 0.05
 answer's certificate and verification, about 0.2 s on the 27-op FA backward): the search then returns
 within its time limit plus :func:`~twill.search.fallback.fallback_budget` (measured: 132.2 s on a 120 s
 limit without it, over the 10 % the benchmark allows)."""
+
+SEED_RELAX = 0.15
+"""How far above the II to seed :func:`seed_probes` asks first with free warp groups, as a share of that
+II (doubled after each probe that finds nothing): a tuning choice, measured on the sub-tiled FA backward
+(H100, MII 100; benchmarks/results.md): free probes found schedules at II 115 in 23-67 s, at 105 none in
+150 s; the groups of the II 115 schedule, asserted, give a schedule at II 100 in about 40 s, those of an
+II 214 schedule none below 114."""
 
 PROBE_HOW = "a joint schedule found by a probe above the bound (any schedule, its length not minimized)"
 """How :func:`joint_probes` describes its schedule (``found[0]``, quoted in the certificate's note)."""
@@ -104,6 +112,54 @@ def joint_probes(run: Run, lo: int, hi: int, until: float, solver: str, modulo: 
     return best
 
 
+def seed_probes(run: Run, ii: int, hi: int, until: float, solver: str, modulo: str, ilp: str) -> tuple | None:
+    """Any verified joint schedule at ``ii`` or as close above it as found before ``until``: the
+    incumbent that seeds a window whose first model is slow (:mod:`twill.search.seed`).
+
+    A probe with free warp groups at ``ii + ceil(SEED_RELAX x ii)`` (the relaxation doubled after each
+    probe that finds nothing, each with :data:`PROBE_SHARE` of the seconds left; the last at ``hi``);
+    then that schedule's groups asserted at ``ii`` itself with every second left; if that finds
+    nothing, the IIs between by bisection at the same groups (:func:`joint_probes`), for the best
+    incumbent above ``ii``.
+
+    Soundness: as :func:`joint_probes` -- a schedule found here is verified; nothing found here refutes
+    anything (the probes record no attempt), and a schedule found with asserted groups says nothing about
+    the other assignments, so a caller may use it only as an upper bound (a schedule), never as a bound
+    from below.
+
+    Parameters
+    ----------
+    run : Run
+        The search (read only).
+    ii : int
+        The II whose window is seeded.
+    hi : int
+        The largest II to probe (the search's ``max_ii`` or sequential II).
+    until : float
+        ``time.monotonic()`` value at which probing stops.
+    solver, modulo, ilp : str
+        The search's joint SMT backend (not ``"cpsat"``: the probes assert groups), modulo method and
+        MILP backend.
+
+    Returns
+    -------
+    tuple or None
+        ``(PROBE_HOW, ii', result, modulo)`` with the least ``ii' >= ii`` found, or None.
+    """
+    best, relax, at = None, SEED_RELAX, ii
+    while best is None and at < hi and time.monotonic() < until:
+        at = min(hi, ii + max(1, math.ceil(ii * relax)))
+        best = _probe(run, at, until, solver, modulo, ilp, None)
+        relax *= 2
+    if best is None:
+        return None
+    groups = dict(best[2].group)
+    found = _probe(run, ii, until, solver, modulo, ilp, groups, share=1.0)
+    if found is not None:
+        return found
+    return joint_probes(run, ii + 1, best[1] - 1, until, solver, modulo, ilp, groups) or best
+
+
 def renumbered(problem: Problem, group: Mapping[str, int]) -> dict[str, int]:
     """``group`` with the compute groups renumbered by first appearance in op order (the numbering rule
     of :func:`twill.model.reductions.first_appearance` for one block of interchangeable compute groups;
@@ -124,8 +180,9 @@ def renumbered(problem: Problem, group: Mapping[str, int]) -> dict[str, int]:
 
 
 def _probe(run: Run, ii: int, until: float, solver: str, modulo: str, ilp: str,
-           groups: Mapping[str, int] | None) -> tuple | None:
-    """One probe at ``ii`` (see :func:`joint_probes`), at ``groups`` when given."""
+           groups: Mapping[str, int] | None, share: float = PROBE_SHARE) -> tuple | None:
+    """One probe at ``ii`` (see :func:`joint_probes`), at ``groups`` when given, its joint solve within
+    ``share`` of the seconds left before ``until``."""
     p, opts = run.problem, run.problem.options
     smt = "yices" if solver == "cpsat" else solver
     left = until - time.monotonic()
@@ -139,7 +196,7 @@ def _probe(run: Run, ii: int, until: float, solver: str, modulo: str, ilp: str,
         last = min(last, opts.max_stages)
     if last < first:
         return None
-    deadline = min(until, time.monotonic() + max(0.0, until - time.monotonic()) * PROBE_SHARE)
+    deadline = min(until, time.monotonic() + max(0.0, until - time.monotonic()) * share)
     if time.monotonic() >= deadline:
         return None
     if solver == "cpsat":

@@ -57,6 +57,10 @@ class Run:
     stage_bounds: dict[int, int] = field(default_factory=dict)  # II -> stage_bound (computed once)
     found: tuple | None = None  # the schedule found before the closing phase, for Ctrl-C there
     answer_by: float | None = None  # monotonic time the whole call must return by (the fallback's end)
+    limit_ii: int = 0  # the largest II the search asks (max_ii, or the sequential II)
+    seed_done: bool = False  # a window was seeded by probes (twill.search.seed): once per search
+    incumbent: tuple | None = None  # the seeding probes' schedule when not at the seeded II (an upper bound)
+    seed_notes: dict[int, str] = field(default_factory=dict)  # II -> how seeding found its schedule
 
     def note(self, attempt: Attempt, quiet: bool = False) -> None:
         """Record ``attempt``; report it (an ``attempt`` progress event) unless ``quiet``."""

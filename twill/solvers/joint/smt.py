@@ -59,6 +59,8 @@ def solve_joint(
     window_s: float | None = None,
     optimize: bool = True,
     groups: Mapping[str, int] | None = None,
+    model_by: float | None = None,
+    incumbent: JointResult | None = None,
 ) -> JointResult:
     """Solve the joint problem at ``ii`` for schedules of ``stages`` stages, or of the first window of
     ``first .. stages`` that has one.
@@ -92,6 +94,21 @@ def solve_joint(
         :mod:`twill.search.probe`): the answer is then the one at these groups only, so an UNSAT answer
         refutes nothing about the II. A group an op may not take (:class:`Formulation`'s ``groups_of``)
         makes the formula UNSAT; an op left out keeps its choice.
+    model_by : float, optional
+        ``time.monotonic()`` value by which the windows must have given a first model (earlier than
+        ``deadline``): the checks for it stop there (``TIMEOUT``, the windows refuted before it in
+        ``length_low``); the goals after a first model run under ``deadline``. For the search's seeding
+        (:mod:`twill.search.seed`): a first model that is slow to come gives way to probes.
+    incumbent : JointResult, optional
+        A schedule already known at ``ii`` (its ``start``, ``group`` and ``length``; a probe's, with its
+        groups asserted there): the windows are not asked. Its start times and groups are pinned in one
+        check (the model of the full formula that equals it, found at once), then released, and the
+        goals are tightened from it over *every* group assignment, as after a first model (by plain
+        bisection: the incumbent's values lie anywhere above their bounds), so every value proven is
+        proven for the whole formula (the length from ``min_length`` up: pass the
+        windows refuted before as ``min_length``). ``TIMEOUT`` if that check does not confirm it by
+        ``deadline`` (or ``UNSAT``: the incumbent is not a schedule of this formula, e.g. its ``L``
+        above ``stages * ii``).
 
     Raises
     ------
@@ -101,7 +118,7 @@ def solve_joint(
     start = time.monotonic()
     first = stages if first is None else first
     with SmtSession(backend) as sess:
-        enc = Encoder(problem, ii, stages, sess, min_length, upto=first < stages)
+        enc = Encoder(problem, ii, stages, sess, min_length, upto=first < stages or incumbent is not None)
         sess.build_deadline = deadline
         try:
             enc.build()
@@ -112,12 +129,19 @@ def solve_joint(
                                build_s=time.monotonic() - start, length_low=min_length)
         sess.build_deadline = None
         build_s = time.monotonic() - start
-        status, window, deadline = _windows(enc, sess, first, deadline, window_s)
-        length_low = max(min_length, (window - 1) * ii + 1)  # the windows below ``window`` are refuted
+        if incumbent is None:
+            status, window, deadline = _windows(enc, sess, first, deadline, window_s, model_by)
+            length_low = max(min_length, (window - 1) * ii + 1)  # the windows below ``window`` are refuted
+        else:
+            (status, pinned), length_low = _pin(enc, sess, incumbent, deadline), min_length
         if status != CheckResult.SAT:
             return JointResult(ii, stages, status, checks=sess.checks, wall_s=time.monotonic() - start,
                                build_s=build_s, n_terms=enc.count, length_low=length_low)
         best = _extract(enc, sess)
+        if incumbent is not None:
+            sess.pop()  # the pins go; the liveness checks found under them hold everywhere and stay
+            for formula in enc.scoped[pinned:]:
+                sess.add(formula)
         proven: dict[str, bool] = {}
         interrupted = False
         if optimize:
@@ -125,40 +149,68 @@ def solve_joint(
                 try:
                     best, proven[goal], low = _tighten(enc, sess, goal, best,
                                                        goal_deadline(goal, deadline, time.monotonic()),
-                                                       length_low if goal == "length" else None)
+                                                       length_low if goal == "length" else None,
+                                                       "bisect" if incumbent is not None else None)
                     if goal == "length":
                         length_low = low
                 except KeyboardInterrupt:  # keep the schedule found; the caller reports the interrupt
                     proven[goal], interrupted = False, True
                 if not proven[goal]:
                     break
+        if incumbent is not None:  # no window was asked: the schedule's own
+            window = max(1, -(-best["length"] // ii))
         return JointResult(ii, window, CheckResult.SAT, best["start"], best["group"], best["budgets"],
                            best["warps"], best["length"], proven, sess.checks, time.monotonic() - start,
                            build_s, enc.count, interrupted, length_low)
 
 
-def _windows(enc: Encoder, sess: SmtSession, first: int, deadline: float | None,
-             window_s: float | None) -> tuple[CheckResult, int, float | None]:
-    """Check the windows ``first .. enc.n`` in order; returns the status, the window it ended in
-    (``enc.n + 1`` when every window is refuted) and that window's deadline. After ``SAT`` the window's
-    bound stays asserted, so the goals are tightened inside it."""
+def _pin(enc: Encoder, sess: SmtSession, incumbent: JointResult,
+         deadline: float | None) -> tuple[CheckResult, int]:
+    """Check the formula with ``incumbent``'s start times, groups and (at most) its length asserted inside
+    a push, left open on ``SAT`` (the caller extracts the model, then pops and restates the lazily found
+    formulas from the returned mark on, as after any probe)."""
+    m = enc.m
+    sess.push()
+    mark = len(enc.scoped)
+    for name, t in enc.s.items():
+        sess.add(m.Equals(t, enc.int_(incumbent.start[name])))
+    for name, w in incumbent.group.items():
+        sess.add(enc.opw[name][w] if w in enc.opw[name] else m.FALSE())
+    sess.add(m.LE(enc.length, enc.int_(incumbent.length)))
+    status = check_lazily(enc, sess, deadline)
+    if status != CheckResult.SAT:
+        sess.pop()
+    return status, mark
 
-    def until() -> float | None:
+
+def _windows(enc: Encoder, sess: SmtSession, first: int, deadline: float | None,
+             window_s: float | None, model_by: float | None = None) -> tuple[CheckResult, int, float | None]:
+    """Check the windows ``first .. enc.n`` in order; returns the status, the window it ended in
+    (``enc.n + 1`` when every window is refuted) and that window's deadline (the goals' deadline:
+    ``deadline`` or the window's ``window_s``, never ``model_by``, which bounds the checks for a first
+    model only). After ``SAT`` the window's bound stays asserted, so the goals are tightened inside
+    it."""
+
+    def goals_until() -> float | None:
         if window_s is None:
             return deadline
         end = time.monotonic() + window_s
         return end if deadline is None else min(deadline, end)
 
+    def until() -> tuple[float | None, float | None]:
+        end = goals_until()
+        return end, (end if model_by is None else model_by if end is None else min(end, model_by))
+
     if not enc.upto:
-        end = until()
-        status = check_lazily(enc, sess, end)
+        end, model_end = until()
+        status = check_lazily(enc, sess, model_end)
         return status, enc.n + (status == CheckResult.UNSAT), end
     for n in range(first, enc.n + 1):
-        end = until()
+        end, model_end = until()
         sess.push()
         mark = len(enc.scoped)
         sess.add(enc.m.LE(enc.length, enc.int_(n * enc.ii)))
-        status = check_lazily(enc, sess, end)
+        status = check_lazily(enc, sess, model_end)
         if status != CheckResult.UNSAT:
             return status, n, end
         sess.pop()
@@ -299,8 +351,12 @@ def _goal(enc: Encoder, goal: str) -> tuple[Any, int, int]:
 
 
 def _tighten(enc: Encoder, sess: SmtSession, goal: str, best: dict[str, Any],
-             deadline: float | None, low: int | None = None) -> tuple[dict[str, Any], bool, int]:
+             deadline: float | None, low: int | None = None,
+             order: str | None = None) -> tuple[dict[str, Any], bool, int]:
     """Minimize ``goal`` by bisection between a lower bound and the best model; fix it there.
+    ``order``: where the probes fall (:data:`PROBE_ORDER`'s values, or ``"bisect"``), the goal's entry
+    there by default; an incumbent's goals bisect (its length lies anywhere above a lower bound that
+    may be far below the optimum, where climbing would walk up one unit per refuted probe).
 
     Each probe asserts ``goal <= mid`` inside a push/pop: SAT lowers the upper end to the model's value,
     UNSAT proves the optimum is above ``mid``. Returns the best model, whether its value is proven
@@ -310,7 +366,7 @@ def _tighten(enc: Encoder, sess: SmtSession, goal: str, best: dict[str, Any],
     term, step, least = _goal(enc, goal)
     low = least if low is None else max(low, least)
     key = GOAL_KEYS[goal]
-    order = PROBE_ORDER.get(goal, "top")
+    order = order or PROBE_ORDER.get(goal, "top")
     best, low, status = _bisect(enc, sess, term, step, low, best, key, deadline, top=order == "top",
                                 climb=order == "climb")
     if status == CheckResult.SAT:
