@@ -54,7 +54,9 @@ def covered(a: int, b: int, r: int, ii: int) -> int:
     residue ``r`` of its fold (:func:`twill.model.liveness.fold`).
 
     >>> covered(0, 10, 0, 10), covered(0, 10, 9, 10), covered(3, 25, 4, 10), covered(5, 5, 5, 10)
-    (1, 1, 2, 0)
+    (1, 1, 3, 0)
+
+    (``[3, 25)`` holds ``t = 4, 14, 24``.)
     """
     return -((r - b) // ii) - -((r - a) // ii)
 
