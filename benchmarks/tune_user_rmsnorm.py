@@ -1,4 +1,5 @@
-"""A row RMSNorm written as a user would: the memory-bound validation kernel of `twill tune` (benchmarks/results/tune_scores.md)."""
+"""A row RMSNorm written as a user would: the memory-bound validation kernel of `twill tune`
+(benchmarks/results/tune_scores.md)."""
 
 import triton
 import triton.language as tl
