@@ -26,7 +26,7 @@ from math import ceil
 from twill.ir.graph import Reservation
 from twill.ir.machine import Machine
 
-__all__ = ["DTYPE_BYTES", "CostModel", "OpCost", "WgmmaWork"]
+__all__ = ["DTYPE_BYTES", "CostModel", "OpCost", "WgmmaWork", "tc_rate_key"]
 
 DTYPE_BYTES: Mapping[str, int] = {
     "f64": 8, "fp64": 8, "f32": 4, "fp32": 4, "i32": 4, "tf32": 4, "f16": 2, "fp16": 2, "bf16": 2, "i16": 2,
@@ -99,6 +99,19 @@ class WgmmaWork:
     tc_cycles: float
     smem_bytes: int
     instr_n: int
+
+
+def tc_rate_key(dtype: str) -> str:
+    """The machine constant (under ``cost.``) of the Tensor Core rate for GEMM operands of ``dtype``
+    (TTGIR or short spelling), in FLOP/cycle/SM: ``tc_flops_fp8`` for the fp8 types, ``tc_flops_tf32``
+    for fp32 / tf32, ``tc_flops_fp16`` for every other (fp16, bf16).
+
+    >>> tc_rate_key("f8E4M3FN"), tc_rate_key("f32"), tc_rate_key("bf16")
+    ('tc_flops_fp8', 'tc_flops_tf32', 'tc_flops_fp16')
+    """
+    return {"fp8": "tc_flops_fp8", "f8E4M3FN": "tc_flops_fp8", "f8E5M2": "tc_flops_fp8",
+            "tf32": "tc_flops_tf32", "f32": "tc_flops_tf32", "fp32": "tc_flops_tf32"}.get(
+        dtype, "tc_flops_fp16")
 
 
 def _cycles(work: float) -> int:
@@ -242,9 +255,7 @@ class CostModel:
             ``serialized`` on a machine without wgmma (Blackwell's ``tcgen05.mma`` has one issuing thread
             and no register accumulator).
         """
-        key = {"fp8": "tc_flops_fp8", "f8E4M3FN": "tc_flops_fp8", "f8E5M2": "tc_flops_fp8",
-               "tf32": "tc_flops_tf32", "f32": "tc_flops_tf32", "fp32": "tc_flops_tf32"}.get(dtype,
-                                                                                             "tc_flops_fp16")
+        key = tc_rate_key(dtype)
         rate = self._rate(key)
         busy = _cycles(2 * m * n * k / rate)
         issue = min(busy, int(self._rate("tc_issue")))

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from twill.ir.costmodel import tc_rate_key
+
 __all__ = ["gemm_flops", "over_peak", "tc_peak_tflops"]
 
 
@@ -29,9 +31,7 @@ def tc_peak_tflops(machine: Any, dtypes: Iterable[str] = ()) -> float:
     KeyError
         The machine has no ``cost.tc_flops_fp16`` (or the rate of a dtype it is asked for).
     """
-    keys = {"f8E4M3FN": "tc_flops_fp8", "f8E5M2": "tc_flops_fp8", "fp8": "tc_flops_fp8",
-            "f32": "tc_flops_tf32", "tf32": "tc_flops_tf32"}
-    names = {keys.get(d, "tc_flops_fp16") for d in dtypes} or {"tc_flops_fp16"}
+    names = {tc_rate_key(d) for d in dtypes} or {"tc_flops_fp16"}
     rate = max(float(machine.const(f"cost.{n}")) for n in names)
     return float(machine.const("chip.sms")) * rate * float(machine.const("chip.clock_ghz")) / 1e3
 
