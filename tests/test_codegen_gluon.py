@@ -391,11 +391,25 @@ def test_gemm_computes_a_product_in_the_cpu_simulation(built):
     assert np.abs(c.astype(np.float32) - ref).max() / np.abs(ref).max() < 1e-2
 
 
+def _how_caught(kernel, n):
+    """How the simulation rejects ``kernel`` on an ``n``-token FA forward: "race", "deadlock" or "wrong"
+    (a result off by more than 10 %); "passed" when it does not."""
+    try:
+        return "wrong" if _simulate_fa(kernel, n) > 0.1 else "passed"
+    except SimulationError as exc:
+        return next((w for w in ("race", "deadlock") if w in str(exc)), str(exc))
+
+
 def test_the_simulation_catches_a_missing_wait_and_a_missing_release(built):
+    """A consumer that never waits for K is a data race, which the partitions' thread interleaving decides:
+    it reads a K tile whose copy is in flight (a race), or runs ahead of the copy's issue and reads stale
+    data (wrong results), or releases ring slots early enough to put the ring's barriers out of step (a
+    deadlock, as it can hang the GPU). Each is a catch; passing is not."""
     kernel = built["fa_fwd_subtiled"][2]
     blind = dataclasses.replace(kernel, source=kernel.source.replace("mbarrier.wait(ready_k.index(",
                                                                           "(lambda *a: None)(ready_k.index("))
-    assert _simulate_fa(blind, 384) > 0.1                              # reads K before it lands
+    assert blind.source != kernel.source
+    assert _how_caught(blind, 384) in {"race", "deadlock", "wrong"}
     no_release = re.sub(r"mbarrier\.arrive\(empty_v[^\n]*", "pass", kernel.source)
     x = np.random.default_rng(0).standard_normal((512, 128)).astype(np.float16)
     descs = [Descriptor(x, [64, 128]), Descriptor(x, [128, 128]), Descriptor(x, [128, 128]),
@@ -403,6 +417,42 @@ def test_the_simulation_catches_a_missing_wait_and_a_missing_release(built):
     with pytest.raises(SimulationError, match="deadlock"):
         run_kernel(no_release, "attn_fwd_subtiled_sm90", [*descs, 0.1, 512, 64, 128, 128], (1, 1),
                    timeout=2.0)
+
+
+_COPY = """
+@gluon.jit
+def copy(src, dst):
+    bar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(bar.index(0), count=1)
+    buf = gl.allocate_shared_memory(gl.float16, [2, 64, 64], src.layout)
+    mbarrier.expect(bar.index(0), 8192)
+    tma.async_copy_global_to_shared(src, [0, 0], bar.index(0), buf.index(SLOT))
+    WAIT
+    READ
+"""
+
+
+@pytest.mark.parametrize("read", ["tma.async_copy_shared_to_global(dst, [0, 0], buf.index(0))",
+                                  "dst_tile = buf.index(0).load(None)",
+                                  "warpgroup_mma_wait(0, [warpgroup_mma(buf.index(0), buf.index(0), 0.0)])",
+                                  "tma.async_copy_global_to_shared(src, [0, 0], bar.index(0), buf.index(0))"])
+def test_a_read_of_a_tile_whose_copy_is_in_flight_is_a_race(read):
+    """Deterministic, with one thread: without the wait the read (a TMA store, a load, a wgmma operand, a
+    second copy) meets the first copy in flight; with it, or when the copy went to the other slot, it does
+    not."""
+    x = np.arange(64 * 64, dtype=np.float16).reshape(64, 64)
+
+    def run(wait, slot):
+        y = np.zeros_like(x)
+        src = _COPY.replace("WAIT", wait).replace("READ", read).replace("SLOT", str(slot))
+        run_kernel(src, "copy", [Descriptor(x, [64, 64]), Descriptor(y, [64, 64])], (1,))
+        return y
+    with pytest.raises(SimulationError, match=r"race: .* while a TMA copy into it is in flight"):
+        run("pass", 0)
+    run("pass", 1)    # the other slot: no overlap
+    y = run("mbarrier.wait(bar.index(0), 0)", 0)
+    if read.startswith("tma.async_copy_shared"):
+        assert np.array_equal(y, x)
 
 
 def test_the_simulation_does_not_depend_on_the_clock(built, monkeypatch):

@@ -12,7 +12,10 @@ partition in its own thread:
   MMA issued, a partition ending), none can ever be released. A slow machine cannot make a correct kernel
   look deadlocked, nor a deadlocked one pass;
 * a **TMA load** lands in shared memory only when a partition waits on its barrier, and then completes its
-  bytes there (a reader that does not wait for it sees stale data, deterministically);
+  bytes there; reading a tile (``load``, a wgmma or tcgen05 operand, a TMA store) while a copy into it is
+  still in flight, or issuing a second copy into it, is reported as a **race** (a reader that never waits
+  and runs ahead of the copy's issue sees stale data instead: wrong results, or a deadlock when its
+  early releases put the ring's barriers out of step);
 * a **wgmma** is computed when it completes (at the ``warpgroup_mma_wait`` that retires it, in issue order),
   reading its shared-memory operands then (a ring slot released and refilled too early gives wrong results);
   its result cannot be read before that wait (an error);
@@ -192,16 +195,25 @@ class BarrierArray:
 
 
 class Smem:
-    """A shared-memory buffer or a view of one (``index``, ``permute``)."""
+    """A shared-memory buffer or a view of one (``index``, ``permute``); ``machine`` (when given) is told of
+    every read so that a read of a tile with a TMA copy in flight is caught (:meth:`_Machine.check_read`)."""
 
-    def __init__(self, data: np.ndarray) -> None:
+    def __init__(self, data: np.ndarray, machine: _Machine | None = None) -> None:
         self.data = data
+        self.machine = machine
+
+    def read(self, what: str) -> np.ndarray:
+        """The tile's data, for a reader described by ``what``; raises :class:`SimulationError` when a copy
+        into it is in flight."""
+        if self.machine is not None:
+            self.machine.check_read(self.data, what)
+        return self.data
 
     def index(self, i: int) -> Smem:
-        return Smem(self.data[int(i)])
+        return Smem(self.data[int(i)], self.machine)
 
     def permute(self, order: Sequence[int]) -> Smem:
-        return Smem(np.transpose(self.data, tuple(order)))
+        return Smem(np.transpose(self.data, tuple(order)), self.machine)
 
     def _reinterpret(self, dtype: Any, shape: Sequence[int], layout: Any = None) -> Smem:
         """The first bytes of this buffer seen as a ``dtype`` tile of ``shape`` (they share memory: a
@@ -210,10 +222,10 @@ class Smem:
         n = int(np.prod(shape)) * np.dtype(dtype).itemsize
         if n > flat.size:
             raise SimulationError(f"_reinterpret as {list(shape)} needs {n} B; the buffer has {flat.size} B")
-        return Smem(flat[:n].view(dtype).reshape(tuple(int(d) for d in shape)))
+        return Smem(flat[:n].view(dtype).reshape(tuple(int(d) for d in shape)), self.machine)
 
     def load(self, _layout: Any = None) -> Arr:
-        return _arr(self.data.copy())
+        return _arr(self.read("a shared-memory load").copy())
 
     def store(self, value: Any) -> None:
         np.copyto(self.data, np.asarray(value).astype(self.data.dtype))
@@ -252,12 +264,12 @@ class _Token:
 
     def complete(self) -> Arr:
         if self.value is None:
-            a = self.a.data.astype(np.float32) if isinstance(self.a, Smem) else self.a
+            a = self.a.read("a wgmma's A operand").astype(np.float32) if isinstance(self.a, Smem) else self.a
             acc = self.acc
             if isinstance(acc, _Token):
                 acc = acc.complete()
             base = np.asarray(acc, dtype=np.float32) if self.use_acc else 0.0
-            self.value = _arr(base + a @ self.b.data.astype(np.float32))
+            self.value = _arr(base + a @ self.b.read("a wgmma's B operand").astype(np.float32))
         return self.value
 
     def __array__(self, *a: Any, **k: Any) -> Any:
@@ -321,11 +333,17 @@ class _Mma:
             earlier.complete()
         self.done = True
         if self.acc is not None:
-            prod = self.a.data.astype(np.float32) @ self.b.data.astype(np.float32)
+            prod = (_operand(self.a, "a tcgen05 MMA's A operand").astype(np.float32)
+                    @ _operand(self.b, "a tcgen05 MMA's B operand").astype(np.float32))
             self.acc.store(prod + (self.acc.data.astype(np.float32) if self.use_acc else 0.0))
         for bar in self.bars:
             bar.pending -= 1
             bar._check()
+
+
+def _operand(x: Smem | Tmem, what: str) -> np.ndarray:
+    """An MMA operand's data (a shared-memory one checked for a copy in flight)."""
+    return x.read(what) if isinstance(x, Smem) else x.data
 
 
 class _Machine:
@@ -341,6 +359,16 @@ class _Machine:
         self.live = 0  # partition threads still running (0 outside warp_specialize: the kernel's own thread)
         self.waiting: dict[int, tuple[int, str]] = {}  # thread -> (epoch it last looked at, what it waits on)
         self.deadlock: str | None = None
+        self.copies: list[np.ndarray] = []  # destinations of the TMA loads issued and not landed yet
+
+    def check_read(self, data: np.ndarray, what: str) -> None:
+        """Raise :class:`SimulationError` when ``data`` overlaps a TMA copy's destination that has not
+        landed (no wait on its barrier came between the copy and ``what``)."""
+        with self.cond:
+            if any(np.may_share_memory(data, dst) for dst in self.copies):
+                raise SimulationError(
+                    f"race: {what} in {threading.current_thread().name} reads a shared-memory tile while a "
+                    "TMA copy into it is in flight (no mbarrier.wait on the copy's barrier came first)")
 
     # ---------------------------------------------------------------- gl
     def gl(self) -> Any:
@@ -405,7 +433,7 @@ class _Machine:
                                        value: Any = None) -> Any:
                 if dtype is np.int64 and len(shape) == 2 and shape[1] == 1:
                     return BarrierArray(shape[0], m.cond)
-                buf = Smem(np.zeros(tuple(shape), dtype=dtype))
+                buf = Smem(np.zeros(tuple(shape), dtype=dtype), m)
                 if value is not None:
                     buf.store(value)
                 return buf
@@ -474,19 +502,25 @@ class _Machine:
             @staticmethod
             def async_copy_global_to_shared(desc: Descriptor, coord: Sequence[int], bar: Barrier, smem: Smem,
                                             pred: Any = True) -> None:
+                if not pred:
+                    return
                 block = desc.read(coord)
+                dst = smem.data
 
                 def land() -> None:   # called with m.cond held
-                    np.copyto(smem.data, block.astype(smem.data.dtype))
+                    np.copyto(dst, block.astype(dst.dtype))
+                    m.copies[:] = [c for c in m.copies if c is not dst]
                     bar.tx -= block.nbytes
                     bar._check()
+                smem.read("a TMA load into a tile")   # a second copy into a tile whose first has not landed
                 with m.cond:
+                    m.copies.append(dst)
                     bar.in_flight.append(land)
                     _changed(m.cond)
 
             @staticmethod
             def async_copy_shared_to_global(desc: Descriptor, coord: Sequence[int], smem: Smem) -> None:
-                desc.write(coord, np.asarray(smem.data))
+                desc.write(coord, np.asarray(smem.read("a TMA store")))
 
             @staticmethod
             def store_wait(pendings: int) -> None:
