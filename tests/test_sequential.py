@@ -55,10 +55,21 @@ def _problem(seed: int) -> Problem | None:
         return None
 
 
+_RUNS: dict[int, tuple[Problem, Run]] = {}
+
+
+def _run(p: Problem) -> Run:
+    """One search record per problem, so its stage bounds (a linear program per bucket of IIs) are
+    computed once, not once per assignment; ``finish`` reads the record and adds only to that cache."""
+    if id(p) not in _RUNS:
+        _RUNS[id(p)] = (p, Run(p, bounds(p), None, None, time.monotonic(), [], {}, {}, methods="test"))
+    return _RUNS[id(p)][1]
+
+
 def _errors(p: Problem, ii: int, start: dict[str, int], group: dict[str, int]) -> list:
     """``twill.verify.violations`` of the schedule ``start`` / ``group`` at ``ii``, budgets the least
     that hold its registers."""
-    run = Run(p, bounds(p), None, None, time.monotonic(), [], {}, {}, methods="test")
+    run = _run(p)
     warps = {g: max([p.op(n).warps for n in group if group[n] == g] + [1]) for g in set(group.values())}
     warps = {g: p.resources.group_threads(w) // 32 for g, w in warps.items()}
     length = max(start[op.name] + op.cycles for op in p.ops)
