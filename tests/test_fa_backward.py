@@ -101,6 +101,7 @@ def _compute_stages(s: twill.Schedule) -> set[int]:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_hopper_backward_registers_keep_compute_within_one_iteration() -> None:
     g = bwd_graph("attn_bwd_subtiled_sm90", "h100")
     bound = twill.schedule(g, "h100", normalize_upper=HOPPER, max_stages=2, time_limit=600)

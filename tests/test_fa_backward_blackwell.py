@@ -19,6 +19,7 @@ def bwd_b200() -> twill.Schedule:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_blackwell_backward_two_compute_groups_at_the_default_budget(bwd_b200: twill.Schedule) -> None:
     s = bwd_b200
     twill.verify(s)
@@ -39,6 +40,7 @@ def test_blackwell_backward_two_compute_groups_at_the_default_budget(bwd_b200: t
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_blackwell_backward_reduced_register_budget(bwd_b200: twill.Schedule) -> None:
     """A lower per-thread limit is honoured by every group and cannot lower the optimal II."""
     limit = 160

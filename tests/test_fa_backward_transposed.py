@@ -20,6 +20,7 @@ def transposed_b200() -> tuple[twill.Schedule, twill.Schedule]:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_blackwell_transposed_backward_gives_the_dq_reduction_a_group_at_a_reduced_budget(
         transposed_b200: tuple[twill.Schedule, twill.Schedule]) -> None:
     """``attn_bwd_transposed_sm100`` (S^T = K Q^T: P^T and dS^T reach the dV and dK MMAs in tensor memory,
