@@ -119,6 +119,7 @@ def test_hopper_backward_registers_keep_compute_within_one_iteration() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # the default run keeps test_reasons.py's refusal of the same loop, with its sums
 def test_hopper_plain_backward_has_no_schedule_at_any_ii_because_of_registers() -> None:
     """The plain (not sub-tiled) Hopper backward keeps one 128-row block's dK and dV accumulators and its
     S, P and dP tiles on one warpgroup: at the default U = 300 there is no schedule at any II up to a

@@ -76,7 +76,7 @@ NAMED_BARRIER = 1
 NEG = -(10**9)
 
 EXAMPLES = {"verify": 20, "oracle_modulo": 40, "oracle_schedule": 20, "shuffle": 8, "json": 5, "ranges": 20,
-            "range_query": 30, "cpsat_joint": 150, "cpsat_schedule": 10}
+            "range_query": 30, "cpsat_joint": 80, "cpsat_schedule": 10}
 """Examples per property, run in CI (``derandomize=True``)."""
 
 
