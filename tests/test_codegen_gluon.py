@@ -435,11 +435,12 @@ def copy(src, dst):
 @pytest.mark.parametrize("read", ["tma.async_copy_shared_to_global(dst, [0, 0], buf.index(0))",
                                   "dst_tile = buf.index(0).load(None)",
                                   "warpgroup_mma_wait(0, [warpgroup_mma(buf.index(0), buf.index(0), 0.0)])",
-                                  "tma.async_copy_global_to_shared(src, [0, 0], bar.index(0), buf.index(0))"])
+                                  "tma.async_copy_global_to_shared(src, [0, 0], bar.index(0), buf.index(0))",
+                                  "buf.index(0).store(gl.full([64, 64], 1.0, gl.float16))"])
 def test_a_read_of_a_tile_whose_copy_is_in_flight_is_a_race(read):
-    """Deterministic, with one thread: without the wait the read (a TMA store, a load, a wgmma operand, a
-    second copy) meets the first copy in flight; with it, or when the copy went to the other slot, it does
-    not."""
+    """Deterministic, with one thread: without the wait the access (a TMA store, a load, a wgmma operand, a
+    second copy, a store from registers) meets the first copy in flight; with it, or when the copy went to
+    the other slot, it does not."""
     x = np.arange(64 * 64, dtype=np.float16).reshape(64, 64)
 
     def run(wait, slot):

@@ -12,10 +12,10 @@ partition in its own thread:
   MMA issued, a partition ending), none can ever be released. A slow machine cannot make a correct kernel
   look deadlocked, nor a deadlocked one pass;
 * a **TMA load** lands in shared memory only when a partition waits on its barrier, and then completes its
-  bytes there; reading a tile (``load``, a wgmma or tcgen05 operand, a TMA store) while a copy into it is
-  still in flight, or issuing a second copy into it, is reported as a **race** (a reader that never waits
-  and runs ahead of the copy's issue sees stale data instead: wrong results, or a deadlock when its
-  early releases put the ring's barriers out of step);
+  bytes there; reading a tile (``load``, a wgmma or tcgen05 operand, a TMA store) or writing it
+  (``store``, a second TMA copy) while a copy into it is still in flight is reported as a **race** (a
+  reader that never waits and runs ahead of the copy's issue sees stale data instead: wrong results, or a
+  deadlock when its early releases put the ring's barriers out of step);
 * a **wgmma** is computed when it completes (at the ``warpgroup_mma_wait`` that retires it, in issue order),
   reading its shared-memory operands then (a ring slot released and refilled too early gives wrong results);
   its result cannot be read before that wait (an error);
@@ -196,17 +196,18 @@ class BarrierArray:
 
 class Smem:
     """A shared-memory buffer or a view of one (``index``, ``permute``); ``machine`` (when given) is told of
-    every read so that a read of a tile with a TMA copy in flight is caught (:meth:`_Machine.check_read`)."""
+    every access, so that a use of a tile with a TMA copy in flight is caught
+    (:meth:`_Machine.check_access`)."""
 
     def __init__(self, data: np.ndarray, machine: _Machine | None = None) -> None:
         self.data = data
         self.machine = machine
 
     def read(self, what: str) -> np.ndarray:
-        """The tile's data, for a reader described by ``what``; raises :class:`SimulationError` when a copy
-        into it is in flight."""
+        """The tile's data, for a reader or writer described by ``what``; raises :class:`SimulationError`
+        when a copy into it is in flight."""
         if self.machine is not None:
-            self.machine.check_read(self.data, what)
+            self.machine.check_access(self.data, what)
         return self.data
 
     def index(self, i: int) -> Smem:
@@ -228,7 +229,7 @@ class Smem:
         return _arr(self.read("a shared-memory load").copy())
 
     def store(self, value: Any) -> None:
-        np.copyto(self.data, np.asarray(value).astype(self.data.dtype))
+        np.copyto(self.read("a shared-memory store"), np.asarray(value).astype(self.data.dtype))
 
 
 class Descriptor:
@@ -361,13 +362,13 @@ class _Machine:
         self.deadlock: str | None = None
         self.copies: list[np.ndarray] = []  # destinations of the TMA loads issued and not landed yet
 
-    def check_read(self, data: np.ndarray, what: str) -> None:
+    def check_access(self, data: np.ndarray, what: str) -> None:
         """Raise :class:`SimulationError` when ``data`` overlaps a TMA copy's destination that has not
         landed (no wait on its barrier came between the copy and ``what``)."""
         with self.cond:
             if any(np.may_share_memory(data, dst) for dst in self.copies):
                 raise SimulationError(
-                    f"race: {what} in {threading.current_thread().name} reads a shared-memory tile while a "
+                    f"race: {what} in {threading.current_thread().name} uses a shared-memory tile while a "
                     "TMA copy into it is in flight (no mbarrier.wait on the copy's barrier came first)")
 
     # ---------------------------------------------------------------- gl
