@@ -43,8 +43,8 @@ from twill.errors import FrontendError
 
 __all__ = ["Cliff", "RegReport", "compile_registers", "find_cliffs", "parse_ptx", "parse_ptxas_log",
            "parse_resource_usage", "parse_sass", "parse_sass_loop", "parse_sass_loop_barriers",
-           "parse_sass_loop_local", "parse_sass_loops", "render_table", "run_triton_tool", "sweep",
-           "triton_tool"]
+           "parse_sass_loop_local", "parse_sass_loop_memory", "parse_sass_loops", "render_table",
+           "run_triton_tool", "sweep", "triton_tool"]
 
 _TARGETS = {90: ("sm_90a", "ptxas", "h100"), 100: ("sm_100a", "ptxas-blackwell", "b200")}
 """Per compute capability (:data:`twill.frontend.targets.CAPABILITIES`): the ptxas ``--gpu-name``, the
@@ -106,6 +106,10 @@ class RegReport:
         Per outermost loop of the SASS, in address order: instructions per warp per trip, the
         ``STL`` / ``LDL`` bytes per thread per trip and the CTA-wide barriers per trip
         (:func:`parse_sass_loops`; a kernel of several sibling loops); empty when the SASS was not read.
+    loop_memory : tuple of (int, int, int)
+        Per outermost loop of the SASS, in address order: ``LDG`` bytes and ``STG`` bytes per thread per
+        trip of the compiled loop, and its load groups (:func:`parse_sass_loop_memory`); empty when the
+        SASS was not read.
     cubin_bytes : int
         Size of the cubin.
     ptxas_notes : tuple of str
@@ -145,6 +149,7 @@ class RegReport:
     loop_local_bytes: tuple[int, int] | None = None
     loop_barriers: int | None = None
     loops: tuple[tuple[int, int, int, int], ...] = ()
+    loop_memory: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def spills(self) -> bool:
@@ -363,6 +368,52 @@ def parse_sass_loops(text: str) -> list[tuple[int, int, int, int]]:
     return [(len(loop), *_local_bytes(loop), _barriers(loop)) for loop in _sibling_loops(text)]
 
 
+_GLOBAL_WIDTH = re.compile(r"^\.E(?:\.[A-Z]+)*?\.(U8|S8|U16|S16|64|128)\b")
+_GLOBAL_BYTES = {"U8": 1, "S8": 1, "U16": 2, "S16": 2, "64": 8, "128": 16}
+
+
+def _global_memory(loop: Sequence[tuple[int, str, str]]) -> tuple[int, int, int]:
+    """``(LDG bytes, STG bytes, load groups)`` per thread of the rows of one loop (see
+    :func:`parse_sass_loop_memory`)."""
+    loads = stores = groups = 0
+    pending = False  # an LDG since the last STG: the group that STG closes
+    for _, opcode, rest in loop:
+        if opcode not in ("LDG", "STG"):
+            continue
+        width = _GLOBAL_WIDTH.match(rest)
+        size = _GLOBAL_BYTES[width.group(1)] if width else 4
+        if opcode == "LDG":
+            loads += size
+            pending = True
+        else:
+            stores += size
+            if pending:
+                groups += 1
+                pending = False
+    return loads, stores, groups + (1 if pending else 0)
+
+
+def parse_sass_loop_memory(text: str) -> list[tuple[int, int, int]]:
+    """Per outermost loop of a disassembled kernel (:func:`parse_sass_loops`' loops, in address order):
+    ``(LDG bytes, STG bytes, load groups)`` per thread per trip of the compiled loop.
+
+    Each ``LDG`` / ``STG`` moves 4 bytes, or 1 / 2 / 8 / 16 with a ``.U8`` / ``.U16`` / ``.64`` / ``.128``
+    modifier. ptxas may unroll a loop (a row softmax's ``tl.load`` of 1 element per thread becomes 4
+    ``LDG.E.U16`` per trip of the SASS loop), so the bytes are per *compiled* trip. A load group is a run
+    of ``LDG`` up to the next ``STG``: ptxas does not move a load above a store to memory that may alias
+    it, so an in-order warp issues a group's loads together and waits for them before the store (the
+    next group's loads come after it): a warp has one group's loads in flight at a time.
+
+    >>> parse_sass_loop_memory("        /*0010*/  LDG.E.U16 R1, desc[UR4][R2.64] ;\\n"
+    ...                        "        /*0020*/  LDG.E.U16 R5, desc[UR4][R6.64] ;\\n"
+    ...                        "        /*0030*/  STG.E.U16 desc[UR4][R8.64], R1 ;\\n"
+    ...                        "        /*0040*/  LDG.E.128 R4, desc[UR4][R2.64] ;\\n"
+    ...                        "        /*0050*/  @P0 BRA 0x10 ;\\n        /*0060*/  EXIT ;")
+    [(20, 2, 2)]
+    """
+    return [_global_memory(loop) for loop in _sibling_loops(text)]
+
+
 def parse_sass_loop(text: str) -> int | None:
     """Instructions of the main loop of a disassembled kernel (``cuobjdump -sass``), per warp per trip.
 
@@ -562,6 +613,7 @@ def compile_registers(kernel: Any, *, target: str = "sm_90", num_warps: int | No
         local = parse_sass_loop_local(sass_text) if sass_text is not None else None
         barriers = parse_sass_loop_barriers(sass_text) if sass_text is not None else None
         loops = tuple(parse_sass_loops(sass_text)) if sass_text is not None else ()
+        memory = tuple(parse_sass_loop_memory(sass_text)) if sass_text is not None else ()
         cubin_bytes = cubin_path.stat().st_size
     seconds = time.perf_counter() - t0
     info = parse_ptx(ptx)
@@ -582,7 +634,8 @@ def compile_registers(kernel: Any, *, target: str = "sm_90", num_warps: int | No
         sass_instructions=None if ops is None else sum(ops.values()),
         cubin_bytes=cubin_bytes, ptxas_notes=ptxas_info["ptxas_notes"], compile_seconds=round(seconds, 3),
         constexprs=values, loop_sass_instructions=loop,
-        loop_local_bytes=None if local is None else tuple(local), loop_barriers=barriers, loops=loops)
+        loop_local_bytes=None if local is None else tuple(local), loop_barriers=barriers, loops=loops,
+        loop_memory=memory)
 
 
 def sweep(kernel: Any, *, target: str = "sm_90", num_warps: Iterable[int] = (2, 4, 8, 16),

@@ -51,7 +51,9 @@ class LoopPrice:
 
 def price_loop(lowering: Any, report: dict[str, Any], *, machine: Any, cm: Any, num_warps: int,
                num_stages: int, ctas_per_sm: int, tail_ctas_per_sm: int, loop_instructions: int | None,
-               local_bytes: tuple[int, int] | None, loop_barriers: int = 0) -> LoopPrice:
+               local_bytes: tuple[int, int] | None, loop_barriers: int = 0,
+               sass_memory: tuple[int, int, int] | None = None,
+               reuse_hit: dict[str, float] | None = None) -> LoopPrice:
     """Price one loop (``lowering``: :func:`twill.frontend.lower.lower_loop` of it) of a compiled config.
 
     Parameters
@@ -75,6 +77,17 @@ def price_loop(lowering: Any, report: dict[str, Any], *, machine: Any, cm: Any, 
         The loop's CTA-wide ``BAR.SYNC`` / ``BAR.RED`` per trip
         (:func:`twill.calibrate.regs.parse_sass_loop_barriers`): a serialized trip waits at each
         (:func:`twill.tune.triton_model.serial_chain_cycles`).
+    sass_memory : tuple of (int, int, int) or None
+        The compiled loop's ``LDG`` / ``STG`` bytes per thread per trip and its load groups
+        (:func:`twill.calibrate.regs.parse_sass_loop_memory`), for a streaming loop's bytes in flight.
+    reuse_hit : dict of str to float or None
+        Per base pointer of a private load, the share L2 still holds from an earlier sibling loop
+        (:func:`twill.tune.membound.reuse_hits`).
+
+    A streaming loop (pointer loads from HBM, no TMA or GEMM; :attr:`twill.tune.membound.LoopStreams.
+    streaming`) on a machine with the HBM constants is priced by :func:`twill.tune.membound.trip_cycles`
+    instead of :func:`twill.tune.triton_model.effective_cycles`: its loads' latency is not on one CTA's
+    chain trip by trip but shared by every warp's loads in flight (``details.membound``).
     """
     from twill.tune import triton_model as tm
 
@@ -104,6 +117,11 @@ def price_loop(lowering: Any, report: dict[str, Any], *, machine: Any, cm: Any, 
                                    compute.cycles_per_iteration)
     tail_trip = tm.effective_cycles(single.cycles_per_iteration, terms, tail_ctas_per_sm,
                                     compute.cycles_per_iteration)
+    stream = _streaming(lowering, one, machine, num_stages=num_stages, threads=int(report["threads"]),
+                        terms=terms, ctas=(ctas_per_sm, tail_ctas_per_sm), sass_memory=sass_memory,
+                        reuse_hit=reuse_hit)
+    if stream is not None:
+        per_trip, tail_trip = stream["cycles_per_trip"], stream["tail_cycles_per_trip"]
     details = {
         "loop_sass_instructions": loop_instructions,
         "triton_pipelined": slots.pipelined, "triton_stages": slots.stages, "wgmma_serialized": serialized,
@@ -120,4 +138,36 @@ def price_loop(lowering: Any, report: dict[str, Any], *, machine: Any, cm: Any, 
             tm.serialize_gemms(graph, operands, num_warps, cm) if serialized else graph, operands, num_warps,
             cm),
         "cycles_per_trip": round(per_trip, 1), "terms": terms.to_dict()}
+    if stream is not None:
+        details["membound"] = {k: round(v, 3) if isinstance(v, float) else (
+            {n: round(c, 1) for n, c in v.items()} if isinstance(v, dict) else v) for k, v in stream.items()}
     return LoopPrice(per_trip, tail_trip, terms, model_graph, operands, details)
+
+
+def _streaming(lowering: Any, schedule: Any, machine: Any, *, num_stages: int, threads: int, terms: Any,
+               ctas: tuple[int, int], sass_memory: tuple[int, int, int] | None,
+               reuse_hit: dict[str, float] | None) -> dict[str, Any] | None:
+    """A streaming loop's cycles per trip at the kernel's and the last wave's occupancy
+    (:mod:`twill.tune.membound`), or None when the loop is not one or the machine lacks the constants."""
+    from twill.tune import membound as mb
+
+    if not mb.membound_available(machine):
+        return None
+    streams = mb.loop_streams(lowering, threads)
+    if not streams.streaming:
+        return None
+    compute = mb.compute_chain(schedule, num_stages, ITERATIONS)
+    extra = terms.fixed + terms.stretch
+    out: dict[str, Any] = {"compute_cycles_per_trip": compute}
+    for name, k in (("", ctas[0]), ("tail_", ctas[1])):
+        m = mb.streaming_cycles(streams, machine, ctas_per_sm=k, threads=threads, sass_memory=sass_memory,
+                                hit=reuse_hit, body_instructions=terms.instructions_per_warp)
+        issue = mb.issue_per_trip(terms.issue, m["unroll"])
+        chain, shared = mb.trip_parts(compute=compute, extra=extra, stream=m, ctas_per_sm=k, issue=issue,
+                                      units=terms.shared_units)
+        out[f"{name}cycles_per_trip"] = mb.trip_cycles(chain, shared)
+        out[f"{name}chain"] = chain
+        out[f"{name}shared"] = shared
+        if not name:
+            out.update({**m, "issue_per_trip": issue})
+    return out

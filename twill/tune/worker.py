@@ -32,10 +32,11 @@ from twill.tune.triton_loop import ITERATIONS
 __all__ = ["ITERATIONS", "Task", "default_cache_dir", "peak_note", "predict_from_parts", "top_level_loops",
            "trips_mismatch", "tune_config", "why_not_proven"]
 
-CACHE_VERSION = 5
+CACHE_VERSION = 6
 """Bumped when what the compile cache holds changes (2: the main-loop SASS count skips retry paths; 3: the
 main loop's local-memory bytes; 4: every sibling loop's SASS count and local bytes; 5: the CTA-wide
-barriers of the main loop and of every sibling loop)."""
+barriers of the main loop and of every sibling loop; 6: every sibling loop's LDG / STG bytes and load
+groups)."""
 SOLVE_CACHE_VERSION = 1
 """Bumped when what a cached twill solve holds changes (``solve-*.json`` beside the compiles; the key also
 holds the graph, the machine's constants, the prefetch, the time limit and a hash of twill's source)."""
@@ -410,23 +411,38 @@ def _tune(task: Task) -> dict[str, Any]:
         sass = [(ins, (st, ld), bars) for ins, st, ld, bars in found]
     sms = int(machine.const("chip.sms"))
     k_tail = tm.tail_ctas_per_sm(ctas, sms, k)
-    prices = []
-    for i, (instructions, local, barriers) in enumerate(sass):
+    lowerings = []
+    for i in range(len(sass)):
         try:
-            lowering = lower_loop(module, machine, loop_index=None if len(loops) == 1 else i,
-                                  name=spec.name)
+            lowerings.append(lower_loop(module, machine, loop_index=None if len(loops) == 1 else i,
+                                        name=spec.name))
         except TwillError as exc:
             return _result(task, reason=f"twill cannot model this loop: {exc}", error="model",
                            details=details)
-        prices.append(price_loop(lowering, report, machine=machine, cm=cm, num_warps=task.num_warps,
+    memory, hits = _memory_streams(lowerings, report, machine, trips_each, k * sms)
+    prices = []
+    for i, (instructions, local, barriers) in enumerate(sass):
+        prices.append(price_loop(lowerings[i], report, machine=machine, cm=cm, num_warps=task.num_warps,
                                  num_stages=task.num_stages, ctas_per_sm=k, tail_ctas_per_sm=k_tail,
                                  loop_instructions=instructions, local_bytes=local,
-                                 loop_barriers=barriers))
+                                 loop_barriers=barriers, sass_memory=memory[i], reuse_hit=hits[i]))
     clock = float(machine.const("chip.clock_ghz"))
     edge = float(machine.const("cost.tma_latency"))  # one TMA round trip in (Q, first K/V) and one out (O)
+    if all("membound" in p.details for p in prices):
+        # streaming loops only: while one CTA waits for its first loads and its last stores, the other
+        # k - 1 CTAs of its SM keep HBM's queue full, so the SM loses a k-th of it (twill.tune.membound)
+        edge /= k
     # per CTA: every loop's trips at its own cycles per trip (one loop: trips x cycles, as calibrated)
     loop_cycles = sum(t * p.per_trip for t, p in zip(trips_each, prices, strict=True))
     tail_cycles = sum(t * p.tail_per_trip for t, p in zip(trips_each, prices, strict=True))
+    if len(prices) > 1 and all("membound" in p.details for p in prices):
+        # sibling streaming loops: co-resident CTAs out of step share the SM's resources across the loops
+        from twill.tune.membound import kernel_cycles
+
+        loop_cycles, tail_cycles = (kernel_cycles([(t, p.details["membound"][f"{pre}chain"],
+                                                    p.details["membound"][f"{pre}shared"])
+                                                   for t, p in zip(trips_each, prices, strict=True)])
+                                    for pre in ("", "tail_"))
     pred = predict_from_parts(per_trip_cycles=loop_cycles, trips=1, ctas=ctas, ctas_per_sm=k, sms=sms,
                               clock_ghz=clock, prologue=edge, epilogue=edge, flops=flops,
                               tail_per_trip_cycles=tail_cycles)
@@ -481,6 +497,21 @@ def _tune(task: Task) -> dict[str, Any]:
               pred["tflops"])
     return _result(task, fits=True, predicted_ms=pred["ms"], predicted_tflops=pred["tflops"],
                    schedule=summary, details=details)
+
+
+def _memory_streams(lowerings: list[Any], report: dict[str, Any], machine: Any, trips: list[int],
+                    resident: int) -> tuple[list[Any], list[dict[str, float]]]:
+    """Per loop: its compiled ``(LDG bytes, STG bytes, load groups)`` per thread per trip (None when the
+    SASS does not give them loop by loop) and the share of each private load L2 still holds from an
+    earlier sibling loop (:func:`twill.tune.membound.reuse_hits`, ``resident`` CTAs in a wave)."""
+    from twill.tune import membound as mb
+
+    found = [tuple(x) for x in report.get("loop_memory") or ()]
+    memory: list[Any] = found if len(found) == len(lowerings) else [None] * len(lowerings)
+    if not mb.membound_available(machine) or len(lowerings) < 2:
+        return memory, [{} for _ in lowerings]
+    streams = [mb.loop_streams(lw, int(report["threads"])) for lw in lowerings]
+    return memory, mb.reuse_hits(streams, trips, resident, machine)
 
 
 def top_level_loops(module: Any) -> list[Any]:
