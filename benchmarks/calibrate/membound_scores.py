@@ -10,8 +10,8 @@ the scores (Spearman, Kendall tau-b, the pick's measured time against the best, 
 of predicted / measured) to ``benchmarks/results/membound_scores.json``. With ``--ablate`` it also scores
 the model with one term out at a time: a machine file that switches a constant off (L2 reuse, the write
 cost, the queueing) or the function replaced in this process (the unroll and load groups, the sibling
-loops out of step, the warp's compute in its round trip); ``--jobs`` workers are forked from this process
-so they see the replacement. Nothing is fitted here.
+loops out of step, the warp's compute in its round trip), which run with one job, in this process (a
+process pool's workers are spawned and would not see it). Nothing is fitted here.
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ def main() -> int:
                 saved = getattr(module, attr)
                 setattr(module, attr, repl)
                 try:
-                    row = run_all("h200", args.jobs, tmp, "patched")
+                    row = run_all("h200", 1, tmp, "patched")  # one job: in this process
                 finally:
                     setattr(module, attr, saved)
                 scores["rows"][label] = strip(row)
