@@ -386,8 +386,9 @@ class HardwareTerms:
         ``"model"`` (:meth:`CostModel.estimated_instructions`, a lower bound).
     units : mapping of str to float
         Busy cycles per trip of each unit: each GEMM at the longer of its Tensor Core time as its layout
-        issues it and its shared-memory operand reads (:meth:`CostModel.wgmma_work`), those reads added
-        to ``smem``; TMA loads at the kernel's L2 rate; the local-memory traffic on ``local_unit``.
+        issues it and its shared-memory operand reads (:meth:`CostModel.wgmma_work`); ``smem`` the
+        graph's own shared-memory ops plus the operand reads and the TMA copies at the ports' rate
+        (``smem_bytes``); TMA loads at the kernel's L2 rate; the local-memory traffic on ``local_unit``.
     wgmma_smem : float
         Cycles of wgmma operand reads per trip.
     waits : int
