@@ -312,8 +312,8 @@ def serialize_gemms(graph: Graph, operands: Mapping[str, tuple[int, int, int, bo
     ``layouts`` (:func:`gemm_layouts`): each GEMM's chain as its ``warpsPerCTA`` splits the tile between
     the warp groups (``CostModel.gemm(warps_per_cta=)``); a GEMM without one (or ``layouts`` None) is
     split along M, one 64-row slice per group, as is one whose layout has other than ``warps`` warps.
-    Hopper only (a serialized wgmma pipeline is an sm_90
-    mode); on another family the graph is returned as it is."""
+    Hopper only (a serialized wgmma pipeline is an sm_90 mode); on another family the graph is returned
+    as it is."""
     if cm.machine.family != "hopper":
         return graph
     layouts = layouts or {}
