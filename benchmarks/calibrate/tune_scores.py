@@ -15,12 +15,14 @@ switched off and the estimated constants varied without compiling again (per CTA
     r = spilled-register reload on the chain: local cycles (+ tma_latency on the L2 path)
     f = waits * barrier_wait + stretch,  stretch = sum over GEMMs of max(0, reads - tc)
     reads = smem_bytes / wgmma_smem_bytes_per_cycle (each GEMM's wgmma operand bytes in its layout)
-    T = max(issue, tc', smem', l2', mufu, alu)      tc' = sum of max(tc, reads), smem' = smem + reads
+    T = max(issue, tc', smem', l2', mufu, alu)      tc' = sum of max(tc, reads)
+    smem' = smem + (TMA bytes + wgmma operand bytes) / smem_bytes_per_cycle   (the shared-memory ports)
     l2' = (TMA bytes + spilled-register bytes when they leave L1) / tma_kernel_bytes_per_cycle
     D = tc' + issue                                 (co-resident CTAs in lock-step)
     S = serialized wgmma pipeline: GEMM chains + issue + loop barriers x handoff.named_barrier (0 if not)
     T' = T with the loads at the SM's L2 port rate cost.l2_sm_bytes_per_cycle (co-resident CTAs together)
-    R = (tma_latency + TMA busy) / (num_stages - 1)
+    R = (tma_latency + TMA busy) / (num_stages - 1), and when serialized at least
+        (GEMM chains + tma_latency + TMA busy) / (num_stages - 1)       (its loads issue after its chains)
     time = ((waves - 1) * (2 * tma_latency + trips * per_trip(k))
             + 2 * tma_latency + trips * per_trip(k_tail)) / clock     k_tail: the last wave's CTAs per SM
 
@@ -67,7 +69,8 @@ L2_RATES = (30, 33, 36, 39, 42, 45, 48)
 """Around the measured 35.9 B/cycle/SM of the all-SM 32 KB TMA stream from L2 (results/microbench.json)."""
 ESTIMATES = {"barrier_wait": 34.0, "wgmma_rate": 128.0, "l2_rate": 36.0}
 """The terms' values before any fit: the h100.toml estimates and the measured all-SM L2 TMA rate."""
-TERMS = ("layout", "local", "lockstep", "sim_rate", "reload", "tail", "serial", "port")
+TERMS = ("layout", "local", "lockstep", "sim_rate", "reload", "tail", "serial", "port", "ser_layout",
+         "serial_loads", "smem_port")
 HELDOUT = RESULTS / "h200_tune_heldout.json"
 """The second measured grid (FA N 4096 D 64, GEMM 4096^3 with two more tiles): scored once, held out, by
 the model of its day; now a second grid to fit on and to cross-validate with (fit on one, score the
@@ -171,11 +174,15 @@ def model_ms(row: Mapping[str, Any], machine: Any, *, barrier_wait: float, wgmma
     spilled registers are traffic only, not on the chain (:func:`twill.tune.triton_model.
     spill_reload_cycles`); without ``tail`` the last wave runs at the kernel's CTAs per SM; without
     ``serial`` a serialized wgmma pipeline has no bound of its own (``S``); without ``port`` the co-resident
-    CTAs' loads share one stream's rate (``T`` for ``T'``). Predictions made before a term existed have
-    no record of it and are scored without it.
+    CTAs' loads share one stream's rate (``T`` for ``T'``); without ``ser_layout`` a serialized GEMM's
+    chain is split along M (``S`` with the M-split chains, ``details.serial_gemm_chains_m_split``; the
+    simulations keep the layout's chain); without ``serial_loads`` a serialized trip's loads issue at its
+    start (no ``serial_round_trip``); without ``smem_port`` the shared-memory unit carries the wgmma
+    operand reads at ``wgmma_rate`` only, not the TMA copies with them at ``cost.smem_bytes_per_cycle``.
+    Predictions made before a term existed have no record of it and are scored without it.
     """
     from twill.ir.costmodel import CostModel
-    from twill.tune.triton_model import spill_reload_cycles, tail_ctas_per_sm
+    from twill.tune.triton_model import serial_round_trip_cycles, spill_reload_cycles, tail_ctas_per_sm
 
     p = row["predicted"]
     if not p["fits"]:
@@ -201,6 +208,14 @@ def model_ms(row: Mapping[str, Any], machine: Any, *, barrier_wait: float, wgmma
     trip_floor = 0.0
     if p["num_stages"] >= 2 and units.get("tma"):
         trip_floor = (float(const("cost.tma_latency")) + units["tma"]) / (p["num_stages"] - 1)
+    serial = t.get("serial_chain", 0.0) if "serial" in terms else 0.0
+    chains = t.get("serial_gemm_chains", 0.0)
+    if serial > 0 and "ser_layout" not in terms and d.get("serial_gemm_chains_m_split"):
+        serial += d["serial_gemm_chains_m_split"] - chains
+        chains = d["serial_gemm_chains_m_split"]
+    if serial > 0 and "serial_loads" in terms and "serial_round_trip" in t and p["num_stages"] >= 2:
+        trip_floor = max(trip_floor, serial_round_trip_cycles(chains, units.get("tma", 0.0),
+                                                              p["num_stages"], CostModel(machine)))
     reload = 0.0
     if "local" in terms and t.get("local_bytes"):
         cm = CostModel(machine)
@@ -214,7 +229,10 @@ def model_ms(row: Mapping[str, Any], machine: Any, *, barrier_wait: float, wgmma
     reads = [g["smem_bytes"] / wgmma_rate for g in gemms]
     stretch = sum(max(0.0, r - g["tc"]) for r, g in zip(reads, gemms, strict=True))
     units["tc"] = units.get("tc", 0.0) + stretch
-    units["smem"] = units.get("smem", 0.0) + sum(reads)
+    if "smem_port" in terms and "smem_bytes" in t:  # TMA copies and wgmma operands share the SMEM ports
+        units["smem"] = units.get("smem", 0.0) + t["smem_bytes"] / float(const("cost.smem_bytes_per_cycle"))
+    else:
+        units["smem"] = units.get("smem", 0.0) + sum(reads)
     extra_f = t["waits"] * barrier_wait + stretch
     shared = dict(units)
     if "port" in terms and "tma" in shared and t.get("shared_units"):
@@ -223,7 +241,6 @@ def model_ms(row: Mapping[str, Any], machine: Any, *, barrier_wait: float, wgmma
         shared["tma"] = raw_loads * float(const("cost.tma_bytes_per_cycle")) / port + local_l2
     sm_throughput = max([t["issue"], *shared.values()])
     coresident = units["tc"] + t["issue"] if "lockstep" in terms else 0.0
-    serial = t.get("serial_chain", 0.0) if "serial" in terms else 0.0
 
     def trip(ctas_per_sm: int) -> float:
         return max(lat + extra_f, min(comp, lat) + reload + extra_f + (ctas_per_sm - 1) * coresident,

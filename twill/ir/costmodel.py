@@ -231,7 +231,7 @@ class CostModel:
 
     # ------------------------------------------------------------------------------------ Tensor Core
     def gemm(self, m: int, n: int, k: int, *, dtype: str = "fp16", warps: int | None = None,
-             serialized: bool = False) -> OpCost:
+             serialized: bool = False, warps_per_cta: tuple[int, int] | None = None) -> OpCost:
         """A tile GEMM ``[m, k] x [k, n]``: ``2mnk / tc_flops`` cycles on the Tensor Cores.
 
         Asynchronous: issued in ``tc_issue`` cycles; the result is usable ``tc_latency`` cycles after
@@ -249,11 +249,19 @@ class CostModel:
         another CTA's GEMM can use the gaps). The op is synchronous: its warps are busy until the last
         instruction has run on the Tensor Cores, and the result is usable at the end of the chain.
 
+        ``warps_per_cta = (w_m, w_n)`` (serialized only): the chain as Triton's ``#ttg.nvidia_mma`` layout
+        issues it (:meth:`wgmma_work`, :func:`twill.tune.triton_model.gemm_layouts`) instead of M split
+        between the warp groups: the ``w_m / 4`` groups along M each take ``m / (w_m / 4)`` rows (the
+        whole ``m``, computed again by each, when ``16 w_m > m``), the ``w_n`` groups along N each
+        ``n / w_n`` columns, so each instruction is ``m64 x (n / w_n) x k16`` (N up to 256, a wider share
+        in several). Triton's 64x256 tile at 8 warps has ``[4, 2]``: each group runs 4 m64n128k16 (120
+        cycles each serialized) where the M split priced 4 m64n256k16 (184 each).
+
         Raises
         ------
         ValueError
             ``serialized`` on a machine without wgmma (Blackwell's ``tcgen05.mma`` has one issuing thread
-            and no register accumulator).
+            and no register accumulator); ``warps_per_cta`` whose warps are not ``warps``.
         """
         key = tc_rate_key(dtype)
         rate = self._rate(key)
@@ -270,9 +278,22 @@ class CostModel:
                              f"machine {self.machine.name!r} issues tcgen05.mma")
         m_step = int(self._rate("tc_min_m"))
         k_step = {"tc_flops_fp8": 32, "tc_flops_tf32": 8}.get(key, 16)  # PTX ISA: wgmma K per dtype
-        groups = max(1, warps // self.machine.warps_per_group)
-        count = ceil(ceil(m / groups) / m_step) * ceil(k / k_step)
-        instruction = 2 * m_step * n * k_step / rate
+        per_group = self.machine.warps_per_group
+        groups = max(1, warps // per_group)
+        if warps_per_cta is None:
+            count = ceil(ceil(m / groups) / m_step) * ceil(k / k_step)
+            instruction = 2 * m_step * n * k_step / rate
+        else:
+            w_m, w_n = warps_per_cta
+            if w_m < 1 or w_n < 1 or w_m * w_n != warps:
+                raise ValueError(f"warpsPerCTA {warps_per_cta} does not cover the GEMM's {warps} warps")
+            groups_m = max(1, w_m // per_group)
+            replication = max(1, (m_step // per_group) * w_m // m)  # each warp owns 16 rows along M
+            cols = max(1, n // w_n)
+            inst_n = min(cols, 256)
+            count = ceil(m * replication / groups_m / m_step) * ceil(cols / inst_n) * ceil(k / k_step)
+            instruction = 2 * m_step * inst_n * k_step / rate
+            busy = _cycles(groups * count * instruction)  # every group's instructions on the Tensor Cores
         one = instruction + self._rate("tc_serial_latency")
         if groups * instruction >= one:  # the warp groups' chains keep the Tensor Cores busy
             return OpCost("gemm", (Reservation("tc", 0, busy),), latency=max(busy, _cycles(count * one)),

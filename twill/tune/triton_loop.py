@@ -96,7 +96,8 @@ def price_loop(lowering: Any, report: dict[str, Any], *, machine: Any, cm: Any, 
     layouts = tm.gemm_layouts(lowering)
     serialized = tm.wgmma_serialized(report["ptxas_notes"], report["spills"])
     model_graph = tm.layout_gemms(graph, operands, layouts, cm)
-    model_graph = tm.serialize_gemms(model_graph, operands, num_warps, cm) if serialized else model_graph
+    model_graph = (tm.serialize_gemms(model_graph, operands, num_warps, cm, layouts) if serialized
+                   else model_graph)
     slots = tm.triton_slots(lowering)
     # Simulated with the loads at the kernel's L2 rate (the rate the throughput term prices them at);
     # at the microbenchmark's rate too, as the model had it (tune_scores.py scores both).
@@ -134,6 +135,8 @@ def price_loop(lowering: Any, report: dict[str, Any], *, machine: Any, cm: Any, 
         "gemm_layouts": {n: list(v) for n, v in sorted(layouts.items())},
         "loop_local_bytes": list(local), "stack_frame_bytes": report.get("stack_frame_bytes"),
         "loop_barriers": loop_barriers,
+        "serial_gemm_chains_m_split": round(tm.serial_gemm_chains(
+            tm.serialize_gemms(model_graph, operands, num_warps, cm), cm), 1) if serialized else 0.0,
         "default_gemms": tm.default_gemm_parts(
             tm.serialize_gemms(graph, operands, num_warps, cm) if serialized else graph, operands, num_warps,
             cm),

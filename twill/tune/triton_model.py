@@ -37,9 +37,12 @@ __all__ = [
     "register_demand",
     "replicate",
     "serial_chain_cycles",
+    "serial_gemm_chains",
+    "serial_round_trip_cycles",
     "serialize_gemms",
     "simulate_triton",
     "sm_units",
+    "smem_port_bytes",
     "spill_reload_cycles",
     "tail_ctas_per_sm",
     "trips_needed",
@@ -303,19 +306,25 @@ def wgmma_serialized(ptxas_notes: Any, spills: bool) -> bool:
 
 
 def serialize_gemms(graph: Graph, operands: Mapping[str, tuple[int, int, int, bool, str]], warps: int,
-                    cm: CostModel) -> Graph:
+                    cm: CostModel, layouts: Mapping[str, tuple[int, int, int]] | None = None) -> Graph:
     """The graph with every wgmma serialized (ptxas C7511): :meth:`CostModel.gemm` ``serialized=True``.
 
+    ``layouts`` (:func:`gemm_layouts`): each GEMM's chain as its ``warpsPerCTA`` splits the tile between
+    the warp groups (``CostModel.gemm(warps_per_cta=)``); a GEMM without one (or ``layouts`` None) is
+    split along M, one 64-row slice per group, as is one whose layout has other than ``warps`` warps.
     Hopper only (a serialized wgmma pipeline is an sm_90 mode); on another family the graph is returned
     as it is."""
     if cm.machine.family != "hopper":
         return graph
+    layouts = layouts or {}
 
     def fix(op: Any) -> Any:
         if op.kind != "gemm":
             return op
         m, n, k, _, dtype = operands[op.name]
-        cost = cm.gemm(m, n, k, dtype=dtype, warps=warps, serialized=True)
+        lay = layouts.get(op.name)
+        split = None if lay is None or lay[0] * lay[1] != warps else (lay[0], lay[1])
+        cost = cm.gemm(m, n, k, dtype=dtype, warps=warps, serialized=True, warps_per_cta=split)
         return replace(op, rrt=cost.rrt, latency=cost.latency, issue_cycles=cost.issue_cycles)
 
     return graph.map_ops(fix)
@@ -377,8 +386,9 @@ class HardwareTerms:
         ``"model"`` (:meth:`CostModel.estimated_instructions`, a lower bound).
     units : mapping of str to float
         Busy cycles per trip of each unit: each GEMM at the longer of its Tensor Core time as its layout
-        issues it and its shared-memory operand reads (:meth:`CostModel.wgmma_work`), those reads added
-        to ``smem``; TMA loads at the kernel's L2 rate; the local-memory traffic on ``local_unit``.
+        issues it and its shared-memory operand reads (:meth:`CostModel.wgmma_work`); ``smem`` the
+        graph's own shared-memory ops plus the operand reads and the TMA copies at the ports' rate
+        (``smem_bytes``); TMA loads at the kernel's L2 rate; the local-memory traffic on ``local_unit``.
     wgmma_smem : float
         Cycles of wgmma operand reads per trip.
     waits : int
@@ -418,6 +428,18 @@ class HardwareTerms:
         Cycles one CTA's trip takes at least when ptxas serialized its wgmma pipeline
         (:func:`serial_chain_cycles`): the GEMMs' serialized chains, the issue of the trip's other
         instructions and its CTA-wide barriers one after another; 0 when the pipeline is not serialized.
+    serial_gemm_chains : float
+        The GEMMs' serialized chains alone (:func:`serial_gemm_chains`), the part of ``serial_chain``
+        that precedes the trip's load issue; 0 when not serialized.
+    serial_round_trip : float
+        The load round trip of a serialized trip (:func:`serial_round_trip_cycles`): its loads are issued
+        after its GEMM chains, so ``num_stages - 1`` trips cover the chains, the load latency and the
+        loads' transfer; 0 when not serialized or at ``num_stages`` <= 1.
+    smem_bytes : float
+        Bytes one trip moves through the SM's shared-memory ports beside the graph's own shared-memory
+        ops: its TMA copies (written into shared memory) and its wgmma operand reads
+        (:func:`smem_port_bytes`); their cycles at ``cost.smem_bytes_per_cycle`` are in
+        ``units["smem"]``.
     """
 
     issue: float
@@ -438,6 +460,9 @@ class HardwareTerms:
     reload: float = 0.0
     shared_units: Mapping[str, float] = field(default_factory=dict)
     serial_chain: float = 0.0
+    serial_gemm_chains: float = 0.0
+    serial_round_trip: float = 0.0
+    smem_bytes: float = 0.0
 
     @property
     def throughput(self) -> float:
@@ -463,7 +488,10 @@ class HardwareTerms:
                 "local": round(self.local, 1), "coresident": round(self.coresident, 1),
                 "reload": round(self.reload, 1),
                 "shared_units": {u: round(c, 1) for u, c in sorted(self.shared_units.items())},
-                "serial_chain": round(self.serial_chain, 1)}
+                "serial_chain": round(self.serial_chain, 1),
+                "serial_gemm_chains": round(self.serial_gemm_chains, 1),
+                "serial_round_trip": round(self.serial_round_trip, 1),
+                "smem_bytes": round(self.smem_bytes, 1)}
 
 
 def hardware_terms(graph: Graph, operands: Mapping[str, tuple[int, int, int, bool, str]], warps: int,
@@ -493,9 +521,11 @@ def hardware_terms(graph: Graph, operands: Mapping[str, tuple[int, int, int, boo
     loop's SASS (:func:`twill.calibrate.regs.parse_sass_loop_barriers`). Together they give
     :attr:`HardwareTerms.serial_chain` (:func:`serial_chain_cycles`).
     """
-    tma_scale = float(cm.machine.const("cost.tma_bytes_per_cycle")) / float(
-        cm.machine.const("cost.tma_kernel_bytes_per_cycle"))
+    raw_tma_rate = float(cm.machine.const("cost.tma_bytes_per_cycle"))
+    tma_scale = raw_tma_rate / float(cm.machine.const("cost.tma_kernel_bytes_per_cycle"))
     layouts = layouts or {}
+    tma_bytes = 0.0
+    wgmma_bytes = 0.0
     units: dict[str, float] = {}
     raw: dict[str, float] = {}
     gemms: list[tuple[str, float, int]] = []
@@ -521,14 +551,17 @@ def hardware_terms(graph: Graph, operands: Mapping[str, tuple[int, int, int, boo
             reads += smem
             stretch += max(0.0, smem - tc)
             busy["tc"] = max(tc, smem)
-            busy["smem"] = busy.get("smem", 0.0) + smem
+            wgmma_bytes += work.smem_bytes
         if "tma" in busy:  # the L2 rate the kernel's loads get at its concurrency
+            tma_bytes += busy["tma"] * raw_tma_rate
             busy["tma"] *= tma_scale
         for unit, cycles in busy.items():
             units[unit] = units.get(unit, 0.0) + cycles
         if op.variable_latency or op.kind == "gemm":
             waits += 1
         estimated += cm.estimated_instructions(op.rrt, max(1, op.warps))
+    port_bytes = smem_port_bytes(tma_bytes, wgmma_bytes)
+    units["smem"] = units.get("smem", 0.0) + port_bytes / float(cm.machine.const("cost.smem_bytes_per_cycle"))
     nthreads = threads if threads is not None else 32 * warps
     local_bytes = max(0.0, local_bytes_per_thread) * nthreads
     local_unit, local = "tma", 0.0
@@ -548,10 +581,16 @@ def hardware_terms(graph: Graph, operands: Mapping[str, tuple[int, int, int, boo
     issue = cm.issue_cycles(per_warp, warps)
     reload = spill_reload_cycles(local_unit, local, cm) if local_bytes > 0 else 0.0
     serial = serial_chain_cycles(graph, cm, issue=issue, barriers=loop_barriers) if serialized else 0.0
+    chains = serial_gemm_chains(graph, cm) if serialized else 0.0
+    serial_trip = 0.0
+    if serialized and num_stages >= 2 and units.get("tma"):
+        serial_trip = serial_round_trip_cycles(
+            chains, units["tma"] - (local if local_unit == "tma" else 0.0), num_stages, cm)
     return HardwareTerms(issue, per_warp, source, units, reads, waits,
                          cm.iteration_fixed_cycles(waits), stretch, round_trip, raw, tuple(gemms),
                          local_bytes, local_unit, local, units.get("tc", 0.0) + issue, reload,
-                         sm_units(units, cm, local=local if local_unit == "tma" else 0.0), serial)
+                         sm_units(units, cm, local=local if local_unit == "tma" else 0.0), serial,
+                         chains, serial_trip, port_bytes)
 
 
 def sm_units(units: Mapping[str, float], cm: CostModel, *, local: float = 0.0) -> dict[str, float]:
@@ -614,6 +653,13 @@ def serial_chain_cycles(graph: Graph, cm: CostModel, *, issue: float, barriers: 
     """
     if issue < 0 or barriers < 0:
         raise ValueError(f"issue cycles and barriers must be >= 0, got {issue}, {barriers}")
+    return serial_gemm_chains(graph, cm) + issue + barriers * float(cm.machine.const("handoff.named_barrier"))
+
+
+def serial_gemm_chains(graph: Graph, cm: CostModel) -> float:
+    """The serialized GEMMs' chains of one trip (cycles): per GEMM ``max(op.latency, tc +
+    cost.tc_serial_latency)`` (:func:`serial_chain_cycles`; ``graph`` with the GEMMs of
+    :func:`serialize_gemms`)."""
     tail = float(cm.machine.const("cost.tc_serial_latency"))
     chains = 0.0
     for op in graph.ops:
@@ -621,7 +667,53 @@ def serial_chain_cycles(graph: Graph, cm: CostModel, *, issue: float, barriers: 
             continue
         busy = sum(r.cycles * r.count for r in op.rrt if r.unit == "tc")
         chains += max(float(op.latency), busy + tail)
-    return chains + issue + barriers * float(cm.machine.const("handoff.named_barrier"))
+    return chains
+
+
+def serial_round_trip_cycles(chains: float, load_cycles: float, num_stages: int, cm: CostModel) -> float:
+    """The load round trip of a trip whose wgmma pipeline ptxas serialized (cycles per trip).
+
+    Triton's main loop issues the TMA loads of trip ``i + num_stages - 1`` after trip ``i``'s GEMMs in
+    program order (the SASS of the CPU compile: mbarrier wait, the trip's ``HGMMA`` s, ``BAR.SYNC``,
+    arrive, ``BAR.SYNC``, TMA issue; docs/calibration.md §7.1). Unserialized, the ``HGMMA`` s are
+    asynchronous and the loads issue at once; serialized, every ``HGMMA`` is followed by a
+    ``WARPGROUP.DEPBAR`` that waits for it, so the loads issue only after the trip's chains. A load must
+    then land within the ``num_stages - 1`` trips that follow its issue:
+    ``(chains + cost.tma_latency + load_cycles) / (num_stages - 1)``. At 2 stages this is the whole chain
+    plus the round trip (the H200's 8-warp 128x256x64 GEMM, 2 stages: 2672-2919 cycles per trip where
+    the round trip alone gives 2044; benchmarks/results/tune_scores.md).
+
+    Raises
+    ------
+    ValueError
+        ``num_stages`` < 2 (no load is in flight across trips) or a negative cycle count.
+    """
+    if num_stages < 2:
+        raise ValueError(f"a round trip needs num_stages >= 2, got {num_stages}")
+    if chains < 0 or load_cycles < 0:
+        raise ValueError(f"chain and load cycles must be >= 0, got {chains}, {load_cycles}")
+    return (chains + float(cm.machine.const("cost.tma_latency")) + load_cycles) / (num_stages - 1)
+
+
+def smem_port_bytes(tma_bytes: float, wgmma_bytes: float) -> float:
+    """Bytes one trip moves through the SM's shared-memory ports for its TMA copies and wgmma operands.
+
+    A TMA load writes its tile into shared memory (a TMA store reads it from there) and every ``wgmma``
+    reads its shared-memory operands (``B``, and ``A`` for ``SS``; :meth:`CostModel.wgmma_work`) through
+    the same ports, 32 banks x 4 B per cycle (``cost.smem_bytes_per_cycle``, 128; CUDA C Programming
+    Guide). On the H200 Triton's GEMM at one CTA per SM moves 110-125 B/cycle of the two together when
+    it is not serialized (64x256x64: 40 KB of loads + 40 KB of operand reads in 673-714 cycles;
+    128x128x64: 32 + 48 KB in 667-719; 128x64x128: 48 + 64 KB in 899-970; tune_scores.md), where the
+    loads alone would allow 72 B/cycle (``cost.l2_sm_bytes_per_cycle``).
+
+    Raises
+    ------
+    ValueError
+        A negative byte count.
+    """
+    if tma_bytes < 0 or wgmma_bytes < 0:
+        raise ValueError(f"byte counts must be >= 0, got {tma_bytes}, {wgmma_bytes}")
+    return tma_bytes + wgmma_bytes
 
 
 def spill_reload_cycles(unit: str, cycles: float, cm: CostModel) -> float:
@@ -666,7 +758,9 @@ def effective_cycles(latency_cycles: float, terms: HardwareTerms, ctas_per_sm: i
     * ``S`` = ``terms.serial_chain``, one CTA's trip when ptxas serialized the wgmma pipeline
       (:func:`serial_chain_cycles`; 0 otherwise): the other CTAs' work fills its issue and barrier
       phases, so it is a bound of its own, not added to ``(k - 1) D``;
-    * ``R`` = ``terms.round_trip``, the loads' round trip over the buffers in flight;
+    * ``R`` = ``terms.round_trip``, the loads' round trip over the buffers in flight, and
+      ``terms.serial_round_trip`` when the pipeline is serialized (its loads issue after its GEMM
+      chains, :func:`serial_round_trip_cycles`);
     * ``k T`` with ``T`` = ``terms.sm_throughput``: the co-resident CTAs' trips together cannot issue or
       use a unit faster than the SM does (their loads at the SM's L2 port rate, :func:`sm_units`).
 
@@ -681,7 +775,7 @@ def effective_cycles(latency_cycles: float, terms: HardwareTerms, ctas_per_sm: i
     compute = latency_cycles if compute_cycles is None else min(compute_cycles, latency_cycles)
     serial = terms.serial_chain + terms.reload + extra if terms.serial_chain > 0 else 0.0
     return max(latency_cycles + extra, compute + terms.reload + extra + (ctas_per_sm - 1) * terms.coresident,
-               serial, terms.round_trip, ctas_per_sm * terms.sm_throughput)
+               serial, terms.round_trip, terms.serial_round_trip, ctas_per_sm * terms.sm_throughput)
 
 
 def waves(ctas: int, sms: int, ctas_per_sm: int) -> int:
