@@ -1,11 +1,13 @@
-"""Score ``twill tune`` on the two memory-bound user kernels timed on the H200, with each memory-bound term
+"""Score ``twill tune`` on the memory-bound user kernels timed on the H200, with each memory-bound term
 taken out in turn (benchmarks/results/tune_scores.md, "Memory-bound loops").
 
     python benchmarks/calibrate/membound_scores.py [--ablate] [--jobs 2]
 
 Runs ``twill tune`` (on the CPU) over the configs of ``benchmarks/results/h200_tune_user_softmax_rows.json``
-and ``h200_tune_user_rmsnorm.json`` (the commands of tune_scores.md), writes each prediction with the
-measured time beside it to ``benchmarks/results/h200_tune_user_{softmax_rows,rmsnorm}_membound.json`` and
+and ``h200_tune_user_rmsnorm.json`` (the commands of tune_scores.md) and of the two held-out kernels of
+``benchmarks/tune_user_heldout.py`` (``h200_tune_user_{layernorm_rows,axpby_rows}.json``), writes each
+prediction with the measured time beside it to
+``benchmarks/results/h200_tune_user_<kernel>_membound.json`` and
 the scores (Spearman, Kendall tau-b, the pick's measured time against the best, mean |log error|, the range
 of predicted / measured) to ``benchmarks/results/membound_scores.json``. With ``--ablate`` it also scores
 the model with one term out at a time: a machine file that switches a constant off (L2 reuse, the write
@@ -30,6 +32,14 @@ KERNELS = {
                      ["--grid", "BLOCK=512,1024,2048,4096", "--num-warps", "4,8,16", "--num-stages", "2,3"]),
     "rmsnorm": ("benchmarks/tune_user_rmsnorm.py::rmsnorm_rows", "h200_tune_user_rmsnorm.json",
                 ["--grid", "BLOCK=256,512,1024,2048,4096", "--num-warps", "2,4,8,16", "--num-stages", "2"]),
+    # held out: timed before the memory-bound terms were written, scored once they were
+    "layernorm_rows": ("benchmarks/tune_user_heldout.py::layernorm_rows",
+                       "h200_tune_user_layernorm_rows.json",
+                       ["--grid", "BLOCK=256,512,1024,2048,4096", "--num-warps", "2,4,8,16", "--num-stages",
+                        "2,3"]),
+    "axpby_rows": ("benchmarks/tune_user_heldout.py::axpby_rows", "h200_tune_user_axpby_rows.json",
+                   ["--grid", "BLOCK=256,512,1024,2048,4096,8192", "--num-warps", "2,4,8,16", "--num-stages",
+                    "2,3"]),
 }
 OFF = {  # machine-file ablations: the constant that switches a term off
     "no L2 reuse between sibling loops": {"l2_reuse_full_bytes": 0, "l2_reuse_none_bytes": 1},
@@ -73,7 +83,7 @@ def tune(kernel: str, args: list[str], machine: str, jobs: int, out: Path) -> li
 
 
 def run_all(machine: str, jobs: int, tmp: Path, tag: str) -> dict[str, Any]:
-    """Both kernels predicted on ``machine`` and scored."""
+    """Every kernel of ``KERNELS`` predicted on ``machine`` and scored."""
     out = {}
     for name, (kernel, measured_file, args) in KERNELS.items():
         measured = json.loads((RESULTS / measured_file).read_text(encoding="utf-8"))["configs"]
