@@ -31,7 +31,7 @@ from joint_oracle import OracleLimit, check, oracle
 
 pytestmark = pytest.mark.filterwarnings("ignore:prefetch. the ")
 
-SEEDS = range(0, 60)
+SEEDS = range(0, 40)  # 60 until 2026-12-02 (CI time); the counts the tests require still hold
 NODE_LIMIT = 100_000
 
 
