@@ -12,22 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import time
 from pathlib import Path
 
+from run_latency import sh  # the same runner helper (this folder is the script's sys.path[0])
+
 HERE = Path(__file__).resolve().parent
-
-
-def sh(cmd: list[str], timeout: float) -> tuple[int, str, str]:
-    """Run ``cmd``; (exit code, stdout, stderr); 124 on time-out, 127 if not found."""
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        return 124, "", f"timed out after {timeout} s"
-    except FileNotFoundError as exc:
-        return 127, "", str(exc)
-    return p.returncode, p.stdout, p.stderr
 
 
 def smi() -> str:
