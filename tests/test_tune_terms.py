@@ -348,3 +348,19 @@ def test_tune_prices_the_serialized_8_warp_gemm_by_its_chain(tmp_path):
     # one CTA per SM at 4 stages (4 x 32 KB of buffers): the 8-warp trip is longer than the 4-warp one
     assert d8["ctas_per_sm"] == d4["ctas_per_sm"] == 1
     assert by_warps[8]["predicted_ms"] > by_warps[4]["predicted_ms"]
+
+
+def test_a_serialized_chain_caps_the_simulated_chain_and_keeps_the_load_waits():
+    from dataclasses import replace
+
+    # simulated with loads (L 4400) and without (C 3997), the serialized chain S 3325: the trip's own
+    # chain is S, its load waits L - C = 403 stay on top of it
+    t = replace(_terms(tc=1024, issue=855, tma=400), serial_chain=3325.0)
+    assert effective_cycles(4400, t, 1, 3997) == 3325 + (4400 - 3997)
+    # two CTAs: S plus the other CTA's Tensor Core time and issue (1024 + 855)
+    assert effective_cycles(4400, t, 2, 3997) == max(3325 + 403, 3325 + 1024 + 855)
+    # a simulated chain already under S is left alone (S binds as its own bound)
+    assert effective_cycles(3000, t, 1, 3000) == 3325
+    # not serialized, or twill's own schedule (no compute_cycles): nothing capped
+    assert effective_cycles(4400, _terms(tc=1024, issue=855, tma=400), 1, 3997) == 4400
+    assert effective_cycles(4400, t, 1) == 4400

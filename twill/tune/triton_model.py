@@ -740,7 +740,8 @@ def effective_cycles(latency_cycles: float, terms: HardwareTerms, ctas_per_sm: i
                      compute_cycles: float | None = None) -> float:
     """Cycles one CTA's loop trip takes with ``ctas_per_sm`` CTAs sharing the SM.
 
-    ``max(L + f, C + r + f + (k - 1) D, S + r + f, R, k T)`` with ``f = terms.fixed + terms.stretch`` and
+    ``max(L + f, C + r + f + (k - 1) D, S + r + f, R, k T)`` (``C``, ``L`` capped as said under ``S``)
+    with ``f = terms.fixed + terms.stretch`` and
     ``r = terms.reload`` (spilled registers reloaded on the chain, :func:`spill_reload_cycles`):
 
     * ``L`` = ``latency_cycles``, the CTA's own simulated cycles per trip (loads at their latency over
@@ -757,7 +758,14 @@ def effective_cycles(latency_cycles: float, terms: HardwareTerms, ctas_per_sm: i
       predicts no slowdown (``benchmarks/results/tune_scores.md``);
     * ``S`` = ``terms.serial_chain``, one CTA's trip when ptxas serialized the wgmma pipeline
       (:func:`serial_chain_cycles`; 0 otherwise): the other CTAs' work fills its issue and barrier
-      phases, so it is a bound of its own, not added to ``(k - 1) D``;
+      phases, so it is a bound of its own, not added to ``(k - 1) D``. It is also the chain: where the
+      simulation of Triton's schedule with the GEMMs at their serialized latencies (``compute_cycles``)
+      comes out longer than ``S``, ``C`` is taken down to ``S`` and ``L`` by the same amount (its load
+      waits, ``L - C``, kept). Measured one-CTA-per-SM trips follow ``S``, not the simulation: FA
+      128/128 at 4 warps, D 64 (ptxas C7511), 3129-3171 cycles per trip for ``S`` 3325 and ``C`` 3997
+      (``benchmarks/results/h200_tune_heldout{,5}.json``); GEMM 64x256x64 at 8 warps 877-929 for ``S``
+      894, ``C`` 976 (``gemm_sync.cu`` and the grids, tune_scores.md). Only with ``compute_cycles``
+      given (the Triton path; twill's own schedules are not simulated this way);
     * ``R`` = ``terms.round_trip``, the loads' round trip over the buffers in flight, and
       ``terms.serial_round_trip`` when the pipeline is serialized (its loads issue after its GEMM
       chains, :func:`serial_round_trip_cycles`);
@@ -773,6 +781,10 @@ def effective_cycles(latency_cycles: float, terms: HardwareTerms, ctas_per_sm: i
         raise ValueError(f"ctas_per_sm must be >= 1, got {ctas_per_sm}")
     extra = terms.fixed + terms.stretch
     compute = latency_cycles if compute_cycles is None else min(compute_cycles, latency_cycles)
+    if compute_cycles is not None and 0 < terms.serial_chain < compute:
+        # serial_cap: Triton's simulated chain with serialized GEMMs above the serialized chain itself
+        latency_cycles -= compute - terms.serial_chain
+        compute = terms.serial_chain
     serial = terms.serial_chain + terms.reload + extra if terms.serial_chain > 0 else 0.0
     return max(latency_cycles + extra, compute + terms.reload + extra + (ctas_per_sm - 1) * terms.coresident,
                serial, terms.round_trip, terms.serial_round_trip, ctas_per_sm * terms.sm_throughput)
