@@ -4,6 +4,7 @@ from its inputs, not against the value the code computed."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -136,7 +137,8 @@ def test_loop_streams_of_a_row_norm():
     from twill.frontend.lower import lower_loop
     from twill.frontend.ttgir import parse_ttgir
 
-    spec = load_kernel("benchmarks/tune_user_rmsnorm.py::rmsnorm_rows")
+    root = Path(__file__).resolve().parents[1]
+    spec = load_kernel(str(root / "benchmarks" / "tune_user_rmsnorm.py") + "::rmsnorm_rows")
     snaps = compile_to_ttgir(spec, target=target_for(H200), signature=spec.signature,
                              constexprs={"BLOCK": 1024}, num_warps=4, num_stages=2)
     module = parse_ttgir(snaps.scheduled)

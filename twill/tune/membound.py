@@ -316,8 +316,8 @@ def streaming_cycles(streams: LoopStreams, machine: Any, *, ctas_per_sm: int, th
     reads, writes = k * hbm, k * streams.store_bytes
     port = 0.0
     if "cost.l2_sm_bytes_per_cycle" in machine.constants:
-        moved = k * (private + streams.shared_load_bytes + streams.store_bytes)
-        port = moved / float(machine.const("cost.l2_sm_bytes_per_cycle"))
+        port_bytes = k * (private + streams.shared_load_bytes + streams.store_bytes)
+        port = port_bytes / float(machine.const("cost.l2_sm_bytes_per_cycle"))
     bandwidth = (reads + float(machine.const("cost.hbm_write_cost")) * writes) / peak
     cycles = max(load_time, bandwidth, port)
     return {"cycles": cycles, "load_time": load_time, "bandwidth": bandwidth, "inflight_bytes": inflight,

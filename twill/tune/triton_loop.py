@@ -38,7 +38,13 @@ class LoopPrice:
     operands : dict
         :func:`twill.tune.triton_model.gemm_operands` of the loop.
     details : dict
-        The JSON's per-loop details (simulated, compute and final cycles, layouts, terms ...).
+        The JSON's per-loop details (simulated, compute and final cycles, layouts, terms ...; rounded for
+        the report).
+    stream : dict or None
+        A streaming loop's parts as :mod:`twill.tune.membound` computed them, unrounded (``chain`` and
+        ``shared``, ``tail_chain`` and ``tail_shared``: :func:`twill.tune.membound.trip_parts` at the
+        kernel's and the last wave's occupancy, for :func:`twill.tune.membound.kernel_cycles`); None for
+        any other loop.
     """
 
     per_trip: float
@@ -47,13 +53,14 @@ class LoopPrice:
     model_graph: Any
     operands: dict[str, tuple[Any, ...]]
     details: dict[str, Any]
+    stream: dict[str, Any] | None = None
 
 
 def price_loop(lowering: Any, report: dict[str, Any], *, machine: Any, cm: Any, num_warps: int,
                num_stages: int, ctas_per_sm: int, tail_ctas_per_sm: int, loop_instructions: int | None,
                local_bytes: tuple[int, int] | None, loop_barriers: int = 0,
                sass_memory: tuple[int, int, int] | None = None,
-               reuse_hit: dict[str, float] | None = None) -> LoopPrice:
+               reuse_hit: dict[str, float] | None = None, streams: Any = None) -> LoopPrice:
     """Price one loop (``lowering``: :func:`twill.frontend.lower.lower_loop` of it) of a compiled config.
 
     Parameters
@@ -83,6 +90,9 @@ def price_loop(lowering: Any, report: dict[str, Any], *, machine: Any, cm: Any, 
     reuse_hit : dict of str to float or None
         Per base pointer of a private load, the share L2 still holds from an earlier sibling loop
         (:func:`twill.tune.membound.reuse_hits`).
+    streams : LoopStreams or None
+        :func:`twill.tune.membound.loop_streams` of ``lowering`` when the caller has it already (it is
+        computed here otherwise).
 
     A streaming loop (pointer loads from HBM, no TMA or GEMM; :attr:`twill.tune.membound.LoopStreams.
     streaming`) on a machine with the HBM constants is priced by :func:`twill.tune.membound.trip_cycles`
@@ -120,7 +130,7 @@ def price_loop(lowering: Any, report: dict[str, Any], *, machine: Any, cm: Any, 
                                     compute.cycles_per_iteration)
     stream = _streaming(lowering, one, machine, num_stages=num_stages, threads=int(report["threads"]),
                         terms=terms, ctas=(ctas_per_sm, tail_ctas_per_sm), sass_memory=sass_memory,
-                        reuse_hit=reuse_hit)
+                        reuse_hit=reuse_hit, streams=streams)
     if stream is not None:
         per_trip, tail_trip = stream["cycles_per_trip"], stream["tail_cycles_per_trip"]
     details = {
@@ -144,19 +154,19 @@ def price_loop(lowering: Any, report: dict[str, Any], *, machine: Any, cm: Any, 
     if stream is not None:
         details["membound"] = {k: round(v, 3) if isinstance(v, float) else (
             {n: round(c, 1) for n, c in v.items()} if isinstance(v, dict) else v) for k, v in stream.items()}
-    return LoopPrice(per_trip, tail_trip, terms, model_graph, operands, details)
+    return LoopPrice(per_trip, tail_trip, terms, model_graph, operands, details, stream)
 
 
 def _streaming(lowering: Any, schedule: Any, machine: Any, *, num_stages: int, threads: int, terms: Any,
                ctas: tuple[int, int], sass_memory: tuple[int, int, int] | None,
-               reuse_hit: dict[str, float] | None) -> dict[str, Any] | None:
+               reuse_hit: dict[str, float] | None, streams: Any = None) -> dict[str, Any] | None:
     """A streaming loop's cycles per trip at the kernel's and the last wave's occupancy
     (:mod:`twill.tune.membound`), or None when the loop is not one or the machine lacks the constants."""
     from twill.tune import membound as mb
 
     if not mb.membound_available(machine):
         return None
-    streams = mb.loop_streams(lowering, threads)
+    streams = streams if streams is not None else mb.loop_streams(lowering, threads)
     if not streams.streaming:
         return None
     compute = mb.compute_chain(schedule, num_stages, ITERATIONS)

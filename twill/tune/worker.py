@@ -419,28 +419,28 @@ def _tune(task: Task) -> dict[str, Any]:
         except TwillError as exc:
             return _result(task, reason=f"twill cannot model this loop: {exc}", error="model",
                            details=details)
-    memory, hits = _memory_streams(lowerings, report, machine, trips_each, k * sms)
+    memory, hits, streams = _memory_streams(lowerings, report, machine, trips_each, k * sms)
     prices = []
     for i, (instructions, local, barriers) in enumerate(sass):
         prices.append(price_loop(lowerings[i], report, machine=machine, cm=cm, num_warps=task.num_warps,
                                  num_stages=task.num_stages, ctas_per_sm=k, tail_ctas_per_sm=k_tail,
                                  loop_instructions=instructions, local_bytes=local,
-                                 loop_barriers=barriers, sass_memory=memory[i], reuse_hit=hits[i]))
+                                 loop_barriers=barriers, sass_memory=memory[i], reuse_hit=hits[i],
+                                 streams=streams[i]))
     clock = float(machine.const("chip.clock_ghz"))
     edge = float(machine.const("cost.tma_latency"))  # one TMA round trip in (Q, first K/V) and one out (O)
-    if all("membound" in p.details for p in prices):
+    if all(p.stream is not None for p in prices):
         # streaming loops only: while one CTA waits for its first loads and its last stores, the other
         # k - 1 CTAs of its SM keep HBM's queue full, so the SM loses a k-th of it (twill.tune.membound)
         edge /= k
     # per CTA: every loop's trips at its own cycles per trip (one loop: trips x cycles, as calibrated)
     loop_cycles = sum(t * p.per_trip for t, p in zip(trips_each, prices, strict=True))
     tail_cycles = sum(t * p.tail_per_trip for t, p in zip(trips_each, prices, strict=True))
-    if len(prices) > 1 and all("membound" in p.details for p in prices):
+    if len(prices) > 1 and all(p.stream is not None for p in prices):
         # sibling streaming loops: co-resident CTAs out of step share the SM's resources across the loops
         from twill.tune.membound import kernel_cycles
 
-        loop_cycles, tail_cycles = (kernel_cycles([(t, p.details["membound"][f"{pre}chain"],
-                                                    p.details["membound"][f"{pre}shared"])
+        loop_cycles, tail_cycles = (kernel_cycles([(t, p.stream[f"{pre}chain"], p.stream[f"{pre}shared"])
                                                    for t, p in zip(trips_each, prices, strict=True)])
                                     for pre in ("", "tail_"))
     pred = predict_from_parts(per_trip_cycles=loop_cycles, trips=1, ctas=ctas, ctas_per_sm=k, sms=sms,
@@ -500,18 +500,20 @@ def _tune(task: Task) -> dict[str, Any]:
 
 
 def _memory_streams(lowerings: list[Any], report: dict[str, Any], machine: Any, trips: list[int],
-                    resident: int) -> tuple[list[Any], list[dict[str, float]]]:
+                    resident: int) -> tuple[list[Any], list[dict[str, float]], list[Any]]:
     """Per loop: its compiled ``(LDG bytes, STG bytes, load groups)`` per thread per trip (None when the
-    SASS does not give them loop by loop) and the share of each private load L2 still holds from an
-    earlier sibling loop (:func:`twill.tune.membound.reuse_hits`, ``resident`` CTAs in a wave)."""
+    SASS does not give them loop by loop), the share of each private load L2 still holds from an
+    earlier sibling loop (:func:`twill.tune.membound.reuse_hits`, ``resident`` CTAs in a wave) and its
+    :func:`twill.tune.membound.loop_streams` (None where the machine lacks the HBM constants)."""
     from twill.tune import membound as mb
 
     found = [tuple(x) for x in report.get("loop_memory") or ()]
     memory: list[Any] = found if len(found) == len(lowerings) else [None] * len(lowerings)
-    if not mb.membound_available(machine) or len(lowerings) < 2:
-        return memory, [{} for _ in lowerings]
+    if not mb.membound_available(machine):
+        return memory, [{} for _ in lowerings], [None] * len(lowerings)
     streams = [mb.loop_streams(lw, int(report["threads"])) for lw in lowerings]
-    return memory, mb.reuse_hits(streams, trips, resident, machine)
+    hits = mb.reuse_hits(streams, trips, resident, machine) if len(lowerings) > 1 else [{}]
+    return memory, hits, streams
 
 
 def top_level_loops(module: Any) -> list[Any]:
